@@ -1,0 +1,49 @@
+# Third-party libraries, all from Debian packages installed by tools/setup.sh.
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Threads REQUIRED)
+
+# OpenBLAS: link the OpenMP build by its full path and put its folder first in the run path,
+# so that neither the reference BLAS nor OpenBLAS' pthread build (which fights OpenMP for the
+# cores) can be picked by update-alternatives. framework/blas_info.cpp checks it at start-up.
+set(TARN_OPENBLAS_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp"
+    CACHE PATH "Folder holding OpenBLAS' OpenMP build")
+find_library(TARN_OPENBLAS_LIB NAMES libopenblas.so.0 openblas PATHS ${TARN_OPENBLAS_DIR} NO_DEFAULT_PATH)
+find_path(TARN_OPENBLAS_INCLUDE cblas.h
+          PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+if(NOT TARN_OPENBLAS_LIB OR NOT TARN_OPENBLAS_INCLUDE)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found in ${TARN_OPENBLAS_DIR}: run tools/setup.sh")
+endif()
+add_library(tarn_openblas INTERFACE)
+target_link_libraries(tarn_openblas INTERFACE ${TARN_OPENBLAS_LIB})
+target_include_directories(tarn_openblas INTERFACE ${TARN_OPENBLAS_INCLUDE})
+set(CMAKE_BUILD_RPATH "${TARN_OPENBLAS_DIR}")
+set(CMAKE_INSTALL_RPATH "${TARN_OPENBLAS_DIR}")
+
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+find_library(TARN_SENTENCEPIECE_TRAIN sentencepiece_train REQUIRED)
+
+if(TARN_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
+if(TARN_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+# tarn_library(NAME FOLDER DEPS...): a static library from every .cpp below FOLDER, or an
+# interface library while the folder has none yet. Globbing keeps new files from needing
+# CMake edits; CONFIGURE_DEPENDS re-globs on every build.
+function(tarn_library name folder)
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${folder}/*.cpp)
+  if(sources)
+    add_library(${name} STATIC ${sources})
+    target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${name} PUBLIC ${ARGN})
+  else()
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${name} INTERFACE ${ARGN})
+  endif()
+endfunction()

@@ -1,0 +1,156 @@
+#include "framework/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kernels/memory.h"
+
+namespace tarn {
+namespace {
+
+thread_local bool g_grad_enabled = true;
+
+// dst += src. Gradients only meet on the device they were computed on.
+void accumulate_into(Tensor& dst, const Tensor& src, const char* where) {
+  check_same_shape(where, dst, src);
+  TARN_CHECK(dst.device().is_cpu() && src.device().is_cpu(),
+             where, ": gradient accumulation on ", dst.device().str(), " is not supported yet");
+  kernels::cpu::accumulate(dst.f32(), src.f32(), dst.numel());
+}
+
+// A gradient waiting to be consumed. `owned` says whether we may add into it in place: a
+// gradient handed back by a backward function may alias another (an add passes dy to both
+// inputs), so the first accumulation clones it.
+struct Pending {
+  Tensor grad;
+  bool owned = false;
+};
+
+void add_pending(Pending& p, const Tensor& g, const char* where) {
+  if (!p.grad.defined()) {
+    p.grad = g;
+    return;
+  }
+  if (!p.owned) {
+    p.grad = p.grad.clone();
+    p.owned = true;
+  }
+  accumulate_into(p.grad, g, where);
+}
+
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (!g_grad_enabled) return out;
+  std::vector<Edge> edges(inputs.size());
+  NeedsGrad needs(inputs.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    if (!in.defined()) continue;
+    if (in.grad_fn()) {
+      edges[i].node = in.grad_fn();
+    } else if (in.requires_grad()) {
+      edges[i].leaf = in.meta();
+    }
+    needs[i] = edges[i].active();
+    any = any || needs[i];
+  }
+  if (!any) return out;
+  auto node = std::make_shared<Node>();
+  node->name = op;
+  node->inputs = std::move(edges);
+  node->needs = std::move(needs);
+  node->backward = std::move(fn);
+  node->out_shape = out.shape();
+  Tensor result = out.detach();  // fresh autograd state: `out` may alias an input
+  auto& meta = result.mutable_meta();
+  meta->requires_grad = true;
+  meta->grad_fn = std::move(node);
+  return result;
+}
+
+void run_backward(const Tensor& root, const Tensor& seed) {
+  TARN_CHECK(root.defined(), "backward: undefined tensor");
+  Tensor grad = seed;
+  if (!grad.defined()) {
+    TARN_CHECK(root.numel() == 1, "backward: without an explicit gradient the output must be a scalar, got shape ",
+               root.shape().str());
+    grad = Tensor::ones(root.shape(), root.device());
+  }
+  check_same_shape("backward", root, grad);
+
+  if (!root.grad_fn()) {
+    TARN_CHECK(root.requires_grad(), "backward: the tensor does not require gradients (no op recorded it)");
+    Pending p{root.grad(), true};
+    add_pending(p, grad, "backward");
+    root.meta()->grad = p.grad;
+    return;
+  }
+
+  // Kahn's algorithm over the nodes reachable from the root: a node runs once every node that
+  // consumes its output has handed it a gradient.
+  std::unordered_map<Node*, int> consumers;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  consumers[root.grad_fn().get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->inputs) {
+      if (!e.node) continue;
+      auto [it, fresh] = consumers.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Pending> pending;
+  std::unordered_map<AutogradMeta*, bool> leaf_owned;  // existing leaf grads are ours to add into
+  pending[root.grad_fn().get()] = Pending{grad, false};
+  std::vector<Node*> ready{root.grad_fn().get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor dy = std::move(pending[n].grad);
+    pending.erase(n);
+    TARN_CHECK(n->backward, "backward: ", n->name,
+               " was already differentiated (its saved tensors are released after one backward pass)");
+    Grads grads(n->inputs.size());
+    if (dy.defined()) {  // undefined when every consumer returned no gradient for it
+      TARN_CHECK(dy.shape() == n->out_shape, "backward: ", n->name, " got a gradient of shape ",
+                 dy.shape().str(), " for an output of shape ", n->out_shape.str());
+      grads = n->backward(dy, n->needs);
+      dy = Tensor();
+    }
+    n->backward = nullptr;  // releases everything the op saved
+    TARN_CHECK(grads.size() == n->inputs.size(), "backward: ", n->name, " returned ", grads.size(),
+               " gradients for ", n->inputs.size(), " inputs");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Edge& e = n->inputs[i];
+      if (!e.active() || !grads[i].defined()) continue;
+      if (e.node) {
+        add_pending(pending[e.node.get()], grads[i], e.node->name.c_str());
+        if (--consumers[e.node.get()] == 0) ready.push_back(e.node.get());
+      } else {
+        AutogradMeta* leaf = e.leaf.get();
+        auto [it, fresh] = leaf_owned.try_emplace(leaf, leaf->grad.defined());
+        Pending p{leaf->grad, it->second};
+        add_pending(p, grads[i], "backward (leaf)");
+        leaf->grad = p.grad;
+        it->second = p.owned;
+      }
+    }
+    // Inputs whose gradients were all undefined still have to be released to run.
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Edge& e = n->inputs[i];
+      if (e.node && (!grads[i].defined()) && --consumers[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+  }
+}
+
+}  // namespace tarn

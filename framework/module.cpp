@@ -1,0 +1,63 @@
+#include "framework/module.h"
+
+namespace tarn {
+namespace {
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+}  // namespace
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& t) {
+  TARN_CHECK(t.defined(), "register_parameter: ", name, " is undefined");
+  t.set_requires_grad(true);
+  params_.emplace_back(name, &t);
+  return t;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor& t) {
+  buffers_.emplace_back(name, &t);
+  return t;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) const {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (const auto& [name, t] : params_) out.emplace_back(join(prefix, name), t);
+  for (const auto& [name, m] : children_) {
+    auto sub = m->named_parameters(join(prefix, name));
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers(const std::string& prefix) const {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (const auto& [name, t] : buffers_) out.emplace_back(join(prefix, name), t);
+  for (const auto& [name, m] : children_) {
+    auto sub = m->named_buffers(join(prefix, name));
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<Tensor*> Module::parameters() const {
+  std::vector<Tensor*> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (Tensor* t : parameters()) n += t->numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, m] : children_) m->train(on);
+}
+
+void Module::zero_grad() {
+  for (Tensor* t : parameters()) t->zero_grad();
+}
+
+}  // namespace tarn

@@ -1,0 +1,52 @@
+#pragma once
+// Module / Parameter registry with hierarchical names, as HuggingFace spells them
+// ("model.encoder.layers.0.fc1.weight"). A module registers pointers to its own Tensor members
+// and child modules; named_parameters() walks the tree in registration order.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace tarn {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter below this module, names prefixed with `prefix` ("" for none).
+  std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "") const;
+  std::vector<Tensor*> parameters() const;
+  int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+  void zero_grad();
+
+ protected:
+  // Registers `t` (made a leaf that requires grad) under `name`.
+  Tensor& register_parameter(const std::string& name, Tensor& t);
+  // A tensor saved in checkpoints that is not trained (e.g. a FAVOR+ projection).
+  Tensor& register_buffer(const std::string& name, Tensor& t);
+  template <typename M>
+  M& register_module(const std::string& name, M& m) {
+    children_.emplace_back(name, &m);
+    return m;
+  }
+
+ public:
+  // Buffers are listed apart from parameters: checkpoints keep both, optimizers only the first.
+  std::vector<std::pair<std::string, Tensor*>> named_buffers(const std::string& prefix = "") const;
+
+ private:
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tarn

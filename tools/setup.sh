@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything tarn needs on a fresh Debian 12 machine. Idempotent and non-interactive:
+# packages already present are not fetched again.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev libopenblas0-openmp
+  libyaml-cpp-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+  wordnet-base
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all packages present"
+fi
+
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "[setup] CUDA toolkit found: $( (command -v nvcc || echo /usr/local/cuda/bin/nvcc) )"
+else
+  echo "[setup] no CUDA toolkit: the CPU backend only will be built"
+fi
