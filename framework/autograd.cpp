@@ -76,6 +76,7 @@ Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, Bac
 }
 
 void run_backward(const Tensor& root, const Tensor& seed) {
+  NoGradGuard no_grad;  // backward functions compute plain tensors: no graph of the graph
   TARN_CHECK(root.defined(), "backward: undefined tensor");
   Tensor grad = seed;
   if (!grad.defined()) {

@@ -13,7 +13,8 @@ Shape::Shape(const std::vector<int64_t>& dims) {
              dims.size());
   ndim_ = static_cast<int>(dims.size());
   for (int i = 0; i < ndim_; ++i) {
-    TARN_CHECK(dims[i] >= 0, "shape: negative extent ", dims[i], " in dimension ", i);
+    // -1 is allowed only as "infer this extent" for view/reshape, which resolve it.
+    TARN_CHECK(dims[i] >= -1, "shape: negative extent ", dims[i], " in dimension ", i);
     dims_[i] = dims[i];
   }
 }

@@ -19,6 +19,8 @@ Storage::~Storage() { allocator_for(device_).deallocate(data_, bytes_); }
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
 
 Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
+  for (int i = 0; i < shape.size(); ++i)
+    TARN_CHECK(shape[i] >= 0, "empty: negative extent in shape ", shape.str());
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
