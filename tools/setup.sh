@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache
   libopenblas-openmp-dev libopenblas0-openmp
   libyaml-cpp-dev
   libsentencepiece-dev sentencepiece

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds Release (with the CUDA backend where nvcc
+# exists) and an ASan+UBSan build (CPU only), and runs every ctest suite in both.
+#   tools/test.sh            everything
+#   TARN_SKIP_SANITIZE=1 tools/test.sh   Release only (quicker, for local iteration)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${TARN_JOBS:-$(nproc)}
+
+bash tools/setup.sh
+
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
+run_suite() {  # name, build dir, cmake args...
+  local name=$1 dir=$2
+  shift 2
+  echo "[test] === $name: configure ==="
+  cmake -S "$root" -B "$dir" "${launcher[@]}" "$@"
+  echo "[test] === $name: build ==="
+  cmake --build "$dir" -j"$jobs"
+  echo "[test] === $name: ctest ==="
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$dir" --output-on-failure -j1
+}
+
+start=$(date +%s)
+run_suite "Release" build/release -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=AUTO
+if [ "${TARN_SKIP_SANITIZE:-0}" != "1" ]; then
+  # The sanitizer build leaves out nvcc (ASan does not instrument device code) and the benches.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_suite "ASan+UBSan" build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTARN_SANITIZE=ON -DTARN_CUDA=OFF \
+    -DTARN_BUILD_BENCH=OFF
+fi
+echo "[test] all suites passed in $(( $(date +%s) - start )) s"
