@@ -1,0 +1,33 @@
+#pragma once
+// Log lines carry a subsystem tag ("[train] ...", "[data] ..."), go to stderr, and stay plain
+// when stderr is not a terminal. Progress lines overwrite themselves on a terminal.
+#include <cstdio>
+#include <string>
+
+#include "kernels/check.h"
+
+namespace tarn::log {
+
+bool stderr_is_terminal();
+// Set once from the recipe's logging.color (auto|always|never).
+void set_color(const std::string& mode);
+bool color();
+
+void line(const char* tag, const std::string& text);   // "[tag] text\n"
+void warn(const char* tag, const std::string& text);   // "[tag] warning: text\n"
+
+template <typename... Parts>
+void info(const char* tag, const Parts&... parts) {
+  line(tag, str_cat(parts...));
+}
+
+// A status line that a terminal redraws in place ("\r...\x1b[K"); elsewhere a normal line.
+void progress(const char* tag, const std::string& text);
+void end_progress();  // moves past a redrawn line before other output
+
+// "12m04s", "3h10m", "45s".
+std::string duration(double seconds);
+// "5,310" (thousands separators).
+std::string thousands(long long n);
+
+}  // namespace tarn::log
