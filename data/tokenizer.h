@@ -1,0 +1,71 @@
+#pragma once
+// The SentencePiece tokenizer, used through its library. Models are trained with the special
+// ids of DESIGN.md section 3 at fixed positions (<s>=0, <pad>=1, </s>=2, <unk>=3, see
+// data/special_ids.h) and with <mask> as a user-defined symbol; SentencePiece places
+// user-defined symbols right after the specials, so mask_id() is 4 for models trained here.
+// load() refuses models whose special ids differ, so the rest of tarn can rely on them.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/ragged.h"
+#include "data/special_ids.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace tarn {
+
+constexpr const char* kMaskPiece = "<mask>";
+
+struct TokenizerTrainOptions {
+  std::string model_type = "unigram";  // SentencePiece's: unigram, bpe, char or word
+  double character_coverage = 1.0;     // 1.0 keeps every character (right for English text)
+  int64_t input_sentence_size = 0;     // train on a sample of this many lines; 0 = all lines
+  bool hard_vocab_limit = true;        // false: vocab_size is an upper bound (tiny corpora)
+  int num_threads = 2;
+  uint32_t seed = 0;     // SentencePiece's sampling seed (only used when sampling lines)
+  bool verbose = false;  // SentencePiece logs every EM step to stderr; off unless asked
+};
+
+class Tokenizer {
+ public:
+  // Trains on every usable line of the plain-text corpus files (read with the rules of
+  // data/corpus_reader.h) and writes <model_prefix>.model and .vocab. Returns the .model path.
+  static std::string train(const std::vector<std::string>& corpus_paths, const std::string& model_prefix,
+                           int vocab_size, const TokenizerTrainOptions& options = {});
+  // The same from lines already in memory (e.g. both sides of a TSV corpus).
+  static std::string train_on_lines(const std::vector<std::string>& lines, const std::string& model_prefix,
+                                    int vocab_size, const TokenizerTrainOptions& options = {});
+
+  // Loads a .model file; throws tarn::Error naming it when it is unreadable or its special
+  // ids are not tarn's.
+  static Tokenizer load(const std::string& model_path);
+
+  std::vector<int32_t> encode(std::string_view text) const;  // no <s> or </s> added
+  // Encodes many lines on `num_threads` threads; row i holds line i's ids.
+  Ragged encode_lines(const std::vector<std::string>& lines, int num_threads = 2) const;
+  // Control ids (<s>, <pad>, </s>) decode to nothing; ids out of range are an error.
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string id_to_piece(int32_t id) const;
+
+  int32_t vocab_size() const { return vocab_size_; }
+  int32_t bos_id() const { return kBosId; }
+  int32_t pad_id() const { return kPadId; }
+  int32_t eos_id() const { return kEosId; }
+  int32_t unk_id() const { return kUnkId; }
+  int32_t mask_id() const { return mask_id_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  Tokenizer() = default;
+  std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;  // immutable: cheap copies
+  std::string path_;
+  int32_t vocab_size_ = 0;
+  int32_t mask_id_ = -1;
+};
+
+}  // namespace tarn
