@@ -1,0 +1,455 @@
+#include "framework/config/recipe.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "framework/config/schema.h"
+
+namespace tarn {
+namespace {
+
+using config::Loader;
+using config::SectionBuilder;
+
+constexpr const char* kRecipePlaceholder = "{recipe}";
+constexpr int64_t kMinTokenizerVocab = 8;  // 4 specials + <mask> + a few pieces
+
+// Model sizes per preset. tiny: tests (seconds on a CPU); small: the CPU default; base:
+// BART-base (Lewis et al. 2020: 6+6 layers, d_model 768, 12 heads, FFN 3072).
+struct PresetSizes {
+  const char* name;
+  int64_t d_model, encoder_layers, decoder_layers, heads, ffn_dim, max_positions;
+};
+constexpr PresetSizes kPresets[] = {
+    {"tiny", 64, 2, 2, 4, 256, 128},
+    {"small", 256, 4, 4, 4, 1024, 512},
+    {"base", 768, 6, 6, 12, 3072, 1024},
+};
+
+// The size fields a preset fills, by key.
+struct SizeField {
+  const char* key;
+  int64_t ModelRecipe::*member;
+  int64_t PresetSizes::*preset;
+};
+constexpr SizeField kSizeFields[] = {
+    {"d_model", &ModelRecipe::d_model, &PresetSizes::d_model},
+    {"encoder_layers", &ModelRecipe::encoder_layers, &PresetSizes::encoder_layers},
+    {"decoder_layers", &ModelRecipe::decoder_layers, &PresetSizes::decoder_layers},
+    {"heads", &ModelRecipe::heads, &PresetSizes::heads},
+    {"ffn_dim", &ModelRecipe::ffn_dim, &PresetSizes::ffn_dim},
+    {"max_positions", &ModelRecipe::max_positions, &PresetSizes::max_positions},
+};
+
+struct StackField {
+  const char* key;
+  AttentionRecipe AttentionStacksRecipe::*member;
+};
+constexpr StackField kAttentionStacks[] = {
+    {"encoder_self", &AttentionStacksRecipe::encoder_self},
+    {"decoder_self", &AttentionStacksRecipe::decoder_self},
+    {"cross", &AttentionStacksRecipe::cross},
+};
+
+bool is_device(const std::string& s) {
+  if (s == "cpu" || s == "cuda") return true;
+  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 8) return false;
+  return s.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+void declare_attention(SectionBuilder<AttentionRecipe> a, bool causal) {
+  a.choice(&AttentionRecipe::kind, "kind", "softmax (exact, O(N^2) in length) or linear (feature maps, O(N))",
+           {"softmax", "linear"});
+  if (causal) {
+    a.fixed("causal", "the decoder never attends to later positions", "true",
+            "decoder self-attention is always causal");
+  }
+  a.choice(&AttentionRecipe::feature_map, "feature_map",
+           "linear attention's feature map phi (identity: ablations only, warns)",
+           {"elu1", "relu", "exp", "favor", "identity"});
+  a.integer(&AttentionRecipe::chunk, "chunk", "chunk size of the causal linear scan (causal stacks only)").min(1);
+  a.integer(&AttentionRecipe::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
+      .non_negative();
+  a.integer(&AttentionRecipe::favor_redraw_every, "favor_redraw_every",
+            "redraw the FAVOR+ projection every this many steps; 0 = never")
+      .non_negative();
+  a.number(&AttentionRecipe::eps, "eps", "linear attention's normaliser epsilon: num / (den + eps)").positive();
+}
+
+config::Schema build_schema() {
+  config::Schema schema("tarn recipe");
+  auto root = schema.root<Recipe>();
+
+  auto model = root.section(&Recipe::model, "model", "the encoder-decoder (BART layout)");
+  model.choice(&ModelRecipe::preset, "preset",
+               "sizes: tiny (d_model 64, 2+2 layers), small (256, 4+4), base (768, 6+6, BART-base), "
+               "custom (give every size); sizes given below override the preset",
+               {"tiny", "small", "base", "custom"});
+  model.integer(&ModelRecipe::vocab_size, "vocab_size", "embedding rows; 0 = the tokenizer's vocabulary size")
+      .non_negative();
+  const std::string from_preset = "from model.preset";
+  model.integer(&ModelRecipe::d_model, "d_model", "hidden size").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::encoder_layers, "encoder_layers", "encoder layers").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::decoder_layers, "decoder_layers", "decoder layers").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::heads, "heads", "attention heads (every stack); must divide d_model")
+      .min(1)
+      .default_note(from_preset);
+  model.integer(&ModelRecipe::ffn_dim, "ffn_dim", "feed-forward inner size").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::max_positions, "max_positions", "learned positions, the longest sequence")
+      .min(1)
+      .default_note(from_preset);
+  model.number(&ModelRecipe::dropout, "dropout", "dropout on hidden states").fraction();
+  model.number(&ModelRecipe::attention_dropout, "attention_dropout", "dropout on softmax attention weights")
+      .fraction();
+  model.number(&ModelRecipe::activation_dropout, "activation_dropout", "dropout after the feed-forward GELU")
+      .fraction();
+  model.boolean(&ModelRecipe::scale_embedding, "scale_embedding", "multiply token embeddings by sqrt(d_model)");
+  model.number(&ModelRecipe::init_std, "init_std", "standard deviation of the normal weight init").positive();
+  auto attention = model.section(&ModelRecipe::attention, "attention", "attention per stack (DESIGN.md section 2)");
+  declare_attention(attention.section(&AttentionStacksRecipe::encoder_self, "encoder_self",
+                                      "encoder self-attention (bidirectional)"),
+                    false);
+  declare_attention(attention.section(&AttentionStacksRecipe::decoder_self, "decoder_self",
+                                      "decoder self-attention (causal)"),
+                    true);
+  declare_attention(attention.section(&AttentionStacksRecipe::cross, "cross", "decoder-to-encoder attention"),
+                    false);
+
+  auto data = root.section(&Recipe::data, "data", "corpora, tokenizer, lengths and noise");
+  data.choice(&DataRecipe::kind, "kind", "denoising: BART pre-training on plain text; pairs: source<TAB>target lines",
+              {"denoising", "pairs"});
+  data.string(&DataRecipe::train, "train", "training corpus, one example per line").required();
+  data.string(&DataRecipe::valid, "valid", "validation corpus; \"\" = no validation");
+  data.string(&DataRecipe::test, "test", "test corpus (tarn eval); \"\" = none");
+  auto tokenizer = data.section(&DataRecipe::tokenizer, "tokenizer", "SentencePiece: give either model or train");
+  tokenizer
+      .string(&TokenizerRecipe::model, "model", "an existing SentencePiece .model; \"\" = train one (see train)")
+      .check([](const std::string& s) { return s.empty() || (s.size() > 6 && s.substr(s.size() - 6) == ".model"); },
+             "a path ending in .model, or \"\"");
+  auto train = tokenizer.section(&TokenizerRecipe::train, "train", "how to train the tokenizer on data.train");
+  train.integer(&TokenizerTrainRecipe::vocab_size, "vocab_size", "pieces, specials and <mask> included")
+      .min(kMinTokenizerVocab);
+  train.integer(&TokenizerTrainRecipe::input_sentence_size, "input_sentence_size",
+                "lines sampled to train on; 0 = every line")
+      .non_negative();
+  train.number(&TokenizerTrainRecipe::character_coverage, "character_coverage",
+               "fraction of characters covered (1.0 for English)")
+      .above(0)
+      .max(1);
+  train.string(&TokenizerTrainRecipe::model_prefix, "model_prefix",
+               "writes <prefix>.model and .vocab; \"\" = <folder of data.train>/spm<vocab_size>");
+  train.choice(&TokenizerTrainRecipe::model_type, "model_type", "SentencePiece model type",
+               {"unigram", "bpe", "char", "word"});
+  train.boolean(&TokenizerTrainRecipe::hard_vocab_limit, "hard_vocab_limit",
+                "false: vocab_size is only an upper bound (tiny corpora)");
+  data.integer(&DataRecipe::max_source_len, "max_source_len", "longest source in tokens (</s> included)").min(2);
+  data.integer(&DataRecipe::max_target_len, "max_target_len", "longest target in tokens (</s> included)").min(2);
+  data.integer(&DataRecipe::pack_tokens, "pack_tokens",
+               "denoising: join consecutive lines up to this many tokens; 0 = one line per example")
+      .non_negative();
+  auto noising = data.section(&DataRecipe::noising, "noising", "BART noise for denoising (Lewis et al. 2020, 2.2)");
+  noising.number(&NoisingRecipe::mask_ratio, "mask_ratio", "fraction of tokens masked by text infilling").fraction();
+  noising.number(&NoisingRecipe::poisson_lambda, "poisson_lambda", "mean span length of text infilling")
+      .above(0)
+      .max(50);
+  noising.boolean(&NoisingRecipe::permute_sentences, "permute_sentences", "shuffle the lines of a packed example");
+  noising.number(&NoisingRecipe::delete_ratio, "delete_ratio", "probability of deleting each unmasked token")
+      .fraction();
+
+  auto optimizer = root.section(&Recipe::optimizer, "optimizer", "the optimizer and its learning-rate schedule");
+  optimizer.choice(&OptimizerRecipe::name, "name", "the optimizer (AdamW, decoupled weight decay)", {"adamw"});
+  optimizer.number(&OptimizerRecipe::lr, "lr", "peak learning rate, reached at the end of warm-up").positive();
+  optimizer.numbers(&OptimizerRecipe::betas, "betas", "Adam's moment decay rates [beta1, beta2]").fraction();
+  optimizer.number(&OptimizerRecipe::eps, "eps", "Adam's denominator epsilon").positive();
+  optimizer.number(&OptimizerRecipe::weight_decay, "weight_decay", "decoupled weight decay (not biases or norms)")
+      .non_negative();
+  optimizer.integer(&OptimizerRecipe::warmup_steps, "warmup_steps", "linear warm-up from 0 to lr").non_negative();
+  optimizer.choice(&OptimizerRecipe::schedule, "schedule",
+                   "decay after warm-up (linear and cosine end at min_lr at training.max_steps)",
+                   {"constant", "linear", "cosine", "inverse_sqrt"});
+  optimizer.number(&OptimizerRecipe::min_lr, "min_lr", "the floor of the decay").non_negative();
+  optimizer.number(&OptimizerRecipe::clip_norm, "clip_norm", "clip the global gradient norm to this; 0 = off")
+      .non_negative();
+
+  auto training = root.section(&Recipe::training, "training", "batches, stopping, device");
+  training.integer(&TrainingRecipe::tokens_per_batch, "tokens_per_batch",
+                   "padded tokens per batch: rows * longest side <= this")
+      .min(1);
+  training.integer(&TrainingRecipe::grad_accumulation, "grad_accumulation", "batches per optimizer step").min(1);
+  training.integer(&TrainingRecipe::max_steps, "max_steps", "stop after this many optimizer steps; 0 = no limit")
+      .non_negative();
+  training.integer(&TrainingRecipe::max_epochs, "max_epochs", "stop after this many epochs; 0 = no limit")
+      .non_negative();
+  training.number(&TrainingRecipe::max_time_minutes, "max_time_minutes",
+                  "stop after this much wall-clock time; 0 = no limit")
+      .non_negative();
+  training.integer(&TrainingRecipe::seed, "seed", "seed of every random stream (Philox)").non_negative();
+  training.string(&TrainingRecipe::device, "device", "where to train: cpu, cuda or cuda:N")
+      .check(is_device, "cpu, cuda or cuda:N");
+  training.integer(&TrainingRecipe::threads, "threads", "CPU threads; 0 = every core").non_negative();
+  training.number(&TrainingRecipe::label_smoothing, "label_smoothing", "label smoothing of the cross-entropy")
+      .fraction();
+  training.integer(&TrainingRecipe::max_bad_steps, "max_bad_steps",
+                   "non-finite losses in a row before stopping (each such step is skipped)")
+      .min(1);
+
+  auto validation = root.section(&Recipe::validation, "validation", "periodic validation on data.valid");
+  validation.integer(&ValidationRecipe::every_steps, "every_steps", "validate every this many steps; 0 = at the end")
+      .non_negative();
+  validation.integer(&ValidationRecipe::max_batches, "max_batches", "batches per validation; 0 = the whole set")
+      .non_negative();
+  validation.integer(&ValidationRecipe::early_stopping_patience, "early_stopping_patience",
+                     "stop after this many validations without improvement; 0 = off")
+      .non_negative();
+
+  auto checkpoints = root.section(&Recipe::checkpoints, "checkpoints", "where and how often to save");
+  checkpoints.string(&CheckpointRecipe::dir, "dir", "run folder; {recipe} = the recipe file's name")
+      .check([](const std::string& s) { return !s.empty(); }, "a non-empty path");
+  checkpoints.integer(&CheckpointRecipe::every_steps, "every_steps", "save every this many steps; 0 = at the end")
+      .non_negative();
+  checkpoints.integer(&CheckpointRecipe::keep_last, "keep_last", "periodic checkpoints kept; 0 = all")
+      .non_negative();
+  checkpoints.boolean(&CheckpointRecipe::keep_best, "keep_best", "also keep the best validation checkpoint");
+
+  auto logging = root.section(&Recipe::logging, "logging", "progress lines and metrics");
+  logging.integer(&LoggingRecipe::every_steps, "every_steps", "a progress line every this many steps").min(1);
+  logging.string(&LoggingRecipe::metrics_file, "metrics_file",
+                 "JSON lines of every logged metric; \"\" = <checkpoints.dir>/metrics.jsonl");
+  logging.choice(&LoggingRecipe::color, "color", "colored terminal output", {"auto", "always", "never"});
+  return schema;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// Resolution (see recipe.h): presets, "{recipe}", derived paths.
+void resolve(Recipe& r, Loader& loader, const std::string& source) {
+  if (r.model.preset == "custom") {
+    for (const SizeField& f : kSizeFields) {
+      const std::string key = std::string("model.") + f.key;
+      if (!loader.given(key)) loader.error(key, "missing required value (model.preset is custom: give every size)");
+    }
+  } else {
+    for (const PresetSizes& p : kPresets) {
+      if (r.model.preset != p.name) continue;
+      for (const SizeField& f : kSizeFields) {
+        if (!loader.given(std::string("model.") + f.key)) r.model.*f.member = p.*f.preset;
+      }
+    }
+  }
+
+  const std::string stem = std::filesystem::path(source).stem().string();
+  for (std::string* path : {&r.data.train, &r.data.valid, &r.data.test, &r.data.tokenizer.model,
+                            &r.data.tokenizer.train.model_prefix, &r.checkpoints.dir, &r.logging.metrics_file}) {
+    *path = replace_all(*path, kRecipePlaceholder, stem);
+  }
+  if (r.logging.metrics_file.empty()) {
+    r.logging.metrics_file = (std::filesystem::path(r.checkpoints.dir) / "metrics.jsonl").string();
+  }
+  TokenizerTrainRecipe& tok = r.data.tokenizer.train;
+  if (r.data.tokenizer.model.empty() && tok.model_prefix.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(r.data.train).parent_path();
+    tok.model_prefix = (folder / ("spm" + std::to_string(tok.vocab_size))).string();
+  }
+}
+
+// The origin of the first of `keys` that was given, else of the last one's section.
+ConfigOrigin first_given(const Loader& loader, std::initializer_list<std::string> keys) {
+  for (const std::string& k : keys) {
+    if (loader.given(k)) return loader.origin(k);
+  }
+  return loader.origin(*(keys.end() - 1));
+}
+
+// Rules that involve more than one field; run once every field is valid on its own.
+void check_cross_field(const Recipe& r, Loader& loader) {
+  const ModelRecipe& m = r.model;
+  const DataRecipe& d = r.data;
+  if (m.d_model % m.heads != 0) {
+    loader.error_at(first_given(loader, {"model.heads", "model.d_model", "model.preset"}), "model.heads",
+                    str_cat("expected a divisor of model.d_model = ", m.d_model, ", got ", m.heads));
+  }
+  if (d.max_source_len > m.max_positions) {
+    loader.error("data.max_source_len", str_cat("expected at most model.max_positions = ", m.max_positions, ", got ",
+                                                d.max_source_len));
+  }
+  if (d.max_target_len > m.max_positions) {
+    loader.error("data.max_target_len", str_cat("expected at most model.max_positions = ", m.max_positions, ", got ",
+                                                d.max_target_len));
+  }
+  if (d.pack_tokens > d.max_source_len) {
+    loader.error("data.pack_tokens", str_cat("expected at most data.max_source_len = ", d.max_source_len,
+                                             " (0 = no packing), got ", d.pack_tokens));
+  }
+  const int64_t longest = std::max(d.max_source_len, d.max_target_len);
+  if (r.training.tokens_per_batch < longest) {
+    loader.error("training.tokens_per_batch",
+                 str_cat("expected at least the longest example, max(data.max_source_len, data.max_target_len) = ",
+                         longest, ", got ", r.training.tokens_per_batch));
+  }
+
+  // Either an existing tokenizer or settings to train one. A model given with --set wins over
+  // train settings from the file (reusing a tokenizer with a recipe that trains one).
+  const TokenizerRecipe& tok = d.tokenizer;
+  if (!tok.model.empty()) {
+    bool train_from_file = false, train_from_override = false;
+    ConfigOrigin train_at;
+    for (const auto& [key, at] : loader.origins()) {
+      if (key.rfind("data.tokenizer.train", 0) != 0) continue;
+      (at.is_override() ? train_from_override : train_from_file) = true;
+      if (train_at.source.empty()) train_at = at;
+    }
+    if (train_from_override || (train_from_file && !loader.origin("data.tokenizer.model").is_override())) {
+      loader.error_at(train_at, "data.tokenizer",
+                      "expected either model (an existing tokenizer) or train (settings to train one), got both");
+    } else if (train_from_file) {
+      loader.warn_at(train_at, "data.tokenizer.train", "ignored: data.tokenizer.model is set with --set");
+    }
+  }
+  if (tok.model.empty() && m.vocab_size != 0 && m.vocab_size < tok.train.vocab_size) {
+    loader.error("model.vocab_size", str_cat("expected 0 (the tokenizer's) or at least data.tokenizer.train.vocab_size = ",
+                                             tok.train.vocab_size, ", got ", m.vocab_size));
+  }
+
+  const OptimizerRecipe& o = r.optimizer;
+  const TrainingRecipe& t = r.training;
+  if (o.min_lr > o.lr) {
+    loader.error("optimizer.min_lr", str_cat("expected at most optimizer.lr = ", o.lr, ", got ", o.min_lr));
+  }
+  if ((o.schedule == "linear" || o.schedule == "cosine") && t.max_steps == 0) {
+    loader.error("optimizer.schedule", "expected constant or inverse_sqrt when training.max_steps is 0 (" +
+                                           o.schedule + " decays until training.max_steps), got " + o.schedule);
+  }
+  if (t.max_steps > 0 && o.warmup_steps > t.max_steps) {
+    loader.error("optimizer.warmup_steps",
+                 str_cat("expected at most training.max_steps = ", t.max_steps, ", got ", o.warmup_steps));
+  }
+  if (t.max_steps == 0 && t.max_epochs == 0 && t.max_time_minutes == 0) {
+    loader.error_at(first_given(loader, {"training.max_steps", "training.max_epochs", "training.max_time_minutes",
+                                         "training"}),
+                    "training", "expected a stopping condition: max_steps, max_epochs or max_time_minutes > 0");
+  }
+  if (d.valid.empty() && r.validation.early_stopping_patience > 0) {
+    loader.error("validation.early_stopping_patience",
+                 str_cat("expected 0 when data.valid is empty (early stopping needs validation), got ",
+                         r.validation.early_stopping_patience));
+  }
+
+  // Warnings: accepted, but probably not what was meant.
+  for (const StackField& stack : kAttentionStacks) {
+    const std::string prefix = std::string("model.attention.") + stack.key;
+    const AttentionRecipe& a = m.attention.*stack.member;
+    if (a.kind == "softmax") {
+      for (const char* key : {"feature_map", "chunk", "favor_features", "favor_redraw_every", "eps"}) {
+        if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: kind is softmax");
+      }
+      continue;
+    }
+    if (a.feature_map == "identity") {
+      loader.warn_at(first_given(loader, {prefix + ".feature_map", prefix + ".kind", prefix}), prefix + ".feature_map",
+                     "identity makes linear attention a mean over positions: for ablations only");
+    }
+    if (a.feature_map != "favor") {
+      for (const char* key : {"favor_features", "favor_redraw_every"}) {
+        if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: feature_map is not favor");
+      }
+    }
+  }
+  if (d.kind == "pairs") {
+    if (loader.given("data.noising")) loader.warn("data.noising", "ignored: data.kind is pairs");
+    if (d.pack_tokens > 0) loader.warn("data.pack_tokens", "ignored: data.kind is pairs");
+  }
+  if (d.valid.empty() && loader.given("validation")) {
+    loader.warn("validation", "ignored: data.valid is empty, so validation never runs");
+  }
+}
+
+Recipe finish(Recipe r, Loader& loader, const std::string& source, bool parsed) {
+  if (parsed) loader.check_required();
+  loader.throw_if_errors();
+  resolve(r, loader, source);
+  loader.throw_if_errors();
+  check_cross_field(r, loader);
+  loader.throw_if_errors();
+  r.source = source;
+  r.origins = loader.origins();
+  for (const ConfigIssue& w : loader.warnings()) r.warnings.push_back(w.str());
+  return r;
+}
+
+}  // namespace
+
+ConfigOrigin Recipe::where(const std::string& key) const {
+  std::string p = key;
+  while (!p.empty()) {
+    const auto it = origins.find(p);
+    if (it != origins.end()) return it->second;
+    const size_t dot = p.rfind('.');
+    p = dot == std::string::npos ? "" : p.substr(0, dot);
+  }
+  return {source, 0};
+}
+
+const config::Schema& recipe_schema() {
+  static const config::Schema schema = build_schema();
+  return schema;
+}
+
+bool operator==(const Recipe& a, const Recipe& b) { return recipe_schema().equal(a, b); }
+
+std::string first_difference(const Recipe& a, const Recipe& b) { return recipe_schema().first_difference(a, b); }
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  Recipe r;
+  Loader loader(recipe_schema(), &r);
+  const bool parsed = loader.apply_file(path);
+  for (const std::string& o : overrides) loader.apply_override(o);
+  return finish(std::move(r), loader, path, parsed);
+}
+
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+  Recipe r;
+  Loader loader(recipe_schema(), &r);
+  const bool parsed = loader.apply_text(yaml_text, source);
+  for (const std::string& o : overrides) loader.apply_override(o);
+  return finish(std::move(r), loader, source, parsed);
+}
+
+std::string to_yaml(const Recipe& recipe) {
+  return recipe_schema().to_yaml(recipe, [&](const config::Field& f) {
+    return f.path == "data.tokenizer.train" && !recipe.data.tokenizer.model.empty();
+  });
+}
+
+std::string recipe_help() {
+  return recipe_schema().describe() +
+         "# Override any key on the command line: --set optimizer.lr=3e-4 --set optimizer.betas=[0.9,0.98]\n"
+         "# Relative paths are relative to the working directory; {recipe} is the recipe file's name.\n";
+}
+
+void check_recipe_files(const Recipe& recipe) {
+  std::vector<ConfigIssue> issues;
+  const std::string cwd = std::filesystem::current_path().string();
+  auto check = [&](const std::string& key, const std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) return;
+    std::string message = "expected an existing file, got " + quoted(path);
+    if (std::filesystem::path(path).is_relative()) message += " (relative to the working directory " + cwd + ")";
+    issues.push_back({recipe.where(key), key, message});
+  };
+  check("data.train", recipe.data.train);
+  check("data.valid", recipe.data.valid);
+  check("data.test", recipe.data.test);
+  check("data.tokenizer.model", recipe.data.tokenizer.model);
+  if (!issues.empty()) throw ConfigError(std::move(issues));
+}
+
+}  // namespace tarn

@@ -1,0 +1,249 @@
+// Attention ops (framework/ops/attention.h): shape checks, Tensor workspaces, and the
+// autograd records around the hand-written kernels. Each backward captures only what its
+// kernel reads: the inputs, the output and the per-row normaliser (linear) or log-sum-exp
+// (softmax), never an N x N or per-position d x e tensor.
+#include "framework/ops/attention.h"
+
+#include <atomic>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/log/log.h"
+#include "framework/ops/elementwise_internal.h"
+#include "kernels/softmax_attention.h"
+
+namespace tarn {
+
+namespace kc = kernels::cpu;
+using ops_internal::check_cpu_f32;
+
+namespace {
+
+Tensor workspace(size_t floats) { return Tensor::empty(Shape{static_cast<int64_t>(floats)}); }
+
+void check_rank4(const char* op, const char* name, const Tensor& t) {
+  check_cpu_f32(op, t);
+  TARN_CHECK(t.dim() == 4, op, ": ", name, " must be (B, H, N, dim), got shape ", t.shape().str());
+}
+
+// (B, Nk) f32 mask, or null when undefined.
+const float* mask_data(const char* op, const Tensor& mask, int64_t batch, int64_t n_k) {
+  if (!mask.defined()) return nullptr;
+  check_cpu_f32(op, mask);
+  TARN_CHECK(mask.shape() == Shape({batch, n_k}), op, ": key_padding_mask must be (B, Nk) = (",
+             batch, ", ", n_k, "), got shape ", mask.shape().str());
+  return mask.f32();
+}
+
+// q/a: (B,H,Nq,d), k/b: (B,H,Nk,d), v: (B,H,Nk,e).
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  check_rank4(op, "queries", q);
+  check_rank4(op, "keys", k);
+  check_rank4(op, "values", v);
+  TARN_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && k.size(0) == v.size(0) &&
+                 k.size(1) == v.size(1),
+             op, ": batch and head extents differ: queries ", q.shape().str(), ", keys ",
+             k.shape().str(), ", values ", v.shape().str());
+  TARN_CHECK(q.size(3) == k.size(3), op, ": queries ", q.shape().str(), " and keys ",
+             k.shape().str(), " differ in feature dimension");
+  TARN_CHECK(k.size(2) == v.size(2), op, ": keys ", k.shape().str(), " and values ",
+             v.shape().str(), " differ in sequence length");
+  TARN_CHECK(!causal || q.size(2) == k.size(2), op, ": causal attention needs as many queries as keys, got ",
+             q.shape().str(), " and ", k.shape().str());
+}
+
+void warn_identity_once() {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    log::warn("attention",
+              "the identity feature map degenerates linear attention to (weighted) mean pooling "
+              "and its normaliser can reach zero; use it for ablations only");
+}
+
+}  // namespace
+
+FeatureMap parse_feature_map(const std::string& name) {
+  for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor,
+                       FeatureMap::identity})
+    if (name == kc::feature_map_name(m)) return m;
+  throw Error(str_cat("unknown feature map \"", name,
+                      "\" (expected elu1, relu, exp, favor or identity)"));
+}
+
+// ---- FAVOR+ projection ----
+
+Tensor draw_favor_projection(Philox& rng, int64_t m, int64_t d) {
+  TARN_CHECK(m > 0 && d > 0, "draw_favor_projection: m and d must be positive, got m=", m,
+             " d=", d);
+  std::vector<float> normals(kc::favor_projection_normal_count(m, d));
+  for (float& x : normals) x = rng.normal();
+  Tensor w = Tensor::empty(Shape{m, d});
+  kc::favor_projection_from_normals(m, d, normals.data(), w.f32());
+  return w;
+}
+
+void FavorProjection::draw() {
+  Philox gen(rng);
+  w = draw_favor_projection(gen, m, d);
+  rng = gen.state();
+  steps = 0;
+}
+
+bool FavorProjection::step() {
+  ++steps;
+  if (!w.defined() || (redraw_every > 0 && steps >= redraw_every)) {
+    draw();
+    return true;
+  }
+  return false;
+}
+
+// ---- feature maps ----
+
+Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Tensor& projection) {
+  check_cpu_f32("feature_map", x);
+  TARN_CHECK(x.dim() >= 2, "feature_map: x must be (..., N, d), got shape ", x.shape().str());
+  const int64_t d = x.shape().back();
+  const int64_t rows = d ? x.numel() / d : 0;
+  if (kind == FeatureMap::identity) warn_identity_once();
+  if (kind != FeatureMap::favor) {
+    Tensor y = Tensor::empty(x.shape());
+    kc::feature_map_forward(kind, rows, d, x.f32(), y.f32());
+    return record("feature_map", y, {x},
+                  [x, kind, rows, d](const Tensor& dy, const NeedsGrad&) -> Grads {
+                    Tensor dx = Tensor::empty(x.shape());
+                    kc::feature_map_backward(kind, rows, d, x.f32(), dy.f32(), dx.f32());
+                    return {dx};
+                  });
+  }
+  TARN_CHECK(projection.defined(), "feature_map: favor needs its (m, d) projection");
+  check_cpu_f32("feature_map", projection);
+  TARN_CHECK(projection.dim() == 2 && projection.size(1) == d, "feature_map: favor projection must be (m, ",
+             d, ") for inputs ", x.shape().str(), ", got ", projection.shape().str());
+  const int64_t n = x.size(-2);
+  const kc::FavorDims g{n ? rows / n : 0, n, d, projection.size(0)};
+  const auto stab = role == FeatureRole::query ? kc::FavorStabilizer::per_row
+                                               : kc::FavorStabilizer::per_slice;
+  std::vector<int64_t> out_shape = x.shape().vec();
+  out_shape.back() = g.m;
+  Tensor y = Tensor::empty(Shape(out_shape));
+  kc::favor_forward(g, stab, x.f32(), projection.f32(), y.f32());
+  return record("feature_map_favor", y, {x},
+                [x, y, w = projection, g, stab](const Tensor& dy, const NeedsGrad&) -> Grads {
+                  Tensor dx = Tensor::empty(x.shape());
+                  Tensor ws = workspace(kc::favor_backward_workspace_floats(g));
+                  kc::favor_backward(g, stab, x.f32(), w.f32(), y.f32(), dy.f32(), dx.f32(),
+                                     ws.f32(), ws.numel());
+                  return {dx};
+                });
+}
+
+// ---- linear attention ----
+
+Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
+                        const LinearAttentionOptions& opt) {
+  const char* op = "linear_attention";
+  check_qkv(op, a, b, v, opt.causal);
+  const kc::LinearAttentionDims dims{a.size(0), a.size(1), a.size(2), b.size(2), a.size(3), v.size(3)};
+  kc::LinearAttentionConfig cfg;
+  cfg.causal = opt.causal;
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k);
+  cfg.eps = opt.eps;
+  cfg.chunk = opt.chunk;
+  cfg.feature_map = opt.fused_feature_map;
+  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e});
+  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q});
+  {
+    Tensor ws = workspace(kc::linear_attention_forward_workspace_floats(dims, cfg));
+    kc::linear_attention_forward(dims, cfg, a.f32(), b.f32(), v.f32(), out.f32(), den.f32(),
+                                 ws.f32(), ws.numel());
+  }
+  return record(op, out, {a, b, v},
+                [a, b, v, out, den, mask = opt.key_padding_mask, dims, cfg](
+                    const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  kc::LinearAttentionConfig c = cfg;
+                  c.key_padding_mask = mask.defined() ? mask.f32() : nullptr;
+                  Tensor da = needs[0] ? Tensor::empty(a.shape()) : Tensor();
+                  Tensor db = needs[1] ? Tensor::empty(b.shape()) : Tensor();
+                  Tensor dv = needs[2] ? Tensor::empty(v.shape()) : Tensor();
+                  Tensor ws = workspace(kc::linear_attention_backward_workspace_floats(dims, c));
+                  kc::linear_attention_backward(
+                      dims, c, a.f32(), b.f32(), v.f32(), out.f32(), den.f32(), dy.f32(),
+                      da.defined() ? da.f32() : nullptr, db.defined() ? db.f32() : nullptr,
+                      dv.defined() ? dv.f32() : nullptr, ws.f32(), ws.numel());
+                  return {da, db, dv};
+                });
+}
+
+LinearAttentionState LinearAttentionState::zeros(int64_t batch, int64_t heads, int64_t d, int64_t e) {
+  TARN_CHECK(batch >= 0 && heads >= 0 && d > 0 && e > 0, "LinearAttentionState: bad extents B=",
+             batch, " H=", heads, " d=", d, " e=", e);
+  return {Tensor::zeros(Shape{batch, heads, d, e + 1}), 0};
+}
+
+Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const Tensor& b,
+                             const Tensor& v, const LinearAttentionStepOptions& opt) {
+  const char* op = "linear_attention_step";
+  for (const Tensor* t : {&a, &b, &v}) {
+    check_cpu_f32(op, *t);
+    TARN_CHECK(t->dim() == 3 || (t->dim() == 4 && t->size(2) == 1), op,
+               ": expected (B, H, dim) or (B, H, 1, dim), got shape ", t->shape().str());
+  }
+  const int64_t B = a.size(0), H = a.size(1), d = a.shape().back(), e = v.shape().back();
+  TARN_CHECK(b.size(0) == B && b.size(1) == H && b.shape().back() == d && v.size(0) == B &&
+                 v.size(1) == H,
+             op, ": shapes differ: a ", a.shape().str(), ", b ", b.shape().str(), ", v ",
+             v.shape().str());
+  TARN_CHECK(state.s.defined() && state.s.shape() == Shape({B, H, d, e + 1}), op,
+             ": state must be (B, H, d, e+1) = (", B, ", ", H, ", ", d, ", ", e + 1, "), got ",
+             state.s.defined() ? state.s.shape().str() : std::string("undefined"));
+  kc::LinearAttentionConfig cfg;
+  cfg.eps = opt.eps;
+  cfg.feature_map = opt.fused_feature_map;
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask.defined()
+                                           ? opt.key_padding_mask.view(Shape{B, 1})
+                                           : Tensor(),
+                                   B, 1);
+  Tensor out = Tensor::empty(Shape{B, H, e});
+  kc::linear_attention_step({B, H, 1, 1, d, e}, cfg, a.f32(), b.f32(), v.f32(), state.s.f32(),
+                            out.f32());
+  ++state.steps;
+  return out;
+}
+
+// ---- softmax attention ----
+
+Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const SoftmaxAttentionOptions& opt) {
+  const char* op = "softmax_attention";
+  check_qkv(op, q, k, v, opt.causal);
+  const kc::SoftmaxAttentionDims dims{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  kc::SoftmaxAttentionConfig cfg;
+  cfg.causal = opt.causal;
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k);
+  cfg.scale = opt.scale;
+  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e});
+  Tensor lse = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q});
+  {
+    Tensor ws = workspace(kc::softmax_attention_forward_workspace_floats(dims, cfg));
+    kc::softmax_attention_forward(dims, cfg, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(),
+                                  ws.f32(), ws.numel());
+  }
+  return record(op, out, {q, k, v},
+                [q, k, v, out, lse, mask = opt.key_padding_mask, dims, cfg](
+                    const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  kc::SoftmaxAttentionConfig c = cfg;
+                  c.key_padding_mask = mask.defined() ? mask.f32() : nullptr;
+                  Tensor dq = needs[0] ? Tensor::empty(q.shape()) : Tensor();
+                  Tensor dk = needs[1] ? Tensor::empty(k.shape()) : Tensor();
+                  Tensor dv = needs[2] ? Tensor::empty(v.shape()) : Tensor();
+                  Tensor ws = workspace(kc::softmax_attention_backward_workspace_floats(dims, c));
+                  kc::softmax_attention_backward(
+                      dims, c, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dy.f32(),
+                      dq.defined() ? dq.f32() : nullptr, dk.defined() ? dk.f32() : nullptr,
+                      dv.defined() ? dv.f32() : nullptr, ws.f32(), ws.numel());
+                  return {dq, dk, dv};
+                });
+}
+
+}  // namespace tarn

@@ -1,0 +1,54 @@
+// Fused log-softmax + cross-entropy (framework/ops/nn.h). Saves the logits, the targets and
+// one log-sum-exp per row; the backward writes softmax - smoothed one-hot scaled by dy / count
+// straight from them (kernels/cross_entropy.h).
+#include <memory>
+
+#include "framework/autograd.h"
+#include "framework/ops/elementwise_internal.h"
+#include "framework/ops/nn.h"
+#include "kernels/cross_entropy.h"
+
+namespace tarn {
+
+Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, const CrossEntropyOptions& opt,
+                     int64_t* count) {
+  constexpr const char* kOp = "cross_entropy";
+  ops_internal::check_cpu_f32(kOp, logits);
+  TARN_CHECK(logits.dim() >= 1, kOp, ": logits need a vocabulary axis, got shape ", logits.shape().str());
+  const int64_t vocab = logits.shape().back();
+  const int64_t rows = vocab ? logits.numel() / vocab : 0;
+  TARN_CHECK(vocab > 0, kOp, ": logits of shape ", logits.shape().str(), " have an empty vocabulary axis");
+  TARN_CHECK(static_cast<int64_t>(targets.size()) == rows, kOp, ": logits of shape ", logits.shape().str(),
+             " need ", rows, " targets, got ", targets.size());
+  TARN_CHECK(opt.label_smoothing >= 0.0f && opt.label_smoothing <= 1.0f, kOp, ": label_smoothing must be in [0, 1], got ",
+             opt.label_smoothing);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t t = targets[r];
+    TARN_CHECK(t == opt.ignore_index || (t >= 0 && t < vocab), kOp, ": target ", t, " at row ", r,
+               " is outside the vocabulary [0, ", vocab, ") of logits ", logits.shape().str(),
+               " and is not the ignore_index ", opt.ignore_index);
+  }
+
+  Tensor lse = Tensor::empty(Shape{rows});
+  const kernels::cpu::CrossEntropySum total = kernels::cpu::cross_entropy_forward(
+      logits.f32(), targets.data(), rows, vocab, opt.ignore_index, opt.label_smoothing, lse.f32());
+  if (count) *count = total.count;
+  // Every row ignored: the mean of nothing is taken as 0 (with a zero gradient) rather than
+  // PyTorch's NaN, so that an all-padding batch cannot poison the parameters.
+  const double mean = total.count ? total.loss / static_cast<double>(total.count) : 0.0;
+  Tensor loss = Tensor::scalar(static_cast<float>(mean));
+
+  auto saved_targets = std::make_shared<const std::vector<int32_t>>(targets);
+  Tensor x = logits.detach();
+  const int64_t counted = total.count;
+  return record(kOp, loss, {logits},
+                [x, lse, saved_targets, counted, rows, vocab, opt](const Tensor& dy, const NeedsGrad&) -> Grads {
+                  Tensor dx = Tensor::empty(x.shape());
+                  const float scale = counted ? dy.item() / static_cast<float>(counted) : 0.0f;
+                  kernels::cpu::cross_entropy_backward(x.f32(), saved_targets->data(), lse.f32(), rows, vocab,
+                                                       opt.ignore_index, opt.label_smoothing, scale, dx.f32());
+                  return {dx};
+                });
+}
+
+}  // namespace tarn

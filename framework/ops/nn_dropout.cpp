@@ -1,0 +1,24 @@
+// Inverted dropout (framework/ops/nn.h). Saves nothing but (p, seed, stream): the backward
+// regenerates the Philox mask (kernels/dropout.h).
+#include "framework/autograd.h"
+#include "framework/ops/elementwise_internal.h"
+#include "framework/ops/nn.h"
+#include "kernels/dropout.h"
+
+namespace tarn {
+
+Tensor dropout(const Tensor& x, float p, bool training, uint64_t seed, uint64_t stream) {
+  constexpr const char* kOp = "dropout";
+  ops_internal::check_cpu_f32(kOp, x);
+  TARN_CHECK(p >= 0.0f && p <= 1.0f, kOp, ": p must be in [0, 1], got ", p);
+  if (!training || p == 0.0f) return x;  // identity: the same tensor, same graph
+  Tensor y = Tensor::empty(x.shape());
+  kernels::cpu::dropout_apply(x.f32(), y.f32(), x.numel(), p, seed, stream);
+  return record(kOp, y, {x}, [p, seed, stream](const Tensor& dy, const NeedsGrad&) -> Grads {
+    Tensor dx = Tensor::empty(dy.shape());
+    kernels::cpu::dropout_apply(dy.f32(), dx.f32(), dy.numel(), p, seed, stream);
+    return {dx};
+  });
+}
+
+}  // namespace tarn

@@ -1,0 +1,159 @@
+#include "framework/optim/adamw.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kernels/optim.h"
+
+namespace tarn {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void check_options(const AdamWOptions& o) {
+  TARN_CHECK(std::isfinite(o.lr) && o.lr >= 0.0f, "AdamW: lr must be a finite number >= 0, got ", o.lr);
+  TARN_CHECK(o.beta1 >= 0.0f && o.beta1 < 1.0f, "AdamW: beta1 must be in [0, 1), got ", o.beta1);
+  TARN_CHECK(o.beta2 >= 0.0f && o.beta2 < 1.0f, "AdamW: beta2 must be in [0, 1), got ", o.beta2);
+  TARN_CHECK(o.eps > 0.0f, "AdamW: eps must be > 0, got ", o.eps);
+  TARN_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got ",
+             o.weight_decay);
+}
+
+}  // namespace
+
+bool decays_unless_bias_or_norm(const std::string& name) {
+  if (ends_with(name, "bias")) return false;
+  for (const char* norm : {"layer_norm", "layernorm", "LayerNorm"})
+    if (name.find(norm) != std::string::npos) return false;
+  return true;
+}
+
+DecayRule decay_unless_name_contains(std::vector<std::string> patterns) {
+  return [patterns = std::move(patterns)](const std::string& name) {
+    for (const auto& p : patterns)
+      if (name.find(p) != std::string::npos) return false;
+    return true;
+  };
+}
+
+bool decays_always(const std::string&) { return true; }
+
+AdamW::AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options,
+             DecayRule decays)
+    : options_(options) {
+  check_options(options_);
+  TARN_CHECK(decays, "AdamW: the decay rule is empty");
+  std::set<std::string> seen;
+  std::map<const float*, std::string> owners;  // data pointer -> first name that holds it
+  for (const auto& [name, p] : params) {
+    TARN_CHECK(p && p->defined(), "AdamW: parameter ", name, " is undefined");
+    TARN_CHECK(seen.insert(name).second, "AdamW: parameter name ", name, " appears twice");
+    TARN_CHECK(p->dtype() == DType::f32 && p->device().is_cpu(), "AdamW: parameter ", name,
+               " must be f32 on the CPU (this build's optimizer kernel), got ", dtype_name(p->dtype()), " on ",
+               p->device().str());
+    // A tied weight listed under two names is one parameter, updated once (as PyTorch's
+    // named_parameters() drops duplicates); it keeps the first name.
+    const auto [owner, fresh] = owners.try_emplace(p->f32(), name);
+    if (!fresh) {
+      const Slot& first = slot(owner->second);
+      TARN_CHECK(first.param->shape() == p->shape(), "AdamW: parameters ", first.name, " ",
+                 first.param->shape().str(), " and ", name, " ", p->shape().str(), " share storage with different shapes");
+      continue;
+    }
+    slots_.push_back({name, p, Tensor::zeros(p->shape()), Tensor::zeros(p->shape()), 0, decays(name)});
+  }
+}
+
+void AdamW::step() {
+  // Every gradient is checked before any parameter moves, so a bad one leaves the model as it was.
+  for (const Slot& s : slots_) {
+    const Tensor g = s.param->grad();
+    if (!g.defined()) continue;
+    check_same_shape("AdamW gradient", *s.param, g);
+    TARN_CHECK(g.dtype() == DType::f32 && g.device().is_cpu(), "AdamW: gradient of ", s.name,
+               " must be f32 on the CPU, got ", dtype_name(g.dtype()), " on ", g.device().str());
+  }
+  ++step_count_;
+  for (Slot& s : slots_) {
+    const Tensor g = s.param->grad();
+    if (!g.defined()) continue;
+    ++s.step;
+    kernels::cpu::AdamWHyper h;
+    h.lr = options_.lr;
+    h.beta1 = options_.beta1;
+    h.beta2 = options_.beta2;
+    h.eps = options_.eps;
+    h.weight_decay = s.decay ? options_.weight_decay : 0.0f;
+    h.step = s.step;
+    kernels::cpu::adamw_step(s.param->f32(), g.f32(), s.exp_avg.f32(), s.exp_avg_sq.f32(), s.param->numel(), h);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Slot& s : slots_) s.param->zero_grad();
+}
+
+void AdamW::set_lr(float lr) {
+  TARN_CHECK(std::isfinite(lr) && lr >= 0.0f, "AdamW: lr must be a finite number >= 0, got ", lr);
+  options_.lr = lr;
+}
+
+std::vector<std::string> AdamW::names() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_) out.push_back(s.name);
+  return out;
+}
+
+const AdamW::Slot& AdamW::slot(const std::string& name) const {
+  for (const Slot& s : slots_)
+    if (s.name == name) return s;
+  throw Error(str_cat("AdamW: no parameter named ", name));
+}
+
+bool AdamW::decays(const std::string& name) const { return slot(name).decay; }
+
+AdamWState AdamW::state() const {
+  AdamWState out;
+  out.step_count = step_count_;
+  for (const Slot& s : slots_) out.params[s.name] = {s.exp_avg.clone(), s.exp_avg_sq.clone(), s.step};
+  return out;
+}
+
+AdamWState AdamW::state_view() const {
+  AdamWState out;
+  out.step_count = step_count_;
+  for (const Slot& s : slots_) out.params[s.name] = {s.exp_avg, s.exp_avg_sq, s.step};
+  return out;
+}
+
+void AdamW::load_state(const AdamWState& st) {
+  TARN_CHECK(st.step_count >= 0, "AdamW state: step_count must be >= 0, got ", st.step_count);
+  TARN_CHECK(st.params.size() == slots_.size(), "AdamW state: holds ", st.params.size(),
+             " parameters, the optimizer has ", slots_.size());
+  // Check everything before changing anything, so a bad checkpoint leaves the optimizer intact.
+  for (const Slot& s : slots_) {
+    const auto it = st.params.find(s.name);
+    TARN_CHECK(it != st.params.end(), "AdamW state: no entry for parameter ", s.name);
+    const AdamWParamState& p = it->second;
+    TARN_CHECK(p.exp_avg.defined() && p.exp_avg.shape() == s.param->shape(), "AdamW state: ", s.name,
+               ".exp_avg has shape ", p.exp_avg.defined() ? p.exp_avg.shape().str() : "(undefined)",
+               ", the parameter ", s.param->shape().str());
+    TARN_CHECK(p.exp_avg_sq.defined() && p.exp_avg_sq.shape() == s.param->shape(), "AdamW state: ", s.name,
+               ".exp_avg_sq has shape ", p.exp_avg_sq.defined() ? p.exp_avg_sq.shape().str() : "(undefined)",
+               ", the parameter ", s.param->shape().str());
+    TARN_CHECK(p.step >= 0 && p.step <= st.step_count, "AdamW state: ", s.name, ".step = ", p.step,
+               " is outside [0, step_count = ", st.step_count, "]");
+  }
+  for (Slot& s : slots_) {
+    const AdamWParamState& p = st.params.at(s.name);
+    s.exp_avg.copy_from(p.exp_avg);
+    s.exp_avg_sq.copy_from(p.exp_avg_sq);
+    s.step = p.step;
+  }
+  step_count_ = st.step_count;
+}
+
+}  // namespace tarn

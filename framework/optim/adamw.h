@@ -1,0 +1,99 @@
+#pragma once
+// AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization"), as torch.optim.AdamW:
+// weight decay shrinks the parameter directly (p -= lr*wd*p) instead of entering the gradient,
+// then the bias-corrected Adam update. The arithmetic is kernels/optim.h.
+//
+//   AdamW opt(model.named_parameters(), {.lr = 5e-4f, .weight_decay = 0.01f});
+//   loss.backward(); clip_grad_norm(model.parameters(), 1.0f);
+//   opt.set_lr(schedule.lr_at(opt.step_count())); opt.step(); opt.zero_grad();
+//
+// Which parameters decay is a DecayRule on the parameter's name; the default follows the
+// HuggingFace Trainer (no decay for biases and LayerNorm weights).
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace tarn {
+
+// True when the parameter `name` should receive weight decay.
+using DecayRule = std::function<bool(const std::string& name)>;
+
+// HF Trainer's rule, spelled for HF names: no decay for any name ending in "bias" (so also
+// "final_logits_bias") or whose name contains "layer_norm", "layernorm" or "LayerNorm"
+// (BART's "self_attn_layer_norm", "final_layer_norm", "layernorm_embedding").
+bool decays_unless_bias_or_norm(const std::string& name);
+// No decay for names containing any of `patterns` (HF's older scripts: {"bias", "LayerNorm.weight"}).
+DecayRule decay_unless_name_contains(std::vector<std::string> patterns);
+// Every parameter decays.
+bool decays_always(const std::string& name);
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // torch.optim.AdamW's default
+};
+
+// What a checkpoint keeps, per parameter name: the moments and how many updates that
+// parameter has had (its bias-correction exponent; parameters that had no gradient on some
+// steps lag behind step_count, as in PyTorch).
+struct AdamWParamState {
+  Tensor exp_avg;     // m, same shape as the parameter
+  Tensor exp_avg_sq;  // v
+  int64_t step = 0;
+};
+struct AdamWState {
+  int64_t step_count = 0;  // calls to step()
+  std::map<std::string, AdamWParamState> params;
+};
+
+// Holds pointers to the parameters: the module that owns them must outlive the optimizer.
+class AdamW {
+ public:
+  AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options = {},
+        DecayRule decays = decays_unless_bias_or_norm);
+
+  // One update of every parameter that has a gradient; those without one are left alone.
+  void step();
+  // Drops every parameter's gradient.
+  void zero_grad();
+
+  void set_lr(float lr);
+  float lr() const { return options_.lr; }
+  const AdamWOptions& options() const { return options_; }
+  int64_t step_count() const { return step_count_; }
+
+  // Names in registration order, and whether each one decays (for logging the split). A tensor
+  // listed under several names (tied weights) is one parameter, kept under its first name.
+  std::vector<std::string> names() const;
+  bool decays(const std::string& name) const;
+
+  // Checkpoints: state() deep-copies; state_view() aliases the live moments (no copy: write it
+  // out before the next step()); load_state() copies back, after checking that the names and
+  // shapes are exactly this optimizer's. A restored optimizer's next steps are bit-identical.
+  AdamWState state() const;
+  AdamWState state_view() const;
+  void load_state(const AdamWState& s);
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor* param;
+    Tensor exp_avg, exp_avg_sq;
+    int64_t step = 0;
+    bool decay = true;
+  };
+  const Slot& slot(const std::string& name) const;
+
+  AdamWOptions options_;
+  std::vector<Slot> slots_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace tarn

@@ -1,0 +1,117 @@
+// Fused log-softmax + cross-entropy with ignore index and label smoothing over (rows, vocab)
+// logits (kernels/cross_entropy.h). The forward keeps one log-sum-exp per row and sums the row
+// losses in row order (deterministic); the backward recomputes softmax from the lse.
+//   row loss = (1 - eps) (lse - x_t) + eps (lse - mean_j x_j)
+//   dlogits  = scale * (softmax - ((1 - eps) onehot_t + eps / V))
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda_kernels.h"
+
+namespace tarn::kernels::TARN_CUDA_NS {
+namespace {
+
+using device::block_max;
+using device::block_sum;
+using device::kBlock;
+using device::Scratch;
+
+// One block per row: lse[r], and row_loss[r] (0 on ignored rows, NaN for a target out of range).
+__global__ void cross_entropy_rows_kernel(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                          int32_t ignore_index, float smoothing, float* lse, double* row_loss) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = logits + r * vocab;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) m = fmaxf(m, x[c]);
+    m = block_max(m);
+    float s = 0.0f, sx = 0.0f;
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+      s += expf(x[c] - m);
+      sx += x[c];
+    }
+    s = block_sum(s);
+    if (smoothing != 0.0f) sx = block_sum(sx);
+    if (threadIdx.x == 0) {
+      const float l = m + logf(s);
+      lse[r] = l;
+      const int32_t t = targets[r];
+      double loss = 0.0;
+      if (t != ignore_index) {
+        if (t < 0 || t >= vocab) {
+          loss = NAN;  // the caller checks targets; never read outside the row
+        } else {
+          // Differences with lse: both terms >= 0, no cancellation beyond the logits' rounding.
+          loss = (1.0 - smoothing) * (static_cast<double>(l) - x[t]);
+          if (smoothing != 0.0f) loss += smoothing * (static_cast<double>(l) - static_cast<double>(sx) / vocab);
+        }
+      }
+      row_loss[r] = loss;
+    }
+  }
+}
+
+// One block: total[0] = sum of row_loss over counted rows, total[1] = their count.
+__global__ void cross_entropy_total_kernel(const double* row_loss, const int32_t* targets, int64_t rows,
+                                           int32_t ignore_index, double* total) {
+  double loss = 0.0, count = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    if (targets[r] == ignore_index) continue;
+    loss += row_loss[r];
+    count += 1.0;
+  }
+  loss = block_sum(loss);
+  count = block_sum(count);
+  if (threadIdx.x == 0) {
+    total[0] = loss;
+    total[1] = count;
+  }
+}
+
+// dlogits (rows, vocab); x over the vocabulary, y strides over rows.
+__global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
+                                              int64_t rows, int64_t vocab, int32_t ignore_index, float smoothing,
+                                              float scale, float* dlogits) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= vocab) return;
+  const float uniform = smoothing / static_cast<float>(vocab);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int32_t t = targets[r];
+    float d = 0.0f;
+    if (t != ignore_index) {
+      d = scale * (expf(logits[r * vocab + c] - lse[r]) - uniform);
+      if (c == t) d -= scale * (1.0f - smoothing);
+    }
+    dlogits[r * vocab + c] = d;
+  }
+}
+
+}  // namespace
+
+CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                      int32_t ignore_index, float smoothing, float* lse) {
+  CrossEntropySum out;
+  if (rows <= 0) return out;
+  TARN_CHECK(vocab > 0, "cross_entropy_forward: vocab must be positive, got ", vocab);
+  Scratch<double> work(rows + 2);
+  double* row_loss = work.get();
+  double* total = work.get() + rows;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, device::kMaxGridY));
+  tarn::launch(cross_entropy_rows_kernel, blocks, device::threads_for_row(vocab), 0, nullptr, logits, targets, rows,
+               vocab, ignore_index, smoothing, lse, row_loss);
+  tarn::launch(cross_entropy_total_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(row_loss), targets, rows,
+               ignore_index, total);
+  double host[2] = {0.0, 0.0};
+  TARN_CUDA_CALL(cudaMemcpy(host, total, sizeof host, cudaMemcpyDeviceToHost));
+  out.loss = host[0];
+  out.count = static_cast<int64_t>(host[1]);
+  return out;
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                            int64_t vocab, int32_t ignore_index, float smoothing, float scale, float* dlogits) {
+  if (rows <= 0 || vocab <= 0) return;
+  const dim3 grid(static_cast<unsigned>((vocab + kBlock - 1) / kBlock),
+                  static_cast<unsigned>(std::min<int64_t>(rows, device::kMaxGridY)));
+  tarn::launch(cross_entropy_backward_kernel, grid, kBlock, 0, nullptr, logits, targets, lse, rows, vocab,
+               ignore_index, smoothing, scale, dlogits);
+}
+
+}  // namespace tarn::kernels::TARN_CUDA_NS

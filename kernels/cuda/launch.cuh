@@ -1,0 +1,79 @@
+#pragma once
+// What every kernels/cuda/*.cu includes first. One source, two builds (DESIGN.md section 4):
+//   nvcc                   -> the CUDA runtime, kernels in tarn::kernels::cuda (tarn_kernels_cuda)
+//   g++ -DTARN_CUDA_EMULATED -> kernels/emu/emu.h, kernels in tarn::kernels::cuda_emu
+//                             (tarn_kernels_emu, tests only)
+// It holds the only raw launch and the only `extern __shared__` of the kernels (tools/lint_cuda.sh
+// rejects them elsewhere):
+//   tarn::launch(kernel, grid, block, smem_bytes, stream, args...)   checked launch
+//   TARN_DYNAMIC_SHARED(T, name)   declares `T* name` on the block's dynamic shared memory
+//   TARN_CUDA_NS                   the namespace the kernels go in (cuda or cuda_emu)
+#include <cstddef>
+#include <utility>
+
+#include "kernels/check.h"
+
+#if defined(__CUDACC__)
+
+#include <cuda_runtime.h>
+
+#define TARN_CUDA_NS cuda
+// One extern array for every kernel of a translation unit; 16-byte aligned for float4 access.
+#define TARN_DYNAMIC_SHARED(T, name)                                 \
+  extern __shared__ __align__(16) unsigned char tarn_dynamic_smem_[]; \
+  T* name = reinterpret_cast<T*>(tarn_dynamic_smem_)
+
+namespace tarn {
+
+// A plain launch, then the launch error (bad configuration, too much shared memory) as a
+// tarn::Error. Errors inside the kernel surface at the next synchronising call.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+  kernel<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
+  const cudaError_t err = cudaGetLastError();
+  TARN_CHECK(err == cudaSuccess, "CUDA kernel launch (grid (", grid.x, ",", grid.y, ",", grid.z, "), block (",
+             block.x, ",", block.y, ",", block.z, "), ", smem_bytes, " bytes dynamic shared) failed: ",
+             cudaGetErrorString(err));
+}
+
+}  // namespace tarn
+
+#elif defined(TARN_CUDA_EMULATED)
+
+#include "kernels/emu/emu.h"
+
+#define TARN_CUDA_NS cuda_emu
+#define TARN_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::tarn::emu::dynamic_shared())
+
+namespace tarn {
+namespace emu::detail {
+void* dynamic_shared();
+}
+
+// Runs the whole grid on the emulator before returning (the stream is ignored: everything is
+// synchronous). Divergent barriers, deadlocks and bad configurations throw tarn::Error naming
+// the launch site and the file:line of the barrier.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), const emu::LaunchGrid& grid, dim3 block, size_t smem_bytes, cudaStream_t,
+            A&&... args) {
+  emu::launch(kernel, grid, block, smem_bytes, std::forward<A>(args)...);
+}
+
+namespace emu {
+inline void* dynamic_shared() { return detail::dynamic_shared(); }
+}  // namespace emu
+
+}  // namespace tarn
+
+#else
+#error "kernels/cuda/launch.cuh: compile with nvcc, or with g++ -x c++ -DTARN_CUDA_EMULATED against the emulator"
+#endif
+
+// Checks a runtime call; the message names the call and where it was made.
+#define TARN_CUDA_CALL(call)                                                                          \
+  do {                                                                                                \
+    const cudaError_t tarn_err_ = (call);                                                             \
+    TARN_CHECK(tarn_err_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(tarn_err_), " (", __FILE__, \
+               ":", __LINE__, ")");                                                                   \
+  } while (0)

@@ -1,0 +1,112 @@
+#include "kernels/emu/fiber.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/check.h"
+
+// The switch. A suspended context's stack holds, from its saved stack pointer up:
+//   [MXCSR, x87 CW] r15 r14 r13 r12 rbx rbp <return address>
+// so resuming is "load rsp, restore, ret". endbr64 is a no-op where CET is off.
+asm(R"(
+  .text
+  .globl tarn_emu_switch
+  .hidden tarn_emu_switch
+  .type tarn_emu_switch, @function
+  .p2align 4
+tarn_emu_switch:
+  .cfi_startproc
+  endbr64
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .cfi_endproc
+  .size tarn_emu_switch, .-tarn_emu_switch
+
+  .globl tarn_emu_fiber_start
+  .hidden tarn_emu_fiber_start
+  .type tarn_emu_fiber_start, @function
+  .p2align 4
+tarn_emu_fiber_start:
+  .cfi_startproc
+  .cfi_undefined rip
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .cfi_endproc
+  .size tarn_emu_fiber_start, .-tarn_emu_fiber_start
+)");
+
+extern "C" void tarn_emu_fiber_start();
+
+namespace tarn::emu {
+namespace {
+size_t page_size() {
+  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+}  // namespace
+
+FiberStack::FiberStack(size_t bytes) {
+  const size_t page = page_size();
+  size_ = (bytes + page - 1) / page * page;
+  map_bytes_ = size_ + page;
+  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  TARN_CHECK(p != MAP_FAILED, "tarn emulator: mmap of a ", map_bytes_, "-byte fiber stack failed: ", std::strerror(errno));
+  map_ = static_cast<char*>(p);
+  if (mprotect(map_, page, PROT_NONE) != 0) {
+    const int err = errno;
+    munmap(map_, map_bytes_);
+    throw Error(str_cat("tarn emulator: mprotect of a fiber stack's guard page failed: ", std::strerror(err)));
+  }
+  usable_ = map_ + page;
+}
+
+FiberStack::~FiberStack() {
+  if (map_) munmap(map_, map_bytes_);
+}
+
+void* fiber_prepare(const FiberStack& stack, void (*entry)(void*), void* arg) {
+  // The fiber's first instruction after `ret` is tarn_emu_fiber_start with rsp 16-byte
+  // aligned, so the `call` into entry leaves it as the ABI wants at a function's start.
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack.top()) & ~uintptr_t{15};
+  top -= 16;  // rsp after the `ret` (aligned); a little headroom above it
+  auto* frame = reinterpret_cast<uint64_t*>(top) - 8;
+  uint32_t mxcsr = 0;
+  uint16_t fpucw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  frame[0] = static_cast<uint64_t>(mxcsr) | (static_cast<uint64_t>(fpucw) << 32);
+  frame[1] = 0;                                          // r15
+  frame[2] = 0;                                          // r14
+  frame[3] = reinterpret_cast<uint64_t>(entry);          // r13
+  frame[4] = reinterpret_cast<uint64_t>(arg);            // r12
+  frame[5] = 0;                                          // rbx
+  frame[6] = 0;                                          // rbp: ends frame-pointer walks
+  frame[7] = reinterpret_cast<uint64_t>(&tarn_emu_fiber_start);  // where `ret` goes
+  return frame;
+}
+
+}  // namespace tarn::emu

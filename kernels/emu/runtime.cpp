@@ -1,0 +1,190 @@
+// Host stand-ins for the CUDA runtime API under the emulator: "device" memory is host memory,
+// every copy and launch is synchronous, streams and events are tokens. Errors are returned as
+// cudaError_t, as the real API does, so the same checking code serves both builds.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "kernels/emu/emu.h"
+
+namespace tarn::emu {
+
+struct EmuStream {
+  unsigned flags = 0;
+};
+struct EmuEvent {
+  std::chrono::steady_clock::time_point when{};
+};
+
+namespace {
+constexpr size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
+
+thread_local cudaError_t tl_last_error = cudaSuccess;
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) tl_last_error = e;
+  return e;
+}
+
+struct FuncAttributes {
+  std::mutex mu;
+  std::map<const void*, size_t> max_dynamic_shared;
+};
+FuncAttributes& func_attributes() {
+  static FuncAttributes a;
+  return a;
+}
+}  // namespace
+
+size_t kernel_shared_limit(const void* kernel) {
+  FuncAttributes& a = func_attributes();
+  std::lock_guard<std::mutex> lock(a.mu);
+  const auto it = a.max_dynamic_shared.find(kernel);
+  return it == a.max_dynamic_shared.end() ? 0 : it->second;
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (!ptr) return record(cudaErrorInvalidValue);
+  const size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+  *ptr = std::aligned_alloc(kDeviceAlignment, rounded == 0 ? kDeviceAlignment : rounded);
+  return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (!dst || !src || kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidValue);
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!dst) return record(cudaErrorInvalidValue);
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) { return cudaMemset(dst, value, bytes); }
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  if (!s) return record(cudaErrorInvalidValue);
+  *s = new EmuStream{flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  if (!e) return record(cudaErrorInvalidValue);
+  *e = new EmuEvent{};
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  if (!e) return record(cudaErrorInvalidValue);
+  e->when = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms || !start || !end) return record(cudaErrorInvalidValue);
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  if (!n) return record(cudaErrorInvalidValue);
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  if (!d) return record(cudaErrorInvalidValue);
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : record(cudaErrorInvalidDevice); }
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value || device != 0) return record(cudaErrorInvalidValue);
+  switch (attr) {  // an H100-like device
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 * 1024; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+    default: return record(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = tl_last_error;
+  tl_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return tl_last_error; }
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (!func || value < 0) return record(cudaErrorInvalidValue);
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value > 227 * 1024) return record(cudaErrorInvalidValue);
+    FuncAttributes& a = func_attributes();
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.max_dynamic_shared[func] = static_cast<size_t>(value);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace tarn::emu

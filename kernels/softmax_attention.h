@@ -1,0 +1,63 @@
+#pragma once
+// Softmax (scaled dot-product) attention, the baseline linear attention is measured against.
+//
+//   q: (B, H, Nq, d)   k: (B, H, Nk, d)   v: (B, H, Nk, e)
+//   out: (B, H, Nq, e) lse: (B, H, Nq)    key_padding_mask: (B, Nk)
+//
+//   out_i = sum_j softmax_j(scale * q_i . k_j over visible j) v_j,  scale = 1/sqrt(d) by default
+//
+// Visible: not padded (mask == 0) and, when causal (Nq == Nk), j <= i. A query that sees no
+// key gets out = 0 and lse = +inf (so that backward's exp(s - lse) is 0 for it).
+//
+// Blocked as FlashAttention (Dao et al. 2022): the forward streams key blocks past a block
+// of queries with an online softmax and keeps only lse = m + log(l) per query; backward
+// recomputes the probabilities block by block from lse. No N x N matrix is ever stored:
+// memory is the tensors plus O(block^2 + block (d + e)) per thread (and Nq floats per thread
+// in backward), so N = 8192 with B*H = 8 runs anywhere the tensors fit.
+// Forward is parallel over (batch, head, query block), backward over (batch, head).
+#include <cstddef>
+#include <cstdint>
+
+namespace tarn::kernels::cpu {
+
+constexpr int kDefaultSoftmaxBlock = 64;
+
+struct SoftmaxAttentionDims {
+  int64_t batch = 1;
+  int64_t heads = 1;
+  int64_t n_q = 0;
+  int64_t n_k = 0;
+  int64_t d = 0;
+  int64_t e = 0;
+};
+
+struct SoftmaxAttentionConfig {
+  bool causal = false;
+  const float* key_padding_mask = nullptr;  // (batch, n_k), nonzero = padded; may be null
+  float scale = 0.0f;                       // 0 means 1 / sqrt(d)
+  int block_q = kDefaultSoftmaxBlock;       // query rows per block
+  int block_k = kDefaultSoftmaxBlock;       // key rows per block
+};
+
+size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,
+                                                  const SoftmaxAttentionConfig& cfg);
+void softmax_attention_forward(const SoftmaxAttentionDims& dims,
+                               const SoftmaxAttentionConfig& cfg, const float* q,
+                               const float* k, const float* v, float* out, float* lse,
+                               float* workspace, size_t workspace_floats);
+
+size_t softmax_attention_backward_workspace_floats(const SoftmaxAttentionDims& dims,
+                                                   const SoftmaxAttentionConfig& cfg);
+// dq, dk, dv (any may be null) from dout and the forward's out and lse. Overwrites.
+void softmax_attention_backward(const SoftmaxAttentionDims& dims,
+                                const SoftmaxAttentionConfig& cfg, const float* q,
+                                const float* k, const float* v, const float* out,
+                                const float* lse, const float* dout, float* dq, float* dk,
+                                float* dv, float* workspace, size_t workspace_floats);
+
+// 2 x multiply-adds of the visible score blocks: forward 2 Nq Nk (d + e) (halved when causal),
+// backward 2.5x that (S recomputed, dP, dV, dQ, dK).
+double softmax_attention_flops(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,
+                               bool backward);
+
+}  // namespace tarn::kernels::cpu

@@ -1,0 +1,308 @@
+#include "layers/attention.h"
+
+#include <cmath>
+
+#include "framework/autograd.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/matmul.h"
+#include "framework/ops/nn.h"
+#include "framework/ops/reduce.h"
+#include "framework/ops/shape_ops.h"
+
+namespace tarn {
+namespace {
+
+// Added to the scores of masked keys before the softmax (the path with attention dropout):
+// exp() of it is exactly 0 in f32, and unlike -inf a fully masked row stays finite.
+constexpr float kMaskedScore = -1e9f;
+
+// FAVOR+ projections draw from streams of the model seed far from the weights' stream 0.
+constexpr uint64_t kFavorStreamBase = uint64_t{1} << 40;
+
+void check_padding(const char* what, const PaddingMask& pad, int64_t batch, int64_t length) {
+  TARN_CHECK(pad.empty() || static_cast<int64_t>(pad.size()) == batch * length, what, ": key padding mask has ",
+             pad.size(), " flags, expected batch ", batch, " x keys ", length, " = ", batch * length);
+}
+
+// Additive softmax mask broadcastable to scores (B, H, Nq, Nk): (B or 1, 1, Nq or 1, Nk);
+// undefined when nothing is masked.
+Tensor softmax_mask_bias(int64_t batch, int64_t nq, int64_t nk, const PaddingMask& pad, bool causal) {
+  if (pad.empty() && !causal) return Tensor();
+  const int64_t rows_b = pad.empty() ? 1 : batch, rows_q = causal ? nq : 1;
+  Tensor bias = Tensor::zeros({rows_b, 1, rows_q, nk});
+  float* p = bias.f32();
+  for (int64_t b = 0; b < rows_b; ++b)
+    for (int64_t i = 0; i < rows_q; ++i)
+      for (int64_t j = 0; j < nk; ++j) {
+        const bool masked = (causal && j > i) || (!pad.empty() && pad[b * nk + j]);
+        p[(b * rows_q + i) * nk + j] = masked ? kMaskedScore : 0.0f;
+      }
+  return bias;
+}
+
+// (B, 1, N, 1): 1 for real keys, 0 for padding (zeroes padded rows of φ(K), DESIGN.md section 2).
+Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad) {
+  Tensor keep = Tensor::empty({batch, 1, nk, 1});
+  float* p = keep.f32();
+  for (int64_t i = 0; i < batch * nk; ++i) p[i] = pad[i] ? 0.0f : 1.0f;
+  return keep;
+}
+
+// [v | 1]: (B, H, N, e) -> (B, H, N, e + 1); the ones column makes the normaliser one more
+// output column of the same products (DESIGN.md section 2).
+Tensor append_ones(const Tensor& v) {
+  Shape s = v.shape();
+  s[3] = 1;
+  return concat({v, Tensor::ones(s, v.device())}, 3);
+}
+
+// out = num / (den + eps) from U = [num | den], (B, H, N, e + 1) -> (B, H, N, e).
+Tensor normalise(const Tensor& u, float eps) {
+  const int64_t e = u.size(3) - 1;
+  return div(slice(u, 3, 0, e), add_scalar(slice(u, 3, e, e + 1), eps));
+}
+
+// FAVOR+ without a stabiliser: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = d^(-1/4) x (DESIGN.md
+// section 2). Each row depends on that row only, so a causal forward and a decoding step give
+// the same features. W x' has entries ~ N(0, |x'|^2), so the exponent stays below ~|x'|^2/2
+// unless |x'| is large: no overflow in practice.
+Tensor favor_unstabilised(const Tensor& x, const Tensor& w) {
+  const int64_t d = x.shape().back(), m = w.size(0);
+  const Tensor xs = scale(x, 1.0f / std::pow(static_cast<float>(d), 0.25f));
+  const Tensor t = matmul(xs, w, false, true);                  // (..., N, m)
+  const Tensor half_sq = scale(sum(mul(xs, xs), -1, true), 0.5f);  // (..., N, 1)
+  return scale(exp(sub(t, half_sq)), 1.0f / std::sqrt(static_cast<float>(m)));
+}
+
+}  // namespace
+
+Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length) {
+  if (pad.empty()) return Tensor();
+  TARN_CHECK(static_cast<int64_t>(pad.size()) == batch * length, "padding mask: ", pad.size(), " flags for (",
+             batch, ", ", length, ")");
+  Tensor t = Tensor::empty({batch, length});
+  float* p = t.f32();
+  for (size_t i = 0; i < pad.size(); ++i) p[i] = pad[i] ? 1.0f : 0.0f;
+  return t;
+}
+
+void reorder(AttentionCache& cache, const std::vector<int64_t>& indices) {
+  auto gather = [&](Tensor& t) {
+    if (!t.defined()) return;
+    Shape s = t.shape();
+    const int64_t rows = s[0];
+    s[0] = static_cast<int64_t>(indices.size());
+    Tensor out = Tensor::empty(s, t.device());
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const int64_t src = indices[i];
+      TARN_CHECK(src >= 0 && src < rows, "reorder: index ", src, " out of range for batch ", rows);
+      out.narrow0(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).copy_from(t.narrow0(src, src + 1));
+    }
+    t = out;
+  };
+  gather(cache.key);
+  gather(cache.value);
+  gather(cache.key_padding);
+  gather(cache.state);
+}
+
+AttentionCache clone(const AttentionCache& cache) {
+  AttentionCache c = cache;
+  for (Tensor* t : {&c.key, &c.value, &c.key_padding, &c.state})
+    if (t->defined()) *t = t->clone();
+  return c;
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
+                                       float attention_dropout, ParamInit& init, DropoutStreams& dropout)
+    : k_proj(d_model, d_model, init),
+      v_proj(d_model, d_model, init),
+      q_proj(d_model, d_model, init),
+      out_proj(d_model, d_model, init),
+      config_(config),
+      heads_(heads),
+      head_dim_(heads > 0 ? d_model / heads : 0),
+      causal_(causal),
+      attention_dropout_(attention_dropout),
+      scaling_(heads > 0 ? 1.0f / std::sqrt(static_cast<float>(d_model / heads)) : 0.0f),
+      dropout_(&dropout) {
+  TARN_CHECK(heads > 0 && d_model % heads == 0, "attention: d_model ", d_model, " is not divisible by ", heads,
+             " heads");
+  register_module("k_proj", k_proj);
+  register_module("v_proj", v_proj);
+  register_module("q_proj", q_proj);
+  register_module("out_proj", out_proj);
+  if (config_.is_linear()) {
+    map_ = parse_feature_map(config_.feature_map);
+    if (map_ == FeatureMap::favor) {
+      favor_.m = config_.favor_features > 0 ? config_.favor_features : head_dim_;
+      favor_.d = head_dim_;
+      favor_.redraw_every = config_.favor_redraw_every;
+      favor_.rng = RngState{init.seed(), kFavorStreamBase + init.next_stream(), 0};
+      favor_.draw();
+      register_buffer("favor_projection", favor_.w);
+    }
+  }
+}
+
+int64_t MultiHeadAttention::feature_dim() const { return map_ == FeatureMap::favor ? favor_.m : head_dim_; }
+
+Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
+  const int64_t b = x.size(0), n = x.size(1);
+  return permute(reshape(x, {b, n, heads_, head_dim_}), {0, 2, 1, 3});
+}
+
+Tensor MultiHeadAttention::merge_heads(const Tensor& x) const {
+  const int64_t b = x.size(0), n = x.size(2);
+  return reshape(permute(x, {0, 2, 1, 3}), {b, n, heads_ * head_dim_});
+}
+
+FeatureMap MultiHeadAttention::fused_map() const {
+  return map_ == FeatureMap::favor ? FeatureMap::identity : map_;
+}
+
+Tensor MultiHeadAttention::query_features(const Tensor& q) const {
+  if (map_ == FeatureMap::favor) return feature_map(q, map_, FeatureRole::query, favor_.w);
+  return feature_map(q, map_, FeatureRole::query);
+}
+
+Tensor MultiHeadAttention::key_features(const Tensor& k) const {
+  if (map_ == FeatureMap::favor)
+    return causal_ ? favor_unstabilised(k, favor_.w) : feature_map(k, map_, FeatureRole::key, favor_.w);
+  return feature_map(k, map_, FeatureRole::key);
+}
+
+// HF's path, kept for attention dropout: it needs the probabilities themselves.
+Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const PaddingMask& pad) const {
+  Tensor scores = matmul(scale(q, scaling_), k, false, true);  // (B, H, Nq, Nk)
+  const Tensor bias = softmax_mask_bias(q.size(0), q.size(2), k.size(2), pad, causal_);
+  if (bias.defined()) scores = add(scores, bias);
+  return matmul(dropout_->apply(softmax(scores), attention_dropout_, true), v);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
+  TARN_CHECK(query.dim() == 3 && key_value.dim() == 3 && query.size(0) == key_value.size(0) &&
+                 query.size(2) == heads_ * head_dim_ && key_value.size(2) == heads_ * head_dim_,
+             "attention: query ", query.shape().str(), " and key/value ", key_value.shape().str(),
+             " must be (B, N, ", heads_ * head_dim_, ") with the same B");
+  const int64_t batch = query.size(0), nq = query.size(1), nk = key_value.size(1);
+  check_padding("attention", pad, batch, nk);
+  TARN_CHECK(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
+
+  const Tensor q = split_heads(q_proj.forward(query));
+  const Tensor k = split_heads(k_proj.forward(key_value));
+  const Tensor v = split_heads(v_proj.forward(key_value));
+  Tensor ctx;
+  if (!config_.is_linear()) {
+    if (training() && attention_dropout_ > 0.0f) {
+      ctx = softmax_with_dropout(q, k, v, pad);
+    } else {
+      SoftmaxAttentionOptions opt;
+      opt.causal = causal_;
+      opt.key_padding_mask = padding_tensor(pad, batch, nk);
+      opt.scale = scaling_;
+      ctx = softmax_attention(q, k, v, opt);
+    }
+  } else {
+    LinearAttentionOptions opt;
+    opt.causal = causal_;
+    opt.key_padding_mask = padding_tensor(pad, batch, nk);
+    opt.eps = config_.eps;
+    opt.chunk = static_cast<int>(config_.chunk);
+    opt.fused_feature_map = fused_map();
+    if (map_ == FeatureMap::favor)
+      ctx = linear_attention(query_features(q), key_features(k), v, opt);
+    else
+      ctx = linear_attention(q, k, v, opt);  // φ applied inside the kernel
+  }
+  return out_proj.forward(merge_heads(ctx));
+}
+
+AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
+  AttentionCache c;
+  if (config_.is_linear()) {
+    c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s;
+  } else {
+    c.key = Tensor::zeros({batch, heads_, 0, head_dim_});
+    c.value = Tensor::zeros({batch, heads_, 0, head_dim_});
+  }
+  return c;
+}
+
+Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache) const {
+  NoGradGuard no_grad;
+  TARN_CHECK(query.dim() == 3 && query.size(1) == 1 && query.size(2) == heads_ * head_dim_,
+             "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
+  TARN_CHECK(cache.defined(), "attention step: the cache was not started (start_self)");
+  TARN_CHECK(causal_, "attention step: only causal self-attention decodes step by step");
+  const Tensor q = split_heads(q_proj.forward(query));  // (B, H, 1, dh)
+  const Tensor k = split_heads(k_proj.forward(query));
+  const Tensor v = split_heads(v_proj.forward(query));
+  const int64_t batch = query.size(0);
+  Tensor ctx;
+  if (!config_.is_linear()) {
+    cache.key = concat({cache.key, k}, 2);
+    cache.value = concat({cache.value, v}, 2);
+    // The newest query sees every cached key: the causal mask has nothing to hide.
+    SoftmaxAttentionOptions opt;
+    opt.scale = scaling_;
+    ctx = softmax_attention(q, cache.key, cache.value, opt);
+  } else {
+    // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (DESIGN.md section 2, recurrent mode).
+    LinearAttentionState st{cache.state, cache.length};
+    LinearAttentionStepOptions opt;
+    opt.eps = config_.eps;
+    opt.fused_feature_map = fused_map();
+    const bool favor = map_ == FeatureMap::favor;
+    ctx = linear_attention_step(st, favor ? query_features(q) : q, favor ? key_features(k) : k, v, opt)
+              .view({batch, heads_, 1, head_dim_});
+  }
+  ++cache.length;
+  return out_proj.forward(merge_heads(ctx));
+}
+
+AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, const PaddingMask& pad) const {
+  NoGradGuard no_grad;
+  TARN_CHECK(key_value.dim() == 3 && key_value.size(2) == heads_ * head_dim_,
+             "cross-attention: encoder output must be (B, S, ", heads_ * head_dim_, "), got ",
+             key_value.shape().str());
+  TARN_CHECK(!causal_, "cross-attention: a causal attention module cannot precompute its keys");
+  const int64_t batch = key_value.size(0), nk = key_value.size(1);
+  check_padding("cross-attention", pad, batch, nk);
+  AttentionCache c;
+  c.length = nk;
+  const Tensor k = split_heads(k_proj.forward(key_value));
+  const Tensor v = split_heads(v_proj.forward(key_value));
+  if (!config_.is_linear()) {
+    c.key = k;
+    c.value = v;
+    c.key_padding = padding_tensor(pad, batch, nk);
+  } else {
+    // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero: once per source batch.
+    Tensor b = key_features(k);
+    if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad));
+    c.state = matmul(b, append_ones(v), true, false);
+  }
+  return c;
+}
+
+Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache& cache) const {
+  NoGradGuard no_grad;
+  TARN_CHECK(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
+             "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
+  TARN_CHECK(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
+  const Tensor q = split_heads(q_proj.forward(query));
+  Tensor ctx;
+  if (!config_.is_linear()) {
+    SoftmaxAttentionOptions opt;
+    opt.key_padding_mask = cache.key_padding;
+    opt.scale = scaling_;
+    ctx = softmax_attention(q, cache.key, cache.value, opt);
+  } else {
+    ctx = normalise(matmul(query_features(q), cache.state), config_.eps);
+  }
+  return out_proj.forward(merge_heads(ctx));
+}
+
+}  // namespace tarn

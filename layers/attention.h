@@ -1,0 +1,112 @@
+#pragma once
+// Multi-head attention as HF's BartAttention (parameters k_proj, v_proj, q_proj, out_proj, in
+// that order), computing either softmax attention (q scaled by head_dim^-0.5 after its
+// projection, as HF does) or linear attention with a feature map (DESIGN.md section 2: no
+// scaling, the feature map sets the similarity). Self-attention passes the same tensor as
+// query and key/value; cross-attention passes the encoder output as key/value.
+//
+// The attention itself is framework/ops/attention.h: softmax_attention (blocked, no N x N
+// matrix) and linear_attention (chunked causal scan; elu1/relu/exp fused into the kernel).
+// Only softmax attention with attention dropout active (training, p > 0) builds the N x N
+// probabilities, as HF does, to drop them; linear attention has no probabilities and ignores
+// attention_dropout.
+//
+// FAVOR+: one (m, dh) projection per attention module, shared by its heads, kept as the buffer
+// "favor_projection" and redrawn by favor_step() every favor_redraw_every steps. Queries use
+// the op's per-row stabiliser; keys use the per-(batch, head) one, except in causal
+// self-attention, where keys are unstabilised (exp(W k' - |k'|^2 / 2) / sqrt(m)): a
+// stabiliser taken over all positions would differ from what step-by-step decoding can see.
+// Shapes: hidden states (B, N, D); inside, (B, H, N, dh) with D = H * dh.
+// Key padding masks are B*Nk bytes, row-major (b, j), nonzero = padding; empty = no padding.
+//
+// Decoding: an AttentionCache holds what later steps need.
+//   self-attention, softmax: K and V of every position so far, (B, H, t, dh), one more each step;
+//   self-attention, linear:  the recurrent state S' = Σ_j φ(k_j)ᵀ [v_j | 1], (B, H, f, dh+1):
+//                            O(f dh) per token whatever t is (DESIGN.md section 2, RNN mode);
+//   cross-attention:         K, V of the encoder output (softmax) or its summary S' (linear),
+//                            computed once by precompute_cross().
+#include <cstdint>
+#include <vector>
+
+#include "framework/module.h"
+#include "framework/ops/attention.h"
+#include "layers/config.h"
+#include "layers/dropout.h"
+#include "layers/linear.h"
+
+namespace tarn {
+
+using PaddingMask = std::vector<uint8_t>;  // (B, N) row-major, nonzero = padding; empty = none
+
+// Copying a cache aliases its tensors, and a linear self-attention step updates `state` in
+// place: use clone() for an independent copy.
+struct AttentionCache {
+  Tensor key, value;    // softmax: (B, H, Nk, dh)
+  Tensor key_padding;   // softmax cross-attention: (B, Nk) f32, 1 = padded; may be undefined
+  Tensor state;         // linear: S' (B, H, f, dh + 1), row k = [S[k, :dh] | z[k]]
+  int64_t length = 0;   // keys seen (self-attention: positions decoded so far)
+  bool defined() const { return key.defined() || state.defined(); }
+};
+
+// Rows of every tensor in `cache` reordered along the batch axis: row i <- row indices[i]
+// (beam search). indices may repeat rows and change the batch size.
+void reorder(AttentionCache& cache, const std::vector<int64_t>& indices);
+AttentionCache clone(const AttentionCache& cache);
+
+// (B, N) flags -> (B, N) f32 tensor, 1 = padded, as the attention ops take it; undefined when
+// `pad` is empty.
+Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length);
+
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
+                     float attention_dropout, ParamInit& init, DropoutStreams& dropout);
+
+  // query: (B, Nq, D); key_value: (B, Nk, D); key_padding: (B, Nk) flags or empty -> (B, Nq, D).
+  Tensor forward(const Tensor& query, const Tensor& key_value, const PaddingMask& key_padding = {}) const;
+
+  // Decoding (no autograd). A self-attention cache for `batch` rows before the first token.
+  AttentionCache start_self(int64_t batch) const;
+  // One new position of self-attention: query (B, 1, D) is also the new key/value; appends it
+  // to the cache and returns (B, 1, D), equal to row t of the causal forward.
+  Tensor step_self(const Tensor& query, AttentionCache& cache) const;
+  // Cross-attention: the encoder's keys/values (or their summary), once per source batch.
+  AttentionCache precompute_cross(const Tensor& key_value, const PaddingMask& key_padding) const;
+  // query (B, 1, D) against a precomputed cross cache -> (B, 1, D).
+  Tensor step_cross(const Tensor& query, const AttentionCache& cache) const;
+
+  // FAVOR+ only (null otherwise): the projection, its RNG position and its redraw counter.
+  // A checkpoint keeps `w` (also a buffer), `rng` and `steps`.
+  FavorProjection* favor() { return favor_.w.defined() ? &favor_ : nullptr; }
+  const FavorProjection* favor() const { return favor_.w.defined() ? &favor_ : nullptr; }
+
+  const AttentionConfig& config() const { return config_; }
+  int64_t heads() const { return heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  bool causal() const { return causal_; }
+  int64_t feature_dim() const;  // f: columns of φ(q) (head_dim, or m for favor)
+
+  // Declared in HF's order, which fixes named_parameters()' order.
+  Linear k_proj, v_proj, q_proj, out_proj;
+
+ private:
+  Tensor split_heads(const Tensor& x) const;  // (B, N, D) -> (B, H, N, dh)
+  Tensor merge_heads(const Tensor& x) const;  // (B, H, N, dh) -> (B, N, D)
+  // φ for the paths that need features materialised: (B, H, N, dh) -> (B, H, N, f).
+  Tensor query_features(const Tensor& q) const;
+  Tensor key_features(const Tensor& k) const;
+  // The map the linear-attention kernel applies itself (identity when features come in).
+  FeatureMap fused_map() const;
+  Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+
+  AttentionConfig config_;
+  FeatureMap map_ = FeatureMap::identity;
+  FavorProjection favor_;
+  int64_t heads_, head_dim_;
+  bool causal_;
+  float attention_dropout_;
+  float scaling_;
+  DropoutStreams* dropout_;
+};
+
+}  // namespace tarn

@@ -1,0 +1,123 @@
+#include "layers/config.h"
+
+#include <sstream>
+
+#include "framework/ops/attention.h"
+#include "kernels/check.h"
+
+namespace tarn {
+
+std::string AttentionConfig::str() const {
+  if (kind == Kind::softmax) return "softmax";
+  return "linear(" + feature_map + ")";
+}
+
+AttentionConfig::Kind parse_attention_kind(const std::string& s, const std::string& key) {
+  if (s == "softmax") return AttentionConfig::Kind::softmax;
+  if (s == "linear") return AttentionConfig::Kind::linear;
+  throw Error(str_cat(key, ": expected \"softmax\" or \"linear\", got \"", s, "\""));
+}
+
+BartConfig BartConfig::tiny() { return BartConfig{}; }
+
+BartConfig BartConfig::small() {
+  BartConfig c;
+  c.vocab_size = 8000;
+  c.d_model = 256;
+  c.encoder_layers = c.decoder_layers = 4;
+  c.encoder_attention_heads = c.decoder_attention_heads = 4;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = 1024;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
+BartConfig BartConfig::base() {
+  BartConfig c;
+  c.vocab_size = 50265;
+  c.d_model = 768;
+  c.encoder_layers = c.decoder_layers = 6;
+  c.encoder_attention_heads = c.decoder_attention_heads = 12;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = 3072;
+  c.max_position_embeddings = 1024;
+  return c;
+}
+
+BartConfig BartConfig::preset(const std::string& name) {
+  if (name == "tiny") return tiny();
+  if (name == "small") return small();
+  if (name == "base") return base();
+  throw Error(str_cat("model preset: expected \"tiny\", \"small\" or \"base\", got \"", name, "\""));
+}
+
+BartConfig& BartConfig::with_attention(const AttentionConfig& a) {
+  encoder_self_attention = decoder_self_attention = cross_attention = a;
+  return *this;
+}
+
+namespace {
+
+void check_attention(const AttentionConfig& a, const std::string& key) {
+  if (a.kind != AttentionConfig::Kind::linear) return;
+  try {
+    parse_feature_map(a.feature_map);
+  } catch (const Error& e) {
+    throw Error(str_cat(key, ".feature_map: ", e.what()));
+  }
+  TARN_CHECK(a.chunk > 0, key, ".chunk: must be positive, got ", a.chunk);
+  TARN_CHECK(a.favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", a.favor_features);
+  TARN_CHECK(a.favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ",
+             a.favor_redraw_every);
+  TARN_CHECK(a.eps > 0, key, ".eps: must be positive, got ", a.eps);
+}
+
+void check_probability(float p, const std::string& key) {
+  TARN_CHECK(p >= 0.0f && p < 1.0f, key, ": expected a probability in [0, 1), got ", p);
+}
+
+}  // namespace
+
+void BartConfig::validate(const std::string& prefix) const {
+  auto positive = [&](int64_t v, const char* name) {
+    TARN_CHECK(v > 0, prefix, name, ": must be positive, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(d_model, "d_model");
+  TARN_CHECK(encoder_layers >= 0, prefix, "encoder_layers: must be >= 0, got ", encoder_layers);
+  TARN_CHECK(decoder_layers >= 0, prefix, "decoder_layers: must be >= 0, got ", decoder_layers);
+  positive(encoder_attention_heads, "encoder_attention_heads");
+  positive(decoder_attention_heads, "decoder_attention_heads");
+  positive(encoder_ffn_dim, "encoder_ffn_dim");
+  positive(decoder_ffn_dim, "decoder_ffn_dim");
+  positive(max_position_embeddings, "max_position_embeddings");
+  TARN_CHECK(d_model % encoder_attention_heads == 0, prefix, "d_model: ", d_model,
+             " is not divisible by encoder_attention_heads = ", encoder_attention_heads);
+  TARN_CHECK(d_model % decoder_attention_heads == 0, prefix, "d_model: ", d_model,
+             " is not divisible by decoder_attention_heads = ", decoder_attention_heads);
+  check_probability(dropout, prefix + "dropout");
+  check_probability(attention_dropout, prefix + "attention_dropout");
+  check_probability(activation_dropout, prefix + "activation_dropout");
+  TARN_CHECK(init_std > 0, prefix, "init_std: must be positive, got ", init_std);
+  TARN_CHECK(layer_norm_eps > 0, prefix, "layer_norm_eps: must be positive, got ", layer_norm_eps);
+  auto id = [&](int32_t v, const char* name) {
+    TARN_CHECK(v >= 0 && v < vocab_size, prefix, name, ": ", v, " is outside the vocabulary [0, ", vocab_size, ")");
+  };
+  id(bos_token_id, "bos_token_id");
+  id(pad_token_id, "pad_token_id");
+  id(eos_token_id, "eos_token_id");
+  id(decoder_start_token_id, "decoder_start_token_id");
+  check_attention(encoder_self_attention, prefix + "encoder_self_attention");
+  check_attention(decoder_self_attention, prefix + "decoder_self_attention");
+  check_attention(cross_attention, prefix + "cross_attention");
+}
+
+std::string BartConfig::str() const {
+  std::ostringstream os;
+  os << "bart(vocab " << vocab_size << ", d " << d_model << ", layers " << encoder_layers << "+" << decoder_layers
+     << ", heads " << encoder_attention_heads << "/" << decoder_attention_heads << ", ffn " << encoder_ffn_dim << "/"
+     << decoder_ffn_dim << ", max_pos " << max_position_embeddings << ", dropout " << dropout << "/"
+     << attention_dropout << "/" << activation_dropout << ", attention enc " << encoder_self_attention.str()
+     << " dec " << decoder_self_attention.str() << " cross " << cross_attention.str() << ")";
+  return os.str();
+}
+
+}  // namespace tarn

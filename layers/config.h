@@ -1,0 +1,79 @@
+#pragma once
+// BartConfig: every number that fixes the shape and behaviour of the model (DESIGN.md section
+// 3). No YAML here: the trainer maps recipe keys onto these fields and calls validate().
+// Field names follow HuggingFace's BartConfig where one exists (d_model, encoder_layers,
+// encoder_attention_heads, encoder_ffn_dim, max_position_embeddings, ...).
+#include <cstdint>
+#include <string>
+
+namespace tarn {
+
+// How one attention stack computes attention (encoder self, decoder self, cross).
+struct AttentionConfig {
+  enum class Kind { softmax, linear };
+  Kind kind = Kind::softmax;
+  // Linear attention only (DESIGN.md section 2): feature map name, one of
+  // "elu1" (default), "relu", "exp", "favor", "identity".
+  std::string feature_map = "elu1";
+  int64_t chunk = 64;         // chunk size of the causal scan
+  int64_t favor_features = 0;  // m, the FAVOR+ feature count; 0 = head_dim
+  int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
+  float eps = 1e-6f;          // normaliser epsilon: out = num / (den + eps)
+
+  bool is_linear() const { return kind == Kind::linear; }
+  static AttentionConfig softmax_attention() { return {}; }
+  static AttentionConfig linear_attention(const std::string& feature_map = "elu1") {
+    AttentionConfig c;
+    c.kind = Kind::linear;
+    c.feature_map = feature_map;
+    return c;
+  }
+  std::string str() const;  // "softmax" or "linear(elu1)"
+};
+
+// "softmax" / "linear"; throws naming `key` on anything else.
+AttentionConfig::Kind parse_attention_kind(const std::string& s, const std::string& key = "attention.kind");
+
+struct BartConfig {
+  int64_t vocab_size = 1000;
+  int64_t d_model = 64;
+  int64_t encoder_layers = 2;
+  int64_t decoder_layers = 2;
+  int64_t encoder_attention_heads = 4;
+  int64_t decoder_attention_heads = 4;
+  int64_t encoder_ffn_dim = 256;
+  int64_t decoder_ffn_dim = 256;
+  int64_t max_position_embeddings = 128;
+
+  float dropout = 0.1f;             // hidden states (after embeddings, attention, fc2)
+  float attention_dropout = 0.0f;   // softmax probabilities (linear attention has none to drop)
+  float activation_dropout = 0.0f;  // after the GELU of the feed-forward
+  bool scale_embedding = false;     // multiply token embeddings by sqrt(d_model); BART-base: false
+  float init_std = 0.02f;           // normal init of Linear / Embedding weights, as HF
+  float layer_norm_eps = 1e-5f;
+
+  int32_t bos_token_id = 0;
+  int32_t pad_token_id = 1;
+  int32_t eos_token_id = 2;
+  int32_t decoder_start_token_id = 2;  // the target shifted right starts with </s>
+
+  AttentionConfig encoder_self_attention;
+  AttentionConfig decoder_self_attention;  // always causal
+  AttentionConfig cross_attention;
+
+  // Presets. tiny: tests; small: the CPU default; base: BART-base dimensions (GPUs).
+  static BartConfig tiny();
+  static BartConfig small();
+  static BartConfig base();
+  static BartConfig preset(const std::string& name);  // "tiny" | "small" | "base"
+
+  // Sets all three attention stacks at once.
+  BartConfig& with_attention(const AttentionConfig& a);
+
+  // Throws tarn::Error naming the offending field (e.g. "model.d_model: 100 is not divisible
+  // by encoder_attention_heads = 12"). `prefix` is prepended to field names.
+  void validate(const std::string& prefix = "model.") const;
+  std::string str() const;  // one line, for logs
+};
+
+}  // namespace tarn

@@ -1,0 +1,89 @@
+#include "layers/transformer_layers.h"
+
+#include "framework/autograd.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/nn.h"
+
+namespace tarn {
+
+EncoderLayer::EncoderLayer(const BartConfig& c, ParamInit& init, DropoutStreams& dropout)
+    : self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention, /*causal=*/false,
+                c.attention_dropout, init, dropout),
+      self_attn_layer_norm(c.d_model, c.layer_norm_eps),
+      fc1(c.d_model, c.encoder_ffn_dim, init),
+      fc2(c.encoder_ffn_dim, c.d_model, init),
+      final_layer_norm(c.d_model, c.layer_norm_eps),
+      dropout_p_(c.dropout),
+      activation_dropout_p_(c.activation_dropout),
+      dropout_(&dropout) {
+  register_module("self_attn", self_attn);
+  register_module("self_attn_layer_norm", self_attn_layer_norm);
+  register_module("fc1", fc1);
+  register_module("fc2", fc2);
+  register_module("final_layer_norm", final_layer_norm);
+}
+
+Tensor EncoderLayer::forward(const Tensor& x, const PaddingMask& padding) const {
+  const bool train = training();
+  Tensor h = dropout_->apply(self_attn.forward(x, x, padding), dropout_p_, train);
+  h = self_attn_layer_norm.forward(add(x, h));
+  Tensor f = dropout_->apply(gelu(fc1.forward(h)), activation_dropout_p_, train);
+  f = dropout_->apply(fc2.forward(f), dropout_p_, train);
+  return final_layer_norm.forward(add(h, f));
+}
+
+DecoderLayer::DecoderLayer(const BartConfig& c, ParamInit& init, DropoutStreams& dropout)
+    : self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention, /*causal=*/true,
+                c.attention_dropout, init, dropout),
+      self_attn_layer_norm(c.d_model, c.layer_norm_eps),
+      encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention, /*causal=*/false,
+                   c.attention_dropout, init, dropout),
+      encoder_attn_layer_norm(c.d_model, c.layer_norm_eps),
+      fc1(c.d_model, c.decoder_ffn_dim, init),
+      fc2(c.decoder_ffn_dim, c.d_model, init),
+      final_layer_norm(c.d_model, c.layer_norm_eps),
+      dropout_p_(c.dropout),
+      activation_dropout_p_(c.activation_dropout),
+      dropout_(&dropout) {
+  register_module("self_attn", self_attn);
+  register_module("self_attn_layer_norm", self_attn_layer_norm);
+  register_module("encoder_attn", encoder_attn);
+  register_module("encoder_attn_layer_norm", encoder_attn_layer_norm);
+  register_module("fc1", fc1);
+  register_module("fc2", fc2);
+  register_module("final_layer_norm", final_layer_norm);
+}
+
+Tensor DecoderLayer::feed_forward(const Tensor& h) const {
+  const bool train = training();
+  Tensor f = dropout_->apply(gelu(fc1.forward(h)), activation_dropout_p_, train);
+  f = dropout_->apply(fc2.forward(f), dropout_p_, train);
+  return final_layer_norm.forward(add(h, f));
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const PaddingMask& self_padding, const Tensor& encoder_out,
+                             const PaddingMask& encoder_padding) const {
+  const bool train = training();
+  Tensor h = dropout_->apply(self_attn.forward(x, x, self_padding), dropout_p_, train);
+  h = self_attn_layer_norm.forward(add(x, h));
+  Tensor c = dropout_->apply(encoder_attn.forward(h, encoder_out, encoder_padding), dropout_p_, train);
+  h = encoder_attn_layer_norm.forward(add(h, c));
+  return feed_forward(h);
+}
+
+DecoderLayerCache DecoderLayer::start_decoding(const Tensor& encoder_out, const PaddingMask& encoder_padding) const {
+  DecoderLayerCache cache;
+  cache.self_attn = self_attn.start_self(encoder_out.size(0));
+  cache.encoder_attn = encoder_attn.precompute_cross(encoder_out, encoder_padding);
+  return cache;
+}
+
+Tensor DecoderLayer::step(const Tensor& x, DecoderLayerCache& cache) const {
+  NoGradGuard no_grad;
+  Tensor h = self_attn_layer_norm.forward(add(x, self_attn.step_self(x, cache.self_attn)));
+  h = encoder_attn_layer_norm.forward(add(h, encoder_attn.step_cross(h, cache.encoder_attn)));
+  Tensor f = fc2.forward(gelu(fc1.forward(h)));
+  return final_layer_norm.forward(add(h, f));
+}
+
+}  // namespace tarn

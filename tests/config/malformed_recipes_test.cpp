@@ -1,0 +1,67 @@
+// Every file of tests/config/malformed/ is a recipe with one mistake. Its header says what the
+// first error must be and, optionally, which overrides to apply:
+//   # expect: 5: optimizer.lr: expected a positive number, got "fast"
+//   # set: training.max_steps=100
+// "N: message" means "<file>:N: message" (N = 0: the file without a line number); an
+// expectation starting with "--set" is matched as written. The first issue must START with
+// the expected text (so the line number is exact, and the message may go on).
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "config_test_util.h"
+#include "framework/config/recipe.h"
+
+namespace tarn {
+namespace {
+
+using testing::config_issues;
+using testing::read_text;
+using testing::yaml_files;
+
+constexpr size_t kMinMalformedRecipes = 30;
+
+struct Case {
+  std::string path;
+  std::string expect;  // the full expected prefix of the first issue
+  std::vector<std::string> overrides;
+};
+
+Case read_case(const std::string& path) {
+  Case c{path, "", {}};
+  std::istringstream in(read_text(path));
+  std::string line;
+  while (std::getline(in, line) && line.rfind("#", 0) == 0) {
+    if (line.rfind("# set: ", 0) == 0) c.overrides.push_back(line.substr(7));
+    if (line.rfind("# expect: ", 0) != 0) continue;
+    const std::string e = line.substr(10);
+    if (e.rfind("--set", 0) == 0) {
+      c.expect = e;
+      continue;
+    }
+    const size_t colon = e.find(": ");
+    const int n = std::stoi(e.substr(0, colon));
+    c.expect = (n > 0 ? path + ":" + std::to_string(n) : path) + ": " + e.substr(colon + 2);
+  }
+  return c;
+}
+
+TEST(MalformedRecipes, CorpusHasAtLeastThirtyCasesEachWithAnExpectation) {
+  const auto files = yaml_files("tests/config/malformed");
+  EXPECT_GE(files.size(), kMinMalformedRecipes);
+  for (const std::string& f : files) EXPECT_FALSE(read_case(f).expect.empty()) << f << " has no '# expect: ' line";
+}
+
+TEST(MalformedRecipes, EachIsRejectedWithTheExpectedMessageAndLine) {
+  for (const std::string& f : yaml_files("tests/config/malformed")) {
+    const Case c = read_case(f);
+    SCOPED_TRACE(f);
+    const auto issues = config_issues([&] { load_recipe(c.path, c.overrides); });
+    ASSERT_FALSE(issues.empty());
+    const std::string got = issues.front().str();
+    EXPECT_EQ(got.substr(0, c.expect.size()), c.expect) << "all issues:\n" << ConfigError(issues).what();
+  }
+}
+
+}  // namespace
+}  // namespace tarn

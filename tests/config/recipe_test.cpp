@@ -1,0 +1,398 @@
+// The recipe schema: shipped recipes, defaults and presets, overrides, the to_yaml round trip,
+// warnings, help output and file checks. Malformed recipes are in malformed_recipes_test.cpp.
+#include "framework/config/recipe.h"
+
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+#include "framework/config/schema.h"
+
+namespace tarn {
+namespace {
+
+using testing::config_issues;
+using testing::first_issue;
+using testing::ScratchDir;
+using testing::source_path;
+using testing::yaml_files;
+
+const char* kMinimal = "data:\n  train: corpus/train.txt\n";
+
+// ------------------------------------------------------------------------------ shipped recipes
+
+TEST(ShippedRecipes, EveryRecipeValidatesWithoutWarnings) {
+  const auto recipes = yaml_files("recipes");
+  ASSERT_GE(recipes.size(), 5u);
+  for (const std::string& path : recipes) {
+    SCOPED_TRACE(path);
+    Recipe r;
+    ASSERT_NO_THROW(r = load_recipe(path)) << [&] {
+      try {
+        load_recipe(path);
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    }();
+    EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  }
+}
+
+TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
+  const Recipe tiny = load_recipe(source_path("recipes/tiny.yaml"));
+  EXPECT_EQ(tiny.model.preset, "tiny");
+  EXPECT_EQ(tiny.model.d_model, 64);
+  EXPECT_GT(tiny.training.max_steps, 0);
+  EXPECT_LE(tiny.training.max_steps, 100);
+  EXPECT_EQ(tiny.data.train, "work/tiny/train.txt");
+
+  const Recipe small = load_recipe(source_path("recipes/small-linear.yaml"));
+  EXPECT_EQ(small.model.preset, "small");
+  EXPECT_EQ(small.training.device, "cpu");
+  EXPECT_EQ(small.training.max_time_minutes, 10);
+  for (const AttentionRecipe* a : {&small.model.attention.encoder_self, &small.model.attention.decoder_self,
+                                   &small.model.attention.cross}) {
+    EXPECT_EQ(a->kind, "linear");
+    EXPECT_EQ(a->feature_map, "elu1");
+  }
+  EXPECT_EQ(small.checkpoints.dir, "runs/small-linear");  // {recipe} resolved
+  EXPECT_EQ(small.logging.metrics_file, "runs/small-linear/metrics.jsonl");
+  EXPECT_EQ(small.data.tokenizer.train.model_prefix, "work/wordnet/spm8000");
+
+  const Recipe softmax = load_recipe(source_path("recipes/small-softmax.yaml"));
+  EXPECT_EQ(softmax.model.attention.encoder_self.kind, "softmax");
+  EXPECT_EQ(softmax.model.attention.decoder_self.kind, "softmax");
+  EXPECT_EQ(softmax.model.attention.cross.kind, "softmax");
+
+  const Recipe encoder = load_recipe(source_path("recipes/small-linear-encoder.yaml"));
+  EXPECT_EQ(encoder.model.attention.encoder_self.kind, "linear");
+  EXPECT_EQ(encoder.model.attention.decoder_self.kind, "softmax");
+  EXPECT_EQ(encoder.model.attention.cross.kind, "softmax");
+
+  const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
+  EXPECT_EQ(base.model.d_model, 768);
+  EXPECT_EQ(base.model.heads, 12);
+  EXPECT_EQ(base.model.encoder_layers, 6);
+  EXPECT_EQ(base.model.ffn_dim, 3072);
+  EXPECT_EQ(base.training.device, "cuda");
+}
+
+TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
+  // The comparison between them is only fair if nothing else changes.
+  const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
+  for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml"}) {
+    Recipe r = load_recipe(source_path(other));
+    r.model.attention = linear.model.attention;
+    r.checkpoints.dir = linear.checkpoints.dir;
+    r.logging.metrics_file = linear.logging.metrics_file;
+    EXPECT_EQ(first_difference(linear, r), "") << other;
+  }
+}
+
+// ------------------------------------------------------------------------------ defaults
+
+TEST(RecipeDefaults, MinimalRecipeGetsEveryDefault) {
+  const Recipe r = parse_recipe(kMinimal, "minimal.yaml");
+  Recipe expected;  // the struct's defaults
+  expected.data.train = "corpus/train.txt";
+  expected.checkpoints.dir = "runs/minimal";
+  expected.logging.metrics_file = "runs/minimal/metrics.jsonl";
+  expected.data.tokenizer.train.model_prefix = "corpus/spm8000";
+  EXPECT_EQ(first_difference(r, expected), "");
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(r.source, "minimal.yaml");
+}
+
+TEST(RecipeDefaults, StructDefaultsAreTheSmallPreset) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "model:\n  preset: small\n");
+  const Recipe d;
+  EXPECT_EQ(r.model.d_model, d.model.d_model);
+  EXPECT_EQ(r.model.heads, d.model.heads);
+  EXPECT_EQ(r.model.ffn_dim, d.model.ffn_dim);
+  EXPECT_EQ(r.model.max_positions, d.model.max_positions);
+}
+
+TEST(RecipeDefaults, PresetFillsSizesAndExplicitSizesWin) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "model:\n  preset: base\n  encoder_layers: 2\n");
+  EXPECT_EQ(r.model.d_model, 768);
+  EXPECT_EQ(r.model.heads, 12);
+  EXPECT_EQ(r.model.decoder_layers, 6);
+  EXPECT_EQ(r.model.encoder_layers, 2);
+  EXPECT_EQ(r.model.max_positions, 1024);
+}
+
+TEST(RecipeDefaults, CustomPresetTakesEverySizeGiven) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                "model:\n  preset: custom\n  d_model: 96\n  encoder_layers: 1\n  decoder_layers: 3\n"
+                                "  heads: 3\n  ffn_dim: 200\n  max_positions: 300\n");
+  EXPECT_EQ(r.model.d_model, 96);
+  EXPECT_EQ(r.model.heads, 3);
+  EXPECT_EQ(r.model.decoder_layers, 3);
+  EXPECT_EQ(r.model.max_positions, 300);
+}
+
+TEST(RecipeDefaults, EmptySectionsAreAllowed) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "optimizer:\nlogging: {}\n");
+  EXPECT_EQ(r.optimizer.lr, OptimizerRecipe{}.lr);
+}
+
+TEST(RecipeDefaults, IntegersAcceptIntegralScientificNotation) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "training:\n  max_steps: 1e4\n  tokens_per_batch: +8192\n");
+  EXPECT_EQ(r.training.max_steps, 10000);
+  EXPECT_EQ(r.training.tokens_per_batch, 8192);
+}
+
+TEST(RecipeDefaults, TokenizerModelReplacesTraining) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "  tokenizer:\n    model: work/spm.model\n");
+  EXPECT_EQ(r.data.tokenizer.model, "work/spm.model");
+  EXPECT_EQ(to_yaml(r).find("vocab_size: 8000"), std::string::npos) << "train settings are not written";
+}
+
+// ------------------------------------------------------------------------------ overrides
+
+TEST(RecipeOverrides, OverridesSetValuesOfEveryType) {
+  const Recipe r = load_recipe(source_path("recipes/tiny.yaml"),
+                               {"optimizer.lr=3e-4", "training.max_steps=100", "optimizer.betas=[0.8, 0.95]",
+                                "checkpoints.keep_best=false", "optimizer.schedule=linear", "data.train=/tmp/x y.txt",
+                                "model.attention.cross.kind=softmax", "training.device=cuda:1"});
+  EXPECT_EQ(r.optimizer.lr, 3e-4);
+  EXPECT_EQ(r.training.max_steps, 100);
+  EXPECT_EQ(r.optimizer.betas[0], 0.8);
+  EXPECT_EQ(r.optimizer.betas[1], 0.95);
+  EXPECT_FALSE(r.checkpoints.keep_best);
+  EXPECT_EQ(r.optimizer.schedule, "linear");
+  EXPECT_EQ(r.data.train, "/tmp/x y.txt");
+  EXPECT_EQ(r.model.attention.cross.kind, "softmax");
+  EXPECT_EQ(r.training.device, "cuda:1");
+  EXPECT_EQ(r.where("optimizer.lr").str(), "--set");
+}
+
+TEST(RecipeOverrides, LaterOverridesWin) {
+  const Recipe r = parse_recipe(kMinimal, "r.yaml", {"optimizer.lr=1e-3", "optimizer.lr=2e-3"});
+  EXPECT_EQ(r.optimizer.lr, 2e-3);
+}
+
+TEST(RecipeOverrides, PresetOverrideResizesUnlessSizesAreGiven) {
+  const Recipe r = load_recipe(source_path("recipes/tiny.yaml"), {"model.preset=base", "model.heads=8"});
+  EXPECT_EQ(r.model.d_model, 768);
+  EXPECT_EQ(r.model.heads, 8);
+}
+
+TEST(RecipeOverrides, SectionOverrideTakesAFlowMap) {
+  const Recipe r = parse_recipe(kMinimal, "r.yaml", {"training={max_steps: 700, seed: 9}"});
+  EXPECT_EQ(r.training.max_steps, 700);
+  EXPECT_EQ(r.training.seed, 9);
+}
+
+TEST(RecipeOverrides, OverrideSuppliesTheMissingRequiredValue) {
+  const Recipe r = parse_recipe("model:\n  preset: tiny\n", "r.yaml", {"data.train=t.txt"});
+  EXPECT_EQ(r.data.train, "t.txt");
+}
+
+TEST(RecipeOverrides, OverrideCanFixAFileValueBeforeCrossChecks) {
+  // The file alone breaks a cross-field rule; the override repairs it, so no error.
+  const std::string text = std::string(kMinimal) + "model:\n  heads: 5\n";
+  EXPECT_NE(first_issue([&] { parse_recipe(text); }), "");
+  EXPECT_EQ(parse_recipe(text, "r.yaml", {"model.heads=8"}).model.heads, 8);
+}
+
+TEST(RecipeOverrides, TokenizerModelOverrideWinsOverFileTrainSettings) {
+  const Recipe r = load_recipe(source_path("recipes/small-linear.yaml"), {"data.tokenizer.model=work/spm.model"});
+  EXPECT_EQ(r.data.tokenizer.model, "work/spm.model");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("data.tokenizer.train: ignored"), std::string::npos) << r.warnings[0];
+}
+
+TEST(RecipeOverrides, OverridesAreValidatedLikeFileValues) {
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"optimizer.lr=-1"}); }),
+            "--set optimizer.lr: expected a positive number, got -1");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"model.dropout=1.5"}); }),
+            "--set model.dropout: expected a number in [0, 1), got 1.5");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"optimizer.lr="}); }),
+            "--set optimizer.lr: expected a positive number, got nothing");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"optimiser.lr=1"}); }),
+            "--set optimiser: unknown key (did you mean optimizer?)");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"=1"}); }),
+            "--set: expected key=value (e.g. optimizer.lr=3e-4), got \"=1\"");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"optimizer..lr=1"}); }),
+            "--set optimizer..lr: expected a dotted key such as optimizer.lr");
+  EXPECT_EQ(first_issue([] { parse_recipe(kMinimal, "r.yaml", {"optimizer=3"}); }).substr(0, 51),
+            "--set optimizer: expected a map of settings (name, ");
+}
+
+// ------------------------------------------------------------------------------ many errors
+
+TEST(RecipeErrors, EveryFieldErrorIsCollected) {
+  const std::string text =
+      "data:\n"                   // 1
+      "  train: t.txt\n"          // 2
+      "optimizer:\n"              // 3
+      "  lr: fast\n"              // 4
+      "  betas: [2, 0.9]\n"       // 5
+      "training:\n"               // 6
+      "  max_steps: -1\n"         // 7
+      "  colour: never\n";        // 8
+  const auto issues = config_issues([&] { parse_recipe(text, "many.yaml", {"logging.every_steps=0"}); });
+  ASSERT_EQ(issues.size(), 5u) << ConfigError(issues).what();
+  EXPECT_EQ(issues[0].str(), "many.yaml:4: optimizer.lr: expected a positive number, got \"fast\"");
+  EXPECT_EQ(issues[1].str(), "many.yaml:5: optimizer.betas[0]: expected a number in [0, 1), got 2");
+  EXPECT_EQ(issues[2].str(), "many.yaml:7: training.max_steps: expected a non-negative integer, got -1");
+  EXPECT_EQ(issues[3].key, "training.colour");
+  EXPECT_EQ(issues[4].str(), "--set logging.every_steps: expected a positive integer, got 0");
+  try {
+    parse_recipe(text, "many.yaml");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.substr(0, what.find('\n')), issues[0].str());
+    EXPECT_NE(dynamic_cast<const Error*>(&e), nullptr);
+  }
+}
+
+TEST(RecipeErrors, UnreadableFileIsAConfigError) {
+  EXPECT_EQ(first_issue([] { load_recipe("/nonexistent/recipe.yaml"); }),
+            "/nonexistent/recipe.yaml: cannot read the file (No such file or directory)");
+}
+
+TEST(RecipeErrors, ConfigErrorIsATarnError) {
+  try {
+    parse_recipe("optimizer: 3\n");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(dynamic_cast<const ConfigError*>(&e), nullptr);
+  }
+}
+
+// ------------------------------------------------------------------------------ warnings
+
+TEST(RecipeWarnings, IdentityFeatureMapIsAllowedWithAWarning) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n    encoder_self: {kind: linear, feature_map: identity}\n",
+                                "w.yaml");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0],
+            "w.yaml:5: model.attention.encoder_self.feature_map: identity makes linear attention a mean over "
+            "positions: for ablations only");
+}
+
+TEST(RecipeWarnings, LinearOnlySettingsOnASoftmaxStackWarn) {
+  const Recipe r = parse_recipe(std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: softmax, chunk: 8}\n",
+                                "w.yaml");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "w.yaml:5: model.attention.cross.chunk: ignored: kind is softmax");
+}
+
+// ------------------------------------------------------------------------------ round trip
+
+void expect_round_trip(const Recipe& r) {
+  const std::string yaml = to_yaml(r);
+  Recipe back;
+  ASSERT_NO_THROW(back = parse_recipe(yaml, "resolved.yaml")) << yaml;
+  EXPECT_EQ(first_difference(r, back), "") << yaml;
+  EXPECT_TRUE(r == back);
+  EXPECT_EQ(to_yaml(back), yaml) << "to_yaml is a fixed point";
+}
+
+TEST(RecipeRoundTrip, EveryShippedRecipeLoadsBackIdentical) {
+  for (const std::string& path : yaml_files("recipes")) {
+    SCOPED_TRACE(path);
+    expect_round_trip(load_recipe(path));
+  }
+}
+
+TEST(RecipeRoundTrip, AwkwardValuesSurvive) {
+  const Recipe r = parse_recipe(
+      "data:\n"
+      "  train: 'my corpus/a: \"b\" #1.txt'\n"
+      "  valid: 'yes'\n"
+      "  test: '0.5'\n"
+      "  tokenizer:\n"
+      "    train: {model_prefix: \"tab\\there\\\\x\"}\n"
+      "optimizer:\n"
+      "  lr: 0.30000000000000004\n"
+      "  eps: 1e-300\n"
+      "  betas: [0.0, 0.9999999999999999]\n"
+      "training:\n"
+      "  seed: 9007199254740993\n"
+      "  max_time_minutes: 0.1\n"
+      "  device: cuda:12\n"
+      "checkpoints:\n"
+      "  dir: \"-runs/x\"\n"
+      "logging:\n"
+      "  metrics_file: \"null\"\n",
+      "awkward.yaml");
+  EXPECT_EQ(r.data.train, "my corpus/a: \"b\" #1.txt");
+  EXPECT_EQ(r.data.tokenizer.train.model_prefix, "tab\there\\x");
+  EXPECT_EQ(r.training.seed, 9007199254740993);
+  expect_round_trip(r);
+}
+
+TEST(RecipeRoundTrip, TokenizerModelRecipeRoundTrips) {
+  expect_round_trip(parse_recipe(std::string(kMinimal) + "  tokenizer: {model: spm.model}\n"));
+}
+
+TEST(RecipeRoundTrip, EveryLeafKeyIsWritten) {
+  const std::string yaml = to_yaml(load_recipe(source_path("recipes/tiny.yaml")));
+  for (const config::Field* f : recipe_schema().fields()) {
+    EXPECT_NE(yaml.find(f->key + ":"), std::string::npos) << f->path;
+  }
+  EXPECT_NE(yaml.find("causal: true"), std::string::npos);
+}
+
+TEST(RecipeRoundTrip, ComparisonSeesEveryField) {
+  const Recipe a = parse_recipe(kMinimal);
+  Recipe b = a;
+  b.optimizer.betas[1] = 0.5;
+  EXPECT_EQ(first_difference(a, b), "optimizer.betas");
+  b = a;
+  b.model.attention.decoder_self.chunk = 3;
+  EXPECT_EQ(first_difference(a, b), "model.attention.decoder_self.chunk");
+  b = a;
+  b.warnings.push_back("not part of the identity");
+  EXPECT_TRUE(a == b);
+}
+
+// ------------------------------------------------------------------------------ help
+
+TEST(RecipeHelp, DescribesEveryKeyWithDefaultAndRule) {
+  const std::string help = recipe_help();
+  for (const config::Field* f : recipe_schema().fields()) {
+    EXPECT_FALSE(f->description.empty()) << f->path;
+    EXPECT_NE(help.find(f->key + ":"), std::string::npos) << f->path;
+    EXPECT_NE(help.find(f->description), std::string::npos) << f->path;
+  }
+  EXPECT_NE(help.find("lr: 0.0005"), std::string::npos) << help;
+  EXPECT_NE(help.find("[required: a non-empty string]"), std::string::npos);
+  EXPECT_NE(help.find("default from model.preset"), std::string::npos);
+  EXPECT_NE(help.find("one of constant, linear, cosine, inverse_sqrt"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------------ files
+
+TEST(RecipeFiles, MissingFilesAreNamedAtTheirLine) {
+  ScratchDir dir;
+  const std::string train = dir.write("train.txt", "a line\n");
+  const std::string recipe = dir.write("r.yaml", "data:\n  train: " + train + "\n  valid: " + dir.file("valid.txt") +
+                                                     "\n  tokenizer: {model: " + dir.file("spm.model") + "}\n");
+  const Recipe r = load_recipe(recipe);
+  const auto issues = config_issues([&] { check_recipe_files(r); });
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].str(), recipe + ":3: data.valid: expected an existing file, got \"" + dir.file("valid.txt") + "\"");
+  EXPECT_EQ(issues[1].key, "data.tokenizer.model");
+  EXPECT_EQ(issues[1].origin.line, 4);
+
+  dir.write("valid.txt", "x\n");
+  dir.write("spm.model", "x");
+  EXPECT_NO_THROW(check_recipe_files(r));
+}
+
+TEST(RecipeFiles, RelativePathsAreRelativeToTheWorkingDirectory) {
+  const Recipe r = parse_recipe("data:\n  train: surely/not/here.txt\n", "rel.yaml");
+  const std::string message = first_issue([&] { check_recipe_files(r); });
+  EXPECT_NE(message.find("rel.yaml:2: data.train: expected an existing file, got \"surely/not/here.txt\" (relative "
+                         "to the working directory "),
+            std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace tarn

@@ -1,0 +1,105 @@
+// CUDA optimizer kernels against the CPU kernels, the device Philox against framework/rng.h,
+// and the promise that every reduction gives the same bits in every thread order.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "framework/rng.h"
+#include "kernels/cuda/philox.cuh"
+#include "kernels/layer_norm.h"
+#include "kernels/optim.h"
+#include "tests/cuda/conformance_util.h"
+
+namespace tarn::cuda_testing {
+namespace {
+
+constexpr int64_t kN = 37 * 129;
+
+class OptimConformance : public Conformance {};
+
+TEST_P(OptimConformance, AdamWStepMatchesCpuOverSeveralSteps) {
+  auto p = Random(kN, -1.0f, 1.0f, 300);
+  std::vector<float> m(kN, 0.0f), v(kN, 0.0f);
+  auto dp = dev(p), dm = dev(m), dv = dev(v);
+  kernels::cpu::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.01f;
+  for (int64_t step = 1; step <= 5; ++step) {
+    const auto g = Random(kN, -0.1f, 0.1f, 310 + static_cast<uint32_t>(step));
+    h.step = step;
+    kernels::cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), kN, h);
+    auto dg = dev(g);
+    TARN_ON(target(), adamw_step, dp.get(), dg.get(), dm.get(), dv.get(), kN, h);
+  }
+  EXPECT_TRUE(AllClose(dp.host(), p, 1e-5f, 1e-6f));
+  EXPECT_TRUE(AllClose(dm.host(), m, 1e-5f, 1e-7f));
+  EXPECT_TRUE(AllClose(dv.host(), v, 1e-5f, 1e-9f));
+}
+
+TEST_P(OptimConformance, SumSquaresMatchesCpuAcrossItsBlocks) {
+  for (int64_t n : {int64_t{1}, kN, int64_t{3 * kernels::cpu::kSumSquaresBlock + 17}}) {
+    const auto x = Random(n, -1.0f, 1.0f, 320);
+    const double want = kernels::cpu::sum_squares(x.data(), n);
+    auto dx = dev(x);
+    const double got = TARN_ON(target(), sum_squares, dx.get(), n);
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n " << n;
+  }
+}
+
+TEST_P(OptimConformance, ScaleInplaceMatchesCpu) {
+  auto x = Random(kN, -1.0f, 1.0f, 330);
+  auto dx = dev(x);
+  kernels::cpu::scale_inplace(x.data(), kN, 0.37f);
+  TARN_ON(target(), scale_inplace, dx.get(), kN, 0.37f);
+  EXPECT_TRUE(BitwiseEqual(dx.host(), x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, OptimConformance, ::testing::ValuesIn(kAllTargets), TargetName);
+
+TEST(DevicePhilox, MatchesFrameworkPhiloxAt) {
+  const uint64_t seeds[] = {0, 42, 0x123456789abcdefULL, ~0ULL};
+  const uint64_t streams[] = {0, 1, 0xfedcba9876543210ULL};
+  for (uint64_t seed : seeds)
+    for (uint64_t stream : streams)
+      for (uint64_t i : {0ULL, 1ULL, 2ULL, 3ULL, 4ULL, 1000ULL, (1ULL << 34) + 5, ~0ULL - 3})
+        EXPECT_EQ(philox::at(seed, stream, i), philox_at(seed, stream, i)) << seed << " " << stream << " " << i;
+}
+
+// The reductions cut their sums by size only, so the emulator's thread order (and on hardware
+// the scheduling) cannot change a bit of the result.
+TEST(EmuDeterminism, ReductionsGiveTheSameBitsInEveryThreadOrder) {
+  const int64_t rows = 300, cols = 129;
+  const auto x = Random(rows * cols, -1.0f, 1.0f, 340);
+  const auto dy = Random(rows * cols, -1.0f, 1.0f, 341);
+  std::vector<float> mean(rows), rstd(rows), y(rows * cols);
+  kernels::cpu::layer_norm_forward(x.data(), nullptr, nullptr, y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+  struct Result {
+    double all, squares;
+    std::vector<float> axis, dgamma;
+  };
+  auto run = [&](emu::ThreadOrder order) {
+    emu::set_thread_order(order);
+    Result r;
+    r.all = kernels::cuda_emu::sum_all(x.data(), rows * cols);
+    r.squares = kernels::cuda_emu::sum_squares(x.data(), rows * cols);
+    r.axis.assign(cols, 0.0f);
+    kernels::cuda_emu::sum_axis(x.data(), r.axis.data(), 1, rows, cols, 1.0f);
+    r.dgamma.assign(cols, 0.0f);
+    kernels::cuda_emu::layer_norm_backward(x.data(), dy.data(), nullptr, mean.data(), rstd.data(), nullptr,
+                                           r.dgamma.data(), nullptr, rows, cols);
+    return r;
+  };
+  const emu::ThreadOrder saved = emu::thread_order();
+  const Result f = run(emu::ThreadOrder::forward);
+  for (auto order : {emu::ThreadOrder::reverse, emu::ThreadOrder::random}) {
+    const Result o = run(order);
+    EXPECT_EQ(std::memcmp(&o.all, &f.all, sizeof(double)), 0) << emu::thread_order_name(order);
+    EXPECT_EQ(std::memcmp(&o.squares, &f.squares, sizeof(double)), 0) << emu::thread_order_name(order);
+    EXPECT_TRUE(BitwiseEqual(o.axis, f.axis)) << emu::thread_order_name(order);
+    EXPECT_TRUE(BitwiseEqual(o.dgamma, f.dgamma)) << emu::thread_order_name(order);
+  }
+  emu::set_thread_order(saved);
+}
+
+}  // namespace
+}  // namespace tarn::cuda_testing

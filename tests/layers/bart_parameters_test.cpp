@@ -1,0 +1,165 @@
+// Parameter names, order and shapes of the tiny model against HF's BartForConditionalGeneration
+// (modeling_bart.py registration order: embed_positions, layers, layernorm_embedding; in an
+// attention k, v, q, out; the tied table listed once as model.shared.weight).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/bart.h"
+
+namespace tarn {
+namespace {
+
+using Expected = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// Written out from HF conventions for d_model 64, ffn 256, vocab 1000, max positions 128,
+// 2 encoder and 2 decoder layers.
+Expected hf_tiny_parameters() {
+  const int64_t d = 64, f = 256, v = 1000, p = 128 + 2;
+  Expected e;
+  auto linear = [&](const std::string& n, int64_t out, int64_t in) {
+    e.push_back({n + ".weight", {out, in}});
+    e.push_back({n + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& n) {
+    e.push_back({n + ".weight", {d}});
+    e.push_back({n + ".bias", {d}});
+  };
+  auto attention = [&](const std::string& n) {
+    linear(n + ".k_proj", d, d);
+    linear(n + ".v_proj", d, d);
+    linear(n + ".q_proj", d, d);
+    linear(n + ".out_proj", d, d);
+  };
+  e.push_back({"model.shared.weight", {v, d}});
+  e.push_back({"model.encoder.embed_positions.weight", {p, d}});
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.encoder.layers." + std::to_string(i);
+    attention(l + ".self_attn");
+    norm(l + ".self_attn_layer_norm");
+    linear(l + ".fc1", f, d);
+    linear(l + ".fc2", d, f);
+    norm(l + ".final_layer_norm");
+  }
+  norm("model.encoder.layernorm_embedding");
+  e.push_back({"model.decoder.embed_positions.weight", {p, d}});
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.decoder.layers." + std::to_string(i);
+    attention(l + ".self_attn");
+    norm(l + ".self_attn_layer_norm");
+    attention(l + ".encoder_attn");
+    norm(l + ".encoder_attn_layer_norm");
+    linear(l + ".fc1", f, d);
+    linear(l + ".fc2", d, f);
+    norm(l + ".final_layer_norm");
+  }
+  norm("model.decoder.layernorm_embedding");
+  return e;
+}
+
+TEST(BartParameters, TinyNamesOrderAndShapesMatchHuggingFace) {
+  BartForConditionalGeneration model(BartConfig::tiny());
+  const Expected expected = hf_tiny_parameters();
+  const auto actual = model.named_parameters();
+  ASSERT_EQ(actual.size(), expected.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(actual[i].first, expected[i].first) << "parameter " << i;
+    EXPECT_EQ(actual[i].second->shape(), Shape(expected[i].second)) << expected[i].first;
+    EXPECT_TRUE(actual[i].second->requires_grad()) << expected[i].first;
+    total += Shape(expected[i].second).numel();
+  }
+  EXPECT_EQ(model.parameter_count(), total);
+}
+
+TEST(BartParameters, FinalLogitsBiasIsAZeroBuffer) {
+  BartForConditionalGeneration model(BartConfig::tiny());
+  const auto buffers = model.named_buffers();
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_EQ(buffers[0].first, "final_logits_bias");
+  EXPECT_EQ(buffers[0].second->shape(), Shape({1, 1000}));
+  for (float x : buffers[0].second->to_vector()) ASSERT_EQ(x, 0.0f);
+}
+
+TEST(BartParameters, EmbeddingsAreTiedToTheSharedTable) {
+  BartForConditionalGeneration model(BartConfig::tiny());
+  Tensor& shared = model.model.shared.weight;
+  // A changed row of the shared table changes the encoder input, the decoder input and the
+  // output projection alike: all three read the same tensor.
+  for (const auto& [alias, target] : BartForConditionalGeneration::tied_parameter_aliases())
+    EXPECT_EQ(target, "model.shared.weight") << alias;
+  const Tensor h = Tensor::ones({1, 1, 64});
+  const float before = model.lm_head(h).to_vector()[7];
+  shared.f32()[7 * 64 + 3] += 1.0f;
+  EXPECT_NEAR(model.lm_head(h).to_vector()[7], before + 1.0f, 1e-5);
+}
+
+TEST(BartParameters, InitialisationFollowsHuggingFace) {
+  BartConfig c = BartConfig::tiny();
+  BartForConditionalGeneration model(c, /*seed=*/3);
+  for (const auto& [name, t] : model.named_parameters()) {
+    const std::vector<float> v = t->to_vector();
+    const bool bias = name.size() > 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    const bool norm = name.find("layer_norm") != std::string::npos || name.find("layernorm") != std::string::npos;
+    if (bias) {
+      for (float x : v) ASSERT_EQ(x, 0.0f) << name;
+    } else if (norm) {
+      for (float x : v) ASSERT_EQ(x, 1.0f) << name;
+    } else {
+      double s2 = 0;
+      for (float x : v) s2 += double(x) * x;
+      const double std = std::sqrt(s2 / v.size());
+      EXPECT_NEAR(std, c.init_std, 0.25 * c.init_std) << name;
+    }
+  }
+  // The <pad> row of the shared table starts at zero, as nn.Embedding(padding_idx) does.
+  const float* shared = model.model.shared.weight.f32();
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(shared[c.pad_token_id * 64 + i], 0.0f);
+  // Same seed, same model.
+  BartForConditionalGeneration again(c, 3);
+  EXPECT_EQ(again.model.decoder.layers[1]->fc2.weight.to_vector(), model.model.decoder.layers[1]->fc2.weight.to_vector());
+}
+
+TEST(BartConfigTest, PresetsHaveTheStatedDimensions) {
+  const BartConfig small = BartConfig::preset("small");
+  EXPECT_EQ(small.d_model, 256);
+  EXPECT_EQ(small.encoder_layers, 4);
+  EXPECT_EQ(small.vocab_size, 8000);
+  const BartConfig base = BartConfig::preset("base");
+  EXPECT_EQ(base.d_model, 768);
+  EXPECT_EQ(base.encoder_attention_heads, 12);
+  EXPECT_EQ(base.decoder_ffn_dim, 3072);
+  EXPECT_EQ(base.vocab_size, 50265);
+  EXPECT_EQ(base.max_position_embeddings, 1024);
+  EXPECT_FALSE(base.scale_embedding);
+  small.validate();
+  base.validate();
+  EXPECT_THROW(BartConfig::preset("huge"), Error);
+}
+
+TEST(BartConfigTest, ValidateNamesTheOffendingField) {
+  BartConfig c = BartConfig::tiny();
+  c.encoder_attention_heads = 5;
+  try {
+    c.validate();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.d_model: 64 is not divisible by encoder_attention_heads = 5"),
+              std::string::npos)
+        << e.what();
+  }
+  c = BartConfig::tiny();
+  c.cross_attention = AttentionConfig::linear_attention("cosine");
+  EXPECT_THROW(c.validate(), Error);
+  c = BartConfig::tiny();
+  c.dropout = 1.0f;
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(parse_attention_kind("quadratic"), Error);
+  EXPECT_EQ(parse_attention_kind("linear"), AttentionConfig::Kind::linear);
+}
+
+}  // namespace
+}  // namespace tarn

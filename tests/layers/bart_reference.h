@@ -1,0 +1,284 @@
+#pragma once
+// A naive BART forward in double precision, written from DESIGN.md section 3 and HF's
+// modeling_bart.py with plain loops and no tarn ops: the reference the layers are checked
+// against. It reads the weights by their HF names from a BartForConditionalGeneration.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/rng.h"
+#include "layers/bart.h"
+
+namespace tarn::testing {
+
+using Mat = std::vector<double>;  // row-major
+
+// A model with every parameter and buffer set to random values (LayerNorm weights near 1,
+// others small), so that no term of the reference is trivially zero or one.
+inline void randomize_parameters(BartForConditionalGeneration& model, uint64_t seed) {
+  Philox rng(seed);
+  auto fill = [&](const std::string& name, Tensor* t) {
+    float* p = t->f32();
+    const bool norm_weight = (name.find("layer_norm") != std::string::npos ||
+                              name.find("layernorm") != std::string::npos) &&
+                             name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
+    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    const bool embed = name.find("shared") != std::string::npos || name.find("embed_positions") != std::string::npos;
+    const float fan_in = t->dim() == 2 ? static_cast<float>(t->size(1)) : 1.0f;
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      const float u = 2.0f * rng.uniform() - 1.0f;
+      if (norm_weight)
+        p[i] = 1.0f + 0.3f * u;
+      else if (bias)
+        p[i] = 0.2f * u;
+      else if (embed)
+        p[i] = u;
+      else
+        p[i] = 1.7f * u / std::sqrt(fan_in);
+    }
+  };
+  for (auto& [name, t] : model.named_parameters()) fill(name, t);
+  for (auto& [name, t] : model.named_buffers())
+    if (name.find("favor_projection") == std::string::npos) fill(name, t);
+}
+
+class BartReference {
+ public:
+  explicit BartReference(const BartForConditionalGeneration& model) : c_(model.config()) {
+    for (auto& [name, t] : model.named_parameters()) take(name, *t);
+    for (auto& [name, t] : model.named_buffers()) take(name, *t);
+  }
+
+  // Logits (B, T, V) for one batch, as the model's forward() should compute them.
+  Mat forward(const std::vector<int32_t>& src, int64_t batch, int64_t s_len, const PaddingMask& src_pad,
+              const std::vector<int32_t>& tgt, int64_t t_len) const {
+    const int64_t d = c_.d_model, v = c_.vocab_size;
+    Mat logits;
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<int32_t> src_row(src.begin() + b * s_len, src.begin() + (b + 1) * s_len);
+      std::vector<int32_t> tgt_row(tgt.begin() + b * t_len, tgt.begin() + (b + 1) * t_len);
+      std::vector<bool> pad(static_cast<size_t>(s_len), false);
+      for (int64_t j = 0; j < s_len; ++j) pad[j] = !src_pad.empty() && src_pad[b * s_len + j];
+      const Mat enc = encoder(src_row, pad);
+      const Mat dec = decoder(tgt_row, enc, s_len, pad);
+      const Mat& shared = p("model.shared.weight");
+      const Mat& bias = p("final_logits_bias");
+      for (int64_t t = 0; t < t_len; ++t)
+        for (int64_t k = 0; k < v; ++k) {
+          double s = bias[k];
+          for (int64_t i = 0; i < d; ++i) s += dec[t * d + i] * shared[k * d + i];
+          logits.push_back(s);
+        }
+    }
+    return logits;
+  }
+
+ private:
+  void take(const std::string& name, const Tensor& t) {
+    const std::vector<float> v = t.to_vector();
+    params_[name] = Mat(v.begin(), v.end());
+  }
+  const Mat& p(const std::string& name) const {
+    auto it = params_.find(name);
+    if (it == params_.end()) throw Error("reference: no parameter " + name);
+    return it->second;
+  }
+
+  Mat embed(const std::vector<int32_t>& ids, const std::string& stack) const {
+    const int64_t d = c_.d_model, n = static_cast<int64_t>(ids.size());
+    const double scale = c_.scale_embedding ? std::sqrt(static_cast<double>(d)) : 1.0;
+    const Mat& shared = p("model.shared.weight");
+    const Mat& pos = p("model." + stack + ".embed_positions.weight");
+    Mat x(static_cast<size_t>(n * d));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < d; ++i) x[t * d + i] = shared[ids[t] * d + i] * scale + pos[(t + 2) * d + i];
+    return layer_norm(x, "model." + stack + ".layernorm_embedding");
+  }
+
+  Mat layer_norm(const Mat& x, const std::string& name) const {
+    const int64_t d = c_.d_model, n = static_cast<int64_t>(x.size()) / d;
+    const Mat& w = p(name + ".weight");
+    const Mat& b = p(name + ".bias");
+    Mat y(x.size());
+    for (int64_t r = 0; r < n; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < d; ++i) mean += x[r * d + i];
+      mean /= d;
+      for (int64_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean);
+      var /= d;
+      for (int64_t i = 0; i < d; ++i)
+        y[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + c_.layer_norm_eps) * w[i] + b[i];
+    }
+    return y;
+  }
+
+  // x (n, in) -> (n, out) with weight (out, in) as HF stores it.
+  Mat linear(const Mat& x, int64_t in, const std::string& name) const {
+    const Mat& w = p(name + ".weight");
+    const Mat& b = p(name + ".bias");
+    const int64_t out = static_cast<int64_t>(b.size()), n = static_cast<int64_t>(x.size()) / in;
+    Mat y(static_cast<size_t>(n * out));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < out; ++o) {
+        double s = b[o];
+        for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
+        y[r * out + o] = s;
+      }
+    return y;
+  }
+
+  // φ of the rows of one head (n rows of dh, taken from x (n, D) at column offset col):
+  // (n, f). Stabilisers as framework/ops/attention.h: exp subtracts each row's max; favor
+  // queries their row max, favor keys the max over the whole (batch, head) slice, or nothing
+  // in causal self-attention (layers/attention.h).
+  Mat features(const Mat& x, int64_t n, int64_t col, int64_t dh, const AttentionConfig& cfg, bool key, bool causal,
+               const std::string& name) const {
+    const int64_t d = c_.d_model;
+    const std::string& map = cfg.feature_map;
+    if (map != "favor") {
+      Mat y(static_cast<size_t>(n * dh));
+      for (int64_t i = 0; i < n; ++i) {
+        double mx = -1e300;
+        for (int64_t e = 0; e < dh; ++e) mx = std::max(mx, x[i * d + col + e]);
+        for (int64_t e = 0; e < dh; ++e) {
+          const double v = x[i * d + col + e];
+          double f;
+          if (map == "elu1") f = v > 0 ? v + 1 : std::exp(v);
+          else if (map == "relu") f = v > 0 ? v : 0;
+          else if (map == "identity") f = v;
+          else if (map == "exp") f = std::exp(v - mx);
+          else throw Error("reference: no feature map " + map);
+          y[i * dh + e] = f;
+        }
+      }
+      return y;
+    }
+    const Mat& w = p(name + ".favor_projection");
+    const int64_t m = static_cast<int64_t>(w.size()) / dh;
+    const double sc = std::pow(static_cast<double>(dh), -0.25);
+    Mat t(static_cast<size_t>(n * m));
+    double slice_max = -1e300;
+    for (int64_t i = 0; i < n; ++i) {
+      double sq = 0;
+      for (int64_t e = 0; e < dh; ++e) sq += sc * x[i * d + col + e] * sc * x[i * d + col + e];
+      for (int64_t j = 0; j < m; ++j) {
+        double h = 0;
+        for (int64_t e = 0; e < dh; ++e) h += w[j * dh + e] * sc * x[i * d + col + e];
+        t[i * m + j] = h - sq / 2;
+        slice_max = std::max(slice_max, t[i * m + j]);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double shift = 0;
+      if (!key) {
+        shift = -1e300;
+        for (int64_t j = 0; j < m; ++j) shift = std::max(shift, t[i * m + j]);
+      } else if (!causal) {
+        shift = slice_max;
+      }
+      for (int64_t j = 0; j < m; ++j) t[i * m + j] = std::exp(t[i * m + j] - shift) / std::sqrt(double(m));
+    }
+    return t;
+  }
+
+  // HF's BartAttention on one batch row: xq (nq, D), xkv (nk, D).
+  Mat attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg, int64_t heads,
+                bool causal, const std::vector<bool>& pad) const {
+    const int64_t d = c_.d_model, dh = d / heads;
+    const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
+    Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");
+    Mat ctx(static_cast<size_t>(nq * d));
+    auto allowed = [&](int64_t i, int64_t j) { return !(causal && j > i) && !(j < (int64_t)pad.size() && pad[j]); };
+    for (int64_t h = 0; h < heads; ++h) {
+      Mat fq, fk;
+      int64_t f = dh;
+      if (cfg.is_linear()) {
+        fq = features(q, nq, h * dh, dh, cfg, false, causal, name);
+        fk = features(k, nk, h * dh, dh, cfg, true, causal, name);
+        f = static_cast<int64_t>(fq.size()) / nq;
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        std::vector<double> w(static_cast<size_t>(nk), 0.0);
+        if (!cfg.is_linear()) {
+          const double scaling = 1.0 / std::sqrt(static_cast<double>(dh));
+          double mx = -1e300;
+          for (int64_t j = 0; j < nk; ++j) {
+            if (!allowed(i, j)) continue;
+            double s = 0;
+            for (int64_t e = 0; e < dh; ++e) s += q[i * d + h * dh + e] * scaling * k[j * d + h * dh + e];
+            w[j] = s;
+            mx = std::max(mx, s);
+          }
+          double z = 0;
+          for (int64_t j = 0; j < nk; ++j) {
+            w[j] = allowed(i, j) ? std::exp(w[j] - mx) : 0.0;
+            z += w[j];
+          }
+          for (double& x : w) x /= z;
+        } else {
+          // out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + eps)   (DESIGN.md section 2)
+          double den = 0;
+          for (int64_t j = 0; j < nk; ++j) {
+            if (!allowed(i, j)) continue;
+            double s = 0;
+            for (int64_t e = 0; e < f; ++e) s += fq[i * f + e] * fk[j * f + e];
+            w[j] = s;
+            den += s;
+          }
+          for (double& x : w) x /= (den + cfg.eps);
+        }
+        for (int64_t e = 0; e < dh; ++e) {
+          double s = 0;
+          for (int64_t j = 0; j < nk; ++j) s += w[j] * v[j * d + h * dh + e];
+          ctx[i * d + h * dh + e] = s;
+        }
+      }
+    }
+    return linear(ctx, d, name + ".out_proj");
+  }
+
+  static Mat add(const Mat& a, const Mat& b) {
+    Mat y(a.size());
+    for (size_t i = 0; i < a.size(); ++i) y[i] = a[i] + b[i];
+    return y;
+  }
+
+  Mat feed_forward(const Mat& h, const std::string& name, int64_t ffn) const {
+    Mat f = linear(h, c_.d_model, name + ".fc1");
+    for (double& x : f) x = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    return layer_norm(add(h, linear(f, ffn, name + ".fc2")), name + ".final_layer_norm");
+  }
+
+  Mat encoder(const std::vector<int32_t>& ids, const std::vector<bool>& pad) const {
+    Mat x = embed(ids, "encoder");
+    for (int64_t l = 0; l < c_.encoder_layers; ++l) {
+      const std::string name = "model.encoder.layers." + std::to_string(l);
+      const Mat a = attention(x, x, name + ".self_attn", c_.encoder_self_attention, c_.encoder_attention_heads,
+                              false, pad);
+      const Mat h = layer_norm(add(x, a), name + ".self_attn_layer_norm");
+      x = feed_forward(h, name, c_.encoder_ffn_dim);
+    }
+    return x;
+  }
+
+  Mat decoder(const std::vector<int32_t>& ids, const Mat& enc, int64_t s_len, const std::vector<bool>& src_pad) const {
+    Mat x = embed(ids, "decoder");
+    for (int64_t l = 0; l < c_.decoder_layers; ++l) {
+      const std::string name = "model.decoder.layers." + std::to_string(l);
+      const Mat a = attention(x, x, name + ".self_attn", c_.decoder_self_attention, c_.decoder_attention_heads, true,
+                              {});
+      Mat h = layer_norm(add(x, a), name + ".self_attn_layer_norm");
+      const Mat c = attention(h, enc, name + ".encoder_attn", c_.cross_attention, c_.decoder_attention_heads, false,
+                              src_pad);
+      h = layer_norm(add(h, c), name + ".encoder_attn_layer_norm");
+      x = feed_forward(h, name, c_.decoder_ffn_dim);
+    }
+    return x;
+  }
+
+  BartConfig c_;
+  std::map<std::string, Mat> params_;
+};
+
+}  // namespace tarn::testing

@@ -1,0 +1,85 @@
+#pragma once
+// Small helpers shared by the layers tests: configs, random batches, comparisons.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "framework/rng.h"
+#include "layers/bart.h"
+
+namespace tarn::testing {
+
+// The tiny preset with a small vocabulary and no dropout, every stack using `attention`.
+inline BartConfig tiny_config(const AttentionConfig& attention, int64_t vocab = 48) {
+  BartConfig c = BartConfig::tiny();
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 32;
+  c.dropout = 0.0f;
+  c.with_attention(attention);
+  return c;
+}
+
+// Attention set-ups every model-level property is checked with: all softmax, all linear, and
+// a mix (the recipe picks each stack's attention separately).
+struct AttentionSetup {
+  std::string name;
+  AttentionConfig encoder_self, decoder_self, cross;
+};
+inline std::vector<AttentionSetup> attention_setups() {
+  const AttentionConfig sm = AttentionConfig::softmax_attention();
+  const AttentionConfig elu = AttentionConfig::linear_attention("elu1");
+  const AttentionConfig relu = AttentionConfig::linear_attention("relu");
+  return {{"softmax", sm, sm, sm},
+          {"linear_elu1", elu, elu, elu},
+          {"mixed", elu, sm, relu},
+          {"mixed2", sm, elu, elu}};
+}
+// The remaining feature maps, in every stack.
+inline std::vector<AttentionSetup> other_feature_map_setups() {
+  AttentionConfig favor = AttentionConfig::linear_attention("favor");
+  favor.favor_features = 24;  // m != head_dim (16)
+  const AttentionConfig exp = AttentionConfig::linear_attention("exp");
+  return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}};
+}
+inline std::vector<AttentionSetup> all_attention_setups() {
+  std::vector<AttentionSetup> all = attention_setups();
+  for (const AttentionSetup& s : other_feature_map_setups()) all.push_back(s);
+  return all;
+}
+inline BartConfig config_for(const AttentionSetup& s, int64_t vocab = 48) {
+  BartConfig c = tiny_config(s.encoder_self, vocab);
+  c.decoder_self_attention = s.decoder_self;
+  c.cross_attention = s.cross;
+  return c;
+}
+
+// Uniform ids in [4, vocab): never a special token, so no accidental padding.
+inline std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  Philox rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = 4 + static_cast<int32_t>(rng.below(static_cast<uint32_t>(vocab - 4)));
+  return ids;
+}
+
+// Row b, positions [0, n) of a (B, N, V) tensor flattened: the values of those positions.
+inline std::vector<float> rows_prefix(const std::vector<float>& x, int64_t batch, int64_t len, int64_t keep,
+                                      int64_t width) {
+  std::vector<float> out;
+  for (int64_t b = 0; b < batch; ++b)
+    out.insert(out.end(), x.begin() + (b * len) * width, x.begin() + (b * len + keep) * width);
+  return out;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace tarn::testing

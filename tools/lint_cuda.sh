@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Keeps raw kernel launches (triple angle brackets) and `extern __shared__` in their two homes:
+# files whose path contains "launch" (kernels/cuda/launch.cuh, tarn::launch) or "emu" (the CPU
+# emulator, kernels/emu/). Every other kernel launches through tarn::launch and takes dynamic
+# shared memory through TARN_DYNAMIC_SHARED, so that it also builds against the emulator.
+# Checks every .cu/.cuh of the source tree (build folders and .git left out).
+#   tools/lint_cuda.sh [source root]        exit 0 when clean, 1 with the offending lines
+set -euo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root"
+
+status=0
+checked=0
+while IFS= read -r -d '' file; do
+  checked=$((checked + 1))
+  case "$file" in
+    *launch* | *emu*) continue ;;
+  esac
+  # Comments count too: a commented-out raw launch is one edit away from a real one.
+  if hits=$(grep -nE '<<<|extern[[:space:]]+__shared__' "$file"); then
+    while IFS= read -r hit; do
+      echo "${file#./}:${hit%%:*}: raw launch or extern __shared__ outside the launch helper / emulator:" \
+           "use tarn::launch and TARN_DYNAMIC_SHARED (kernels/cuda/launch.cuh): ${hit#*:}" >&2
+    done <<<"$hits"
+    status=1
+  fi
+done < <(find . \( -path ./.git -o -path './build*' -o -path ./.gl -o -path ./.whl \) -prune -o \
+              -type f \( -name '*.cu' -o -name '*.cuh' \) -print0)
+
+if [ "$status" -eq 0 ]; then
+  echo "lint_cuda: $checked CUDA files checked, no raw launch or extern __shared__ outside launch/emu files"
+fi
+exit "$status"

@@ -1,0 +1,147 @@
+#include "tools/tarn/checkpoint_state.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "framework/io/atomic_file.h"
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "framework/io/state_dict.h"
+
+namespace tarn::app {
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kProgressFile = "progress.json";
+constexpr const char* kRecipeFile = "recipe.yaml";
+constexpr const char* kTokenizerFile = "tokenizer.model";
+
+json::Value progress_json(const Progress& p) {
+  using json::Value;
+  Value o = Value::object();
+  o.set("step", Value::number(p.step));
+  o.set("data_epoch", Value::number(p.data.epoch));
+  o.set("data_batch", Value::number(p.data.batch));
+  o.set("dropout_seed", Value::number(p.dropout.seed));
+  o.set("dropout_counter", Value::number(p.dropout.counter));
+  o.set("tokens_seen", Value::number(p.tokens_seen));
+  o.set("elapsed_s", Value::number(p.elapsed_s));
+  o.set("best_val_nll", p.has_best ? Value::number(p.best_val_nll) : Value());
+  o.set("best_step", Value::number(p.best_step));
+  o.set("evals_without_improvement", Value::number(p.evals_without_improvement));
+  o.set("bad_steps_in_row", Value::number(p.bad_steps_in_row));
+  o.set("skipped_steps", Value::number(p.skipped_steps));
+  return o;
+}
+
+const json::Value& field(const json::Value& o, const char* key, const std::string& source) {
+  const json::Value* v = o.find(key);
+  TARN_CHECK(v, source, ": missing \"", key, "\"");
+  return *v;
+}
+
+Progress parse_progress(const std::string& text, const std::string& source) {
+  const json::Value o = json::parse(text, source);
+  Progress p;
+  p.step = static_cast<int64_t>(field(o, "step", source).as_u64("step"));
+  p.data.epoch = field(o, "data_epoch", source).as_u64("data_epoch");
+  p.data.batch = field(o, "data_batch", source).as_u64("data_batch");
+  p.dropout.seed = field(o, "dropout_seed", source).as_u64("dropout_seed");
+  p.dropout.counter = field(o, "dropout_counter", source).as_u64("dropout_counter");
+  p.tokens_seen = static_cast<int64_t>(field(o, "tokens_seen", source).as_u64("tokens_seen"));
+  p.elapsed_s = field(o, "elapsed_s", source).as_double("elapsed_s");
+  const json::Value& best = field(o, "best_val_nll", source);
+  p.has_best = !best.is_null();
+  if (p.has_best) p.best_val_nll = best.as_double("best_val_nll");
+  p.best_step = static_cast<int64_t>(field(o, "best_step", source).as_u64("best_step"));
+  p.evals_without_improvement =
+      static_cast<int64_t>(field(o, "evals_without_improvement", source).as_u64("evals_without_improvement"));
+  p.bad_steps_in_row = static_cast<int64_t>(field(o, "bad_steps_in_row", source).as_u64("bad_steps_in_row"));
+  p.skipped_steps = static_cast<int64_t>(field(o, "skipped_steps", source).as_u64("skipped_steps"));
+  return p;
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
+                              const BartForConditionalGeneration& model, const AdamW& optimizer,
+                              const Progress& progress) {
+  std::filesystem::create_directories(run_dir);
+  CheckpointWriter w(checkpoint_dir(run_dir, progress.step));
+  w.write_safetensors(kModelFile, state_dict(model), {{"format", "pt"}});
+
+  // The moments alias the live optimizer (state_view): written before the next step().
+  const AdamWState opt = optimizer.state_view();
+  TensorList moments;
+  SafetensorsMetadata meta{{"step_count", std::to_string(opt.step_count)}};
+  for (const auto& [name, s] : opt.params) {
+    moments.emplace_back("exp_avg." + name, s.exp_avg);
+    moments.emplace_back("exp_avg_sq." + name, s.exp_avg_sq);
+    meta["step." + name] = std::to_string(s.step);
+  }
+  w.write_safetensors(kOptimizerFile, moments, meta);
+  w.write_file(kProgressFile, progress_json(progress).dump(2) + "\n");
+  w.write_file(kRecipeFile, to_yaml(recipe));
+  w.write_file(kTokenizerFile, read_file(tokenizer.path()));
+  w.set_info("step", std::to_string(progress.step));
+  if (progress.has_best) w.set_info("best_val_nll", std::to_string(progress.best_val_nll));
+  w.commit();
+}
+
+void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, AdamW& optimizer,
+                              Progress& progress) {
+  load_model_weights(ckpt, model);
+  const std::string opt_path = ckpt.path(kOptimizerFile);
+  const SafetensorsFile f = load_safetensors(opt_path);
+  AdamWState s;
+  auto meta = [&](const std::string& key) -> int64_t {
+    auto it = f.metadata.find(key);
+    TARN_CHECK(it != f.metadata.end(), opt_path, ": metadata has no \"", key, "\"");
+    return std::stoll(it->second);
+  };
+  s.step_count = meta("step_count");
+  for (const std::string& name : optimizer.names()) {
+    AdamWParamState& p = s.params[name];
+    p.exp_avg = f.at("exp_avg." + name);
+    p.exp_avg_sq = f.at("exp_avg_sq." + name);
+    p.step = meta("step." + name);
+  }
+  optimizer.load_state(s);
+  progress = checkpoint_progress(ckpt);
+  model.set_dropout_state(progress.dropout);
+}
+
+Progress checkpoint_progress(const Checkpoint& ckpt) {
+  const std::string path = ckpt.path(kProgressFile);
+  return parse_progress(read_file(path), path);
+}
+
+Recipe checkpoint_recipe(const Checkpoint& ckpt) {
+  const std::string path = ckpt.path(kRecipeFile);
+  Recipe r = parse_recipe(read_file(path), path);
+  r.data.tokenizer.model = ckpt.path(kTokenizerFile);
+  return r;
+}
+
+void load_model_weights(const Checkpoint& ckpt, BartForConditionalGeneration& model) {
+  const std::string path = ckpt.path(kModelFile);
+  load_state_dict(model, load_safetensors(path).tensors, true, path);
+}
+
+Checkpoint open_checkpoint_or_run(const std::string& path) {
+  struct stat st {};
+  TARN_CHECK(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "checkpoint ", path, ": no such folder");
+  if (::stat((path + "/" + kCompleteFile).c_str(), &st) == 0) return open_checkpoint(path);
+  std::vector<std::string> rejected;
+  auto latest = latest_valid_checkpoint(path, &rejected);
+  std::string why;
+  for (const std::string& r : rejected) why += "\n  " + r;
+  TARN_CHECK(latest, "checkpoint ", path, ": neither a checkpoint (no ", kCompleteFile,
+             ") nor a run folder holding a valid one", why);
+  return *latest;
+}
+
+}  // namespace tarn::app

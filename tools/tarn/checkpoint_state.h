@@ -1,0 +1,55 @@
+#pragma once
+// What a training checkpoint holds and how it is written and read back. A checkpoint folder
+// (framework/io/checkpoint_dir.h: atomic, verified) contains
+//   model.safetensors      weights and buffers under HuggingFace BART names
+//   optimizer.safetensors  AdamW moments ("exp_avg.<name>", "exp_avg_sq.<name>"); per-parameter
+//                          step counts and the optimizer's step count in __metadata__
+//   progress.json          step, data position, dropout stream, best validation, counters
+//   recipe.yaml            the resolved recipe, every default filled in
+//   tokenizer.model        the SentencePiece model the ids refer to
+// Everything the next step depends on is in there, so a resumed run continues bit for bit.
+#include <cstdint>
+#include <string>
+
+#include "data/batch.h"
+#include "data/tokenizer.h"
+#include "framework/config/recipe.h"
+#include "framework/io/checkpoint_dir.h"
+#include "framework/optim/adamw.h"
+#include "layers/bart.h"
+
+namespace tarn::app {
+
+struct Progress {
+  int64_t step = 0;             // optimizer updates done
+  DataPosition data;            // the next batch to read
+  DropoutState dropout;         // the next dropout stream
+  int64_t tokens_seen = 0;      // source + target tokens trained on
+  double elapsed_s = 0;         // training wall time over all runs
+  bool has_best = false;
+  double best_val_nll = 0;      // lowest validation NLL per token so far
+  int64_t best_step = 0;
+  int64_t evals_without_improvement = 0;
+  int64_t bad_steps_in_row = 0;  // non-finite loss or gradient
+  int64_t skipped_steps = 0;     // over the whole run
+};
+
+void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
+                              const BartForConditionalGeneration& model, const AdamW& optimizer,
+                              const Progress& progress);
+
+// Copies the checkpoint's weights, optimizer state and progress into live objects of the same
+// recipe; names and shapes are checked first (a clear error names the first mismatch).
+void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, AdamW& optimizer,
+                              Progress& progress);
+
+// For eval / export / generate: the checkpoint's recipe (its tokenizer pointed at the copy in
+// the checkpoint) and its model.
+Recipe checkpoint_recipe(const Checkpoint& ckpt);
+void load_model_weights(const Checkpoint& ckpt, BartForConditionalGeneration& model);
+Progress checkpoint_progress(const Checkpoint& ckpt);
+
+// A checkpoint folder, or a run folder (its newest valid checkpoint), opened and verified.
+Checkpoint open_checkpoint_or_run(const std::string& path);
+
+}  // namespace tarn::app

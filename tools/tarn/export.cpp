@@ -1,0 +1,106 @@
+#include "tools/tarn/export.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "framework/io/atomic_file.h"
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "framework/io/state_dict.h"
+#include "framework/log/log.h"
+#include "layers/bart.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/session.h"
+
+namespace tarn::app {
+namespace {
+
+json::Value attention_json(const AttentionRecipe& a) {
+  json::Value o = json::Value::object();
+  o.set("kind", json::Value::string(a.kind));
+  if (a.kind == "linear") {
+    o.set("feature_map", json::Value::string(a.feature_map));
+    o.set("chunk", json::Value::number(a.chunk));
+    o.set("favor_features", json::Value::number(a.favor_features));
+    o.set("eps", json::Value::number(a.eps));
+  }
+  return o;
+}
+
+// HF's BartConfig fields (transformers/models/bart/configuration_bart.py), so that
+// BartForConditionalGeneration.from_pretrained() reads the folder; attention settings that HF
+// does not know go under "tarn" (an HF loader ignores them and builds softmax attention).
+std::string config_json(const BartConfig& c, const Recipe& r) {
+  using json::Value;
+  Value o = Value::object();
+  o.set("architectures", Value::array({Value::string("BartForConditionalGeneration")}));
+  o.set("model_type", Value::string("bart"));
+  o.set("vocab_size", Value::number(c.vocab_size));
+  o.set("d_model", Value::number(c.d_model));
+  o.set("encoder_layers", Value::number(c.encoder_layers));
+  o.set("decoder_layers", Value::number(c.decoder_layers));
+  o.set("encoder_attention_heads", Value::number(c.encoder_attention_heads));
+  o.set("decoder_attention_heads", Value::number(c.decoder_attention_heads));
+  o.set("encoder_ffn_dim", Value::number(c.encoder_ffn_dim));
+  o.set("decoder_ffn_dim", Value::number(c.decoder_ffn_dim));
+  o.set("max_position_embeddings", Value::number(c.max_position_embeddings));
+  o.set("activation_function", Value::string("gelu"));
+  o.set("dropout", Value::number(static_cast<double>(c.dropout)));
+  o.set("attention_dropout", Value::number(static_cast<double>(c.attention_dropout)));
+  o.set("activation_dropout", Value::number(static_cast<double>(c.activation_dropout)));
+  o.set("classifier_dropout", Value::number(0.0));
+  o.set("init_std", Value::number(static_cast<double>(c.init_std)));
+  o.set("encoder_layerdrop", Value::number(0.0));
+  o.set("decoder_layerdrop", Value::number(0.0));
+  o.set("scale_embedding", Value::boolean(c.scale_embedding));
+  o.set("use_cache", Value::boolean(true));
+  o.set("is_encoder_decoder", Value::boolean(true));
+  o.set("tie_word_embeddings", Value::boolean(true));
+  o.set("bos_token_id", Value::number(static_cast<int64_t>(c.bos_token_id)));
+  o.set("pad_token_id", Value::number(static_cast<int64_t>(c.pad_token_id)));
+  o.set("eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
+  o.set("decoder_start_token_id", Value::number(static_cast<int64_t>(c.decoder_start_token_id)));
+  o.set("forced_eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
+  o.set("torch_dtype", Value::string("float32"));
+  Value t = Value::object();
+  t.set("encoder_self_attention", attention_json(r.model.attention.encoder_self));
+  t.set("decoder_self_attention", attention_json(r.model.attention.decoder_self));
+  t.set("cross_attention", attention_json(r.model.attention.cross));
+  t.set("layer_norm_eps", Value::number(static_cast<double>(c.layer_norm_eps)));
+  t.set("tokenizer", Value::string("spm.model"));
+  o.set("tarn", t);
+  return o.dump(2) + "\n";
+}
+
+}  // namespace
+
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir) {
+  const Checkpoint ckpt = open_checkpoint_or_run(checkpoint);
+  const Recipe recipe = checkpoint_recipe(ckpt);
+  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
+  const BartConfig cfg = model_config(recipe, tok.vocab_size());
+  BartForConditionalGeneration model(cfg);
+  load_model_weights(ckpt, model);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  TARN_CHECK(!ec, "export: cannot create ", out_dir, ": ", ec.message());
+  const std::string weights = out_dir + "/model.safetensors";
+  const TensorList tensors = state_dict(model);
+  save_safetensors(weights, tensors, {{"format", "pt"}});
+  write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe));
+  write_file_atomic(out_dir + "/spm.model", read_file(tok.path()));
+  const SafetensorsHeader header = check_safetensors(weights);  // the format's rules, re-read from disk
+
+  ExportResult r;
+  r.dir = out_dir;
+  r.tensors = static_cast<int64_t>(tensors.size());
+  for (const auto& [name, t] : tensors) r.parameters += t.numel();
+  struct stat st {};
+  if (::stat(weights.c_str(), &st) == 0) r.bytes = static_cast<uint64_t>(st.st_size);
+  (void)header;
+  return r;
+}
+
+}  // namespace tarn::app

@@ -1,0 +1,157 @@
+#include "tools/tarn/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "framework/autograd.h"
+
+namespace tarn::app {
+namespace {
+
+struct Encoded {
+  Tensor out;
+  PaddingMask padding;
+};
+
+// Right-padded batch of sources through the encoder.
+Encoded encode(const BartForConditionalGeneration& model, const std::vector<std::vector<int32_t>>& sources) {
+  const int32_t pad = model.config().pad_token_id;
+  size_t len = 1;
+  for (const auto& s : sources) len = std::max(len, s.size());
+  std::vector<int32_t> ids(sources.size() * len, pad);
+  PaddingMask padding(ids.size(), 1);
+  for (size_t i = 0; i < sources.size(); ++i)
+    for (size_t j = 0; j < sources[i].size(); ++j) {
+      ids[i * len + j] = sources[i][j];
+      padding[i * len + j] = 0;
+    }
+  const Shape shape{static_cast<int64_t>(sources.size()), static_cast<int64_t>(len)};
+  return {model.encode(ids, shape, padding), padding};
+}
+
+// log-softmax of one row of logits, in double.
+std::vector<double> log_probs(const float* logits, int64_t v) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < v; ++j) mx = std::max(mx, static_cast<double>(logits[j]));
+  double z = 0;
+  for (int64_t j = 0; j < v; ++j) z += std::exp(logits[j] - mx);
+  const double lz = mx + std::log(z);
+  std::vector<double> out(static_cast<size_t>(v));
+  for (int64_t j = 0; j < v; ++j) out[j] = logits[j] - lz;
+  return out;
+}
+
+std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& model,
+                                         const std::vector<std::vector<int32_t>>& sources, int64_t max_length) {
+  const BartConfig& c = model.config();
+  const Encoded enc = encode(model, sources);
+  DecodingState state = model.start_decoding(enc.out, enc.padding);
+  const size_t b = sources.size();
+  std::vector<std::vector<int32_t>> out(b);
+  std::vector<bool> done(b, false);
+  std::vector<int32_t> next(b, c.decoder_start_token_id);
+  for (int64_t t = 0; t < max_length; ++t) {
+    const Tensor logits = model.decode_step(state, next);  // (B, V)
+    const int64_t v = logits.size(-1);
+    const float* p = logits.f32();
+    bool all = true;
+    for (size_t i = 0; i < b; ++i) {
+      const float* row = p + i * v;
+      const int32_t tok = static_cast<int32_t>(std::max_element(row, row + v) - row);
+      next[i] = done[i] ? c.pad_token_id : tok;
+      if (!done[i]) {
+        if (tok == c.eos_token_id) done[i] = true;
+        else out[i].push_back(tok);
+      }
+      all = all && done[i];
+    }
+    if (all) break;
+  }
+  return out;
+}
+
+// Beam search for one source: `beam` hypotheses advance together as rows of one decoding state.
+std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, const std::vector<int32_t>& source,
+                                 const GenerateOptions& o) {
+  const BartConfig& c = model.config();
+  const Encoded enc = encode(model, {source});
+  DecodingState state = model.start_decoding(enc.out, enc.padding);
+  reorder(state, std::vector<int64_t>(1, 0));
+  struct Hyp {
+    std::vector<int32_t> tokens;
+    double logp = 0;
+  };
+  std::vector<Hyp> live{{{}, 0.0}};
+  std::vector<std::pair<double, std::vector<int32_t>>> finished;  // (normalised score, tokens)
+  auto normalised = [&](double logp, size_t len) { return logp / std::pow(static_cast<double>(len), o.length_penalty); };
+  for (int64_t t = 0; t < o.max_length && !live.empty(); ++t) {
+    std::vector<int32_t> last;
+    for (const Hyp& h : live) last.push_back(h.tokens.empty() ? c.decoder_start_token_id : h.tokens.back());
+    const Tensor logits = model.decode_step(state, last);
+    const int64_t v = logits.size(-1);
+    struct Cand {
+      double logp;
+      size_t from;
+      int32_t tok;
+    };
+    std::vector<Cand> cands;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const std::vector<double> lp = log_probs(logits.f32() + i * v, v);
+      // Only the top 2*beam of each row can survive: keep those.
+      std::vector<int32_t> idx(static_cast<size_t>(v));
+      std::iota(idx.begin(), idx.end(), 0);
+      const size_t k = std::min<size_t>(idx.size(), 2 * static_cast<size_t>(o.beam));
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
+      for (size_t j = 0; j < k; ++j) cands.push_back({live[i].logp + lp[idx[j]], i, idx[j]});
+    }
+    std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
+    std::vector<Hyp> next;
+    std::vector<int64_t> rows;
+    for (const Cand& cd : cands) {
+      if (static_cast<int>(next.size()) == o.beam) break;
+      std::vector<int32_t> toks = live[cd.from].tokens;
+      if (cd.tok == c.eos_token_id || t + 1 == o.max_length) {
+        if (cd.tok != c.eos_token_id) toks.push_back(cd.tok);
+        finished.emplace_back(normalised(cd.logp, toks.size() + 1), toks);
+        continue;
+      }
+      toks.push_back(cd.tok);
+      next.push_back({toks, cd.logp});
+      rows.push_back(static_cast<int64_t>(cd.from));
+    }
+    // Stop once the best finished hypothesis beats anything the live ones can still reach
+    // (log-probabilities only fall as hypotheses grow).
+    if (static_cast<int>(finished.size()) >= o.beam) {
+      double best = -std::numeric_limits<double>::infinity();
+      for (const auto& f : finished) best = std::max(best, f.first);
+      double best_live = -std::numeric_limits<double>::infinity();
+      for (const Hyp& h : next) best_live = std::max(best_live, normalised(h.logp, static_cast<size_t>(o.max_length)));
+      if (best >= best_live) break;
+    }
+    live = std::move(next);
+    if (!live.empty()) reorder(state, rows);
+  }
+  if (finished.empty()) return live.empty() ? std::vector<int32_t>{} : live.front().tokens;
+  return std::max_element(finished.begin(), finished.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; })
+      ->second;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& model,
+                                           const std::vector<std::vector<int32_t>>& sources,
+                                           const GenerateOptions& options) {
+  TARN_CHECK(options.beam >= 1, "generate: --beam must be at least 1, got ", options.beam);
+  TARN_CHECK(options.max_length >= 1, "generate: --max-length must be at least 1, got ", options.max_length);
+  NoGradGuard no_grad;
+  if (sources.empty()) return {};
+  if (options.beam == 1) return greedy(model, sources, options.max_length);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& s : sources) out.push_back(beam_search(model, s, options));
+  return out;
+}
+
+}  // namespace tarn::app

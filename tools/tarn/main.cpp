@@ -1,0 +1,267 @@
+// The tarn command line: parses arguments and hands each subcommand to tools/tarn/*. User
+// errors (bad recipe, missing file, bad flag) exit 2 with a message naming the culprit; bugs
+// exit 1.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/denoising_dataset.h"
+#include "data/wordnet_corpus.h"
+#include "framework/config/config_error.h"
+#include "framework/config/recipe.h"
+#include "framework/log/log.h"
+#include "layers/bart.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/evaluate.h"
+#include "tools/tarn/export.h"
+#include "tools/tarn/generate.h"
+#include "tools/tarn/session.h"
+#include "tools/tarn/trainer.h"
+
+namespace tarn::app {
+namespace {
+
+constexpr const char* kUsage = R"(tarn: linear-attention BART training on the CPU
+
+usage: tarn <command> [options]
+
+commands:
+  train RECIPE.yaml [--set KEY=VALUE ...] [--restart]
+        Train from a recipe. Resumes from the newest valid checkpoint in checkpoints.dir
+        unless --restart. Ctrl-C finishes the step, writes a checkpoint and exits.
+  config RECIPE.yaml [--set KEY=VALUE ...]
+        Validate a recipe and print it resolved, every default filled in.
+  config --keys
+        Every recipe key with its default, accepted values and description.
+  eval --checkpoint DIR --data FILE [--tokens-per-batch N] [--max-batches N]
+        Mean NLL and perplexity over the target tokens of FILE (the checkpoint's data kind:
+        denoising plain text, or source<TAB>target pairs).
+  export --checkpoint DIR --out DIR
+        model.safetensors (HuggingFace BART names), config.json and spm.model.
+  generate --checkpoint DIR [--beam N] [--max-length N]
+        Reads source lines on stdin, writes one generated line per source on stdout.
+  denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
+        Noises the first N lines of FILE as in training and shows input, output, original.
+  prepare-corpus OUTDIR [--wordnet DIR]
+        Extracts the built-in WordNet corpus into OUTDIR/{train,valid,test}.txt.
+
+A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
+newest valid checkpoint). Exit codes: 0 success, 2 user error, 1 internal error.
+)";
+
+// --flag value pairs, repeated --set, bare flags and positionals.
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> sets;
+
+  std::string need(const std::string& flag) const {
+    auto it = flags.find(flag);
+    TARN_CHECK(it != flags.end(), "missing --", flag, " (see tarn --help)");
+    return it->second;
+  }
+  std::string get(const std::string& flag, const std::string& fallback) const {
+    auto it = flags.find(flag);
+    return it == flags.end() ? fallback : it->second;
+  }
+  int64_t integer(const std::string& flag, int64_t fallback) const {
+    auto it = flags.find(flag);
+    if (it == flags.end()) return fallback;
+    char* end = nullptr;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    TARN_CHECK(end && *end == '\0' && !it->second.empty(), "--", flag, ": expected an integer, got \"", it->second, "\"");
+    return v;
+  }
+  bool has(const std::string& flag) const { return flags.count(flag) > 0; }
+};
+
+Args parse(int argc, char** argv, int first, const std::vector<std::string>& valued,
+           const std::vector<std::string>& bare) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s.rfind("--", 0) != 0) {
+      a.positional.push_back(s);
+      continue;
+    }
+    std::string name = s.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const bool takes_value = name == "set" || std::find(valued.begin(), valued.end(), name) != valued.end();
+    const bool is_bare = std::find(bare.begin(), bare.end(), name) != bare.end();
+    TARN_CHECK(takes_value || is_bare, "unknown option --", name, " (see tarn --help)");
+    if (takes_value && !inline_value) {
+      TARN_CHECK(i + 1 < argc, "--", name, " needs a value");
+      value = argv[++i];
+    }
+    if (name == "set") a.sets.push_back(value);
+    else a.flags[name] = value;
+  }
+  return a;
+}
+
+int cmd_train(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {}, {"restart"});
+  TARN_CHECK(a.positional.size() == 1, "usage: tarn train RECIPE.yaml [--set KEY=VALUE ...] [--restart]");
+  TrainOptions o;
+  o.recipe_path = a.positional[0];
+  o.overrides = a.sets;
+  o.restart = a.has("restart");
+  const TrainSummary s = train(o);
+  return s.failed ? 3 : 0;
+}
+
+int cmd_config(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {}, {"keys"});
+  if (a.has("keys")) {
+    std::cout << recipe_help();
+    return 0;
+  }
+  TARN_CHECK(a.positional.size() == 1, "usage: tarn config RECIPE.yaml [--set KEY=VALUE ...] | tarn config --keys");
+  const Recipe r = load_recipe(a.positional[0], a.sets);
+  for (const std::string& w : r.warnings) log::warn("config", w);
+  std::cout << to_yaml(r);
+  return 0;
+}
+
+struct Loaded {
+  Recipe recipe;
+  std::optional<Tokenizer> tok;
+  std::unique_ptr<BartForConditionalGeneration> model;
+  Checkpoint ckpt;
+};
+
+Loaded load(const std::string& dir) {
+  Loaded l;
+  l.ckpt = open_checkpoint_or_run(dir);
+  l.recipe = checkpoint_recipe(l.ckpt);
+  configure_threads(l.recipe);
+  l.tok = Tokenizer::load(l.recipe.data.tokenizer.model);
+  l.model = std::make_unique<BartForConditionalGeneration>(model_config(l.recipe, l.tok->vocab_size()));
+  load_model_weights(l.ckpt, *l.model);
+  l.model->eval();
+  log::info("tarn", "loaded ", l.ckpt.dir, " (", l.model->config().str(), ")");
+  return l;
+}
+
+int cmd_eval(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "tokens-per-batch", "max-batches"}, {});
+  Loaded l = load(a.need("checkpoint"));
+  const std::string data = a.need("data");
+  auto ds = open_dataset(l.recipe, *l.tok, data, 0x5eed0e7a1ULL, "eval");
+  const EvalResult r = evaluate(*l.model, *ds, a.integer("tokens-per-batch", l.recipe.training.tokens_per_batch),
+                                a.integer("max-batches", 0));
+  std::printf("nll %.6f\nppl %.4f\ntokens %lld\n", r.mean_nll(), r.perplexity(), static_cast<long long>(r.tokens));
+  return 0;
+}
+
+int cmd_export(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {"checkpoint", "out"}, {});
+  const ExportResult r = export_checkpoint(a.need("checkpoint"), a.need("out"));
+  log::info("export", "wrote ", r.dir, ": model.safetensors (", r.tensors, " tensors, ", log::thousands(r.parameters),
+            " values, ", log::thousands(static_cast<long long>(r.bytes)), " bytes, format checked), config.json, spm.model");
+  return 0;
+}
+
+GenerateOptions generate_options(const Args& a) {
+  GenerateOptions g;
+  g.beam = static_cast<int>(a.integer("beam", 1));
+  g.max_length = a.integer("max-length", 128);
+  return g;
+}
+
+int cmd_generate(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length"}, {});
+  Loaded l = load(a.need("checkpoint"));
+  const GenerateOptions g = generate_options(a);
+  const int64_t max_src = l.recipe.data.max_source_len;
+  std::string line;
+  int64_t lines = 0, truncated = 0;
+  while (std::getline(std::cin, line)) {
+    std::vector<int32_t> ids = l.tok->encode(line);
+    if (static_cast<int64_t>(ids.size()) > max_src - 1) {
+      ids.resize(static_cast<size_t>(max_src - 1));
+      ++truncated;
+    }
+    ids.push_back(l.tok->eos_id());
+    std::cout << l.tok->decode(generate(*l.model, {ids}, g).at(0)) << "\n" << std::flush;
+    ++lines;
+  }
+  if (truncated) log::warn("generate", str_cat(truncated, " of ", lines, " lines were longer than data.max_source_len (",
+                                               max_src, " tokens) and were truncated"));
+  return 0;
+}
+
+int cmd_denoise(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "count", "beam", "max-length"}, {});
+  Loaded l = load(a.need("checkpoint"));
+  TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
+             " data; use tarn generate");
+  auto ds = open_dataset(l.recipe, *l.tok, a.need("data"), 0x5eed0e7a1ULL, "denoise");
+  const int64_t n = std::min<int64_t>(a.integer("count", 5), static_cast<int64_t>(ds->size()));
+  const GenerateOptions g = generate_options(a);
+  for (int64_t i = 0; i < n; ++i) {
+    const Example ex = ds->example(static_cast<size_t>(i), 0);
+    const std::vector<int32_t> out = generate(*l.model, {ex.source}, g).at(0);
+    std::vector<int32_t> src(ex.source.begin(), ex.source.end() - 1);
+    std::printf("input:    %s\noutput:   %s\noriginal: %s\n\n", l.tok->decode(src).c_str(), l.tok->decode(out).c_str(),
+                l.tok->decode(ex.target).c_str());
+  }
+  return 0;
+}
+
+int cmd_prepare(int argc, char** argv) {
+  const Args a = parse(argc, argv, 2, {"wordnet"}, {});
+  TARN_CHECK(a.positional.size() == 1, "usage: tarn prepare-corpus OUTDIR [--wordnet DIR]");
+  const auto corpus = prepare_wordnet_corpus(a.positional[0], a.get("wordnet", "/usr/share/wordnet"));
+  log::info("data", corpus.summary());
+  return 0;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  const std::string cmd = argv[1];
+  if (cmd == "train") return cmd_train(argc, argv);
+  if (cmd == "config") return cmd_config(argc, argv);
+  if (cmd == "eval") return cmd_eval(argc, argv);
+  if (cmd == "export") return cmd_export(argc, argv);
+  if (cmd == "generate") return cmd_generate(argc, argv);
+  if (cmd == "denoise") return cmd_denoise(argc, argv);
+  if (cmd == "prepare-corpus") return cmd_prepare(argc, argv);
+  throw Error("unknown command \"" + cmd + "\" (see tarn --help)");
+}
+
+}  // namespace
+}  // namespace tarn::app
+
+int main(int argc, char** argv) {
+  try {
+    return tarn::app::dispatch(argc, argv);
+  } catch (const tarn::ConfigError& e) {
+    std::fprintf(stderr, "tarn: %s\n", e.what());
+    return 2;
+  } catch (const tarn::Error& e) {
+    std::fprintf(stderr, "tarn: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tarn: internal error: %s\n", e.what());
+    return 1;
+  }
+}

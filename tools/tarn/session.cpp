@@ -1,0 +1,135 @@
+#include "tools/tarn/session.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "data/corpus_reader.h"
+#include "data/denoising_dataset.h"
+#include "data/pair_dataset.h"
+#include "framework/log/log.h"
+#include "kernels/blas_info.h"
+#include "kernels/parallel.h"
+
+namespace tarn::app {
+namespace {
+bool file_exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+AttentionConfig attention_config(const AttentionRecipe& r, const std::string& key) {
+  AttentionConfig a;
+  a.kind = parse_attention_kind(r.kind, key + ".kind");
+  a.feature_map = r.feature_map;
+  a.chunk = r.chunk;
+  a.favor_features = r.favor_features;
+  a.eps = static_cast<float>(r.eps);
+  return a;
+}
+}  // namespace
+
+void configure_threads(const Recipe& recipe) {
+  if (recipe.training.threads > 0) kernels::set_num_threads(static_cast<int>(recipe.training.threads));
+  const auto blas = kernels::blas_info();
+  log::info("tarn", "threads: ", kernels::num_threads(), "; BLAS: ", blas.str());
+  if (!blas.is_openmp()) log::warn("tarn", "BLAS is not OpenBLAS' OpenMP build: GEMM will be slow");
+}
+
+Tokenizer open_tokenizer(const Recipe& recipe) {
+  const TokenizerRecipe& t = recipe.data.tokenizer;
+  if (!t.model.empty()) {
+    Tokenizer tok = Tokenizer::load(t.model);
+    log::info("data", "tokenizer ", t.model, " (", tok.vocab_size(), " pieces)");
+    return tok;
+  }
+  const std::string path = t.train.model_prefix + ".model";
+  if (file_exists(path)) {
+    Tokenizer tok = Tokenizer::load(path);
+    log::info("data", "tokenizer ", path, " (", tok.vocab_size(), " pieces, trained earlier)");
+    return tok;
+  }
+  log::info("data", "training a SentencePiece ", t.train.model_type, " model of ", t.train.vocab_size,
+            " pieces on ", recipe.data.train, " ...");
+  const auto start = std::chrono::steady_clock::now();
+  TokenizerTrainOptions opt;
+  opt.model_type = t.train.model_type;
+  opt.character_coverage = t.train.character_coverage;
+  opt.input_sentence_size = t.train.input_sentence_size;
+  opt.hard_vocab_limit = t.train.hard_vocab_limit;
+  opt.num_threads = std::max(1, kernels::num_threads());
+  opt.seed = static_cast<uint32_t>(recipe.training.seed);
+  const std::string model = Tokenizer::train({recipe.data.train}, t.train.model_prefix,
+                                             static_cast<int>(t.train.vocab_size), opt);
+  Tokenizer tok = Tokenizer::load(model);
+  log::info("data", "tokenizer ", model, " (", tok.vocab_size(), " pieces) trained in ",
+            log::duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  return tok;
+}
+
+BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
+  const ModelRecipe& m = recipe.model;
+  BartConfig c = BartConfig::preset(m.preset == "custom" ? "small" : m.preset);
+  c.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
+  TARN_CHECK(c.vocab_size >= tokenizer_vocab, "model.vocab_size: ", c.vocab_size,
+             " is smaller than the tokenizer's vocabulary (", tokenizer_vocab, ")");
+  c.d_model = m.d_model;
+  c.encoder_layers = m.encoder_layers;
+  c.decoder_layers = m.decoder_layers;
+  c.encoder_attention_heads = c.decoder_attention_heads = m.heads;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = m.ffn_dim;
+  c.max_position_embeddings = m.max_positions;
+  c.dropout = static_cast<float>(m.dropout);
+  c.attention_dropout = static_cast<float>(m.attention_dropout);
+  c.activation_dropout = static_cast<float>(m.activation_dropout);
+  c.scale_embedding = m.scale_embedding;
+  c.init_std = static_cast<float>(m.init_std);
+  c.encoder_self_attention = attention_config(m.attention.encoder_self, "model.attention.encoder_self");
+  c.decoder_self_attention = attention_config(m.attention.decoder_self, "model.attention.decoder_self");
+  c.cross_attention = attention_config(m.attention.cross, "model.attention.cross");
+  const int64_t longest = std::max(recipe.data.max_source_len, recipe.data.max_target_len);
+  TARN_CHECK(longest <= c.max_position_embeddings, "model.max_positions: ", c.max_position_embeddings,
+             " is shorter than the longest sequence the data allows (", longest, ")");
+  c.validate();
+  return c;
+}
+
+std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok, const std::string& path,
+                                      uint64_t noise_seed, const char* role) {
+  const DataRecipe& d = recipe.data;
+  ReadStats read;
+  std::unique_ptr<Dataset> out;
+  std::string summary;
+  if (d.kind == "pairs") {
+    PairOptions opt;
+    opt.max_source_length = d.max_source_len;
+    opt.max_target_length = d.max_target_len;
+    auto ds = std::make_unique<PairDataset>(PairDataset::from_files({path}, tok, opt, &read));
+    summary = ds->stats().summary();
+    out = std::move(ds);
+  } else {
+    DenoisingOptions opt;
+    opt.max_source_length = d.max_source_len;
+    opt.max_target_length = d.max_target_len;
+    if (d.pack_tokens > 0) {
+      opt.pack = true;
+      opt.max_source_length = std::min(opt.max_source_length, d.pack_tokens);
+      opt.max_target_length = std::min(opt.max_target_length, d.pack_tokens);
+    }
+    opt.noise.mask_ratio = d.noising.mask_ratio;
+    opt.noise.poisson_lambda = d.noising.poisson_lambda;
+    opt.noise.permute_sentences = d.noising.permute_sentences;
+    opt.noise.delete_ratio = d.noising.delete_ratio;
+    opt.seed = noise_seed;
+    auto ds = std::make_unique<DenoisingDataset>(DenoisingDataset::from_files({path}, tok, opt, &read));
+    summary = ds->stats().summary();
+    out = std::move(ds);
+  }
+  for (const std::string& w : read.warnings) log::warn("data", w);
+  log::info("data", role, " ", path, ": ", read.summary(), "; ", summary);
+  TARN_CHECK(out->size() > 0, role, " data ", path, ": no usable example");
+  return out;
+}
+
+}  // namespace tarn::app

@@ -1,0 +1,30 @@
+#pragma once
+// Everything a tarn command builds from a recipe before it can work: threads, the tokenizer
+// (loaded, or trained on the training corpus the first time), the datasets, and the model
+// configuration. Shared by train, eval, export, generate and denoise.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "framework/config/recipe.h"
+#include "layers/config.h"
+
+namespace tarn::app {
+
+// Applies training.threads (0 = every core) and logs which BLAS is loaded.
+void configure_threads(const Recipe& recipe);
+
+// data.tokenizer.model when set; else <model_prefix>.model, trained on data.train if missing.
+Tokenizer open_tokenizer(const Recipe& recipe);
+
+// The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
+BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
+
+// A dataset of the recipe's kind (denoising or pairs) over `path`. `noise_seed` keys the
+// denoising noise (training: the recipe seed; evaluation: a fixed seed so scores repeat).
+std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok, const std::string& path,
+                                      uint64_t noise_seed, const char* role);
+
+}  // namespace tarn::app

@@ -1,0 +1,394 @@
+#include "tools/tarn/trainer.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "data/batcher.h"
+#include "framework/autograd.h"
+#include "framework/config/config_error.h"
+#include "framework/io/atomic_file.h"
+#include "framework/io/json.h"
+#include "framework/log/log.h"
+#include "framework/log/signals.h"
+#include "framework/optim/adamw.h"
+#include "framework/optim/clip_grad.h"
+#include "framework/optim/lr_schedule.h"
+#include "layers/bart.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/model_io.h"
+#include "tools/tarn/session.h"
+
+namespace tarn::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A seed stream for evaluation noise, apart from the training noise, so scores repeat.
+constexpr uint64_t kEvalNoiseSeed = 0x5eed0e7a1ULL;
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// JSON lines for tools: one object per logging step and per validation, appended.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) : out_(path, std::ios::app) {
+    TARN_CHECK(out_.good(), "logging.metrics_file: cannot open ", path, " for appending");
+  }
+  void write(const json::Value& v) {
+    out_ << v.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+struct Interval {  // what the progress line averages over
+  double loss_sum = 0, nll_sum = 0;
+  int64_t nll_tokens = 0, steps = 0, tokens = 0;
+  double grad_norm_sum = 0;
+  Clock::time_point start = Clock::now();
+  void reset() { *this = Interval(); }
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainOptions& opt) : opt_(opt) {}
+  TrainSummary run();
+
+ private:
+  void setup();
+  bool step();  // false when the step was skipped (non-finite)
+  void log_progress();
+  void validate_and_maybe_save_best();
+  void save(const char* why);
+  std::string stop_reason();
+
+  TrainOptions opt_;
+  Recipe recipe_;
+  std::optional<Tokenizer> tok_;
+  std::unique_ptr<Dataset> train_set_, valid_set_, test_set_;
+  std::unique_ptr<BartForConditionalGeneration> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<MetricsFile> metrics_;
+  LrSchedule schedule_;
+  Progress progress_;
+  Interval interval_;
+  TrainSummary summary_;
+  int64_t last_saved_step_ = -1;
+  double elapsed_at_start_ = 0;
+  Clock::time_point run_start_ = Clock::now();
+  double last_grad_norm_ = 0;
+  int64_t tokens_this_run_ = 0;
+};
+
+void Trainer::setup() {
+  recipe_ = load_recipe(opt_.recipe_path, opt_.overrides);
+  for (const std::string& w : recipe_.warnings) log::warn("config", w);
+  check_recipe_files(recipe_);
+  log::set_color(recipe_.logging.color);
+  if (recipe_.training.device != "cpu")
+    throw ConfigError(recipe_.where("training.device"), "training.device",
+                      "\"" + recipe_.training.device +
+                          "\": this build trains on the CPU only (the CUDA trainer is not written yet); use cpu");
+  if (recipe_.model.attention.encoder_self.favor_redraw_every || recipe_.model.attention.decoder_self.favor_redraw_every ||
+      recipe_.model.attention.cross.favor_redraw_every)
+    throw ConfigError(recipe_.where("model.attention"), "model.attention.*.favor_redraw_every",
+                      "redrawing FAVOR+ projections during training is not supported yet; use 0 (the projection "
+                      "drawn at the start is kept and checkpointed)");
+  configure_threads(recipe_);
+
+  tok_ = open_tokenizer(recipe_);
+  const uint64_t seed = static_cast<uint64_t>(recipe_.training.seed);
+  train_set_ = open_dataset(recipe_, *tok_, recipe_.data.train, seed, "train");
+  if (!recipe_.data.valid.empty()) valid_set_ = open_dataset(recipe_, *tok_, recipe_.data.valid, kEvalNoiseSeed, "valid");
+  if (!recipe_.data.test.empty()) test_set_ = open_dataset(recipe_, *tok_, recipe_.data.test, kEvalNoiseSeed, "test");
+
+  const BartConfig cfg = model_config(recipe_, tok_->vocab_size());
+  model_ = std::make_unique<BartForConditionalGeneration>(cfg, seed);
+  model_->train();
+  log::info("model", cfg.str(), "; ", log::thousands(model_->parameter_count()), " parameters");
+
+  AdamWOptions ao;
+  ao.lr = static_cast<float>(recipe_.optimizer.lr);
+  ao.beta1 = static_cast<float>(recipe_.optimizer.betas[0]);
+  ao.beta2 = static_cast<float>(recipe_.optimizer.betas[1]);
+  ao.eps = static_cast<float>(recipe_.optimizer.eps);
+  ao.weight_decay = static_cast<float>(recipe_.optimizer.weight_decay);
+  optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
+
+  schedule_.kind = parse_lr_schedule_kind(recipe_.optimizer.schedule);
+  schedule_.lr = ao.lr;
+  schedule_.warmup_steps = recipe_.optimizer.warmup_steps;
+  schedule_.total_steps = recipe_.training.max_steps > 0 ? recipe_.training.max_steps : 0;
+  schedule_.min_lr = static_cast<float>(recipe_.optimizer.min_lr);
+  if ((schedule_.kind == LrScheduleKind::linear || schedule_.kind == LrScheduleKind::cosine) && schedule_.total_steps == 0)
+    throw ConfigError(recipe_.where("optimizer.schedule"), "optimizer.schedule",
+                      recipe_.optimizer.schedule +
+                          " decays to training.max_steps, which is 0 (unlimited); use inverse_sqrt or constant, or "
+                          "set training.max_steps");
+  schedule_.validate();
+
+  BatcherConfig bc;
+  bc.plan.max_tokens = recipe_.training.tokens_per_batch;
+  bc.seed = seed;
+  batcher_ = std::make_unique<Batcher>(*train_set_, bc);
+  progress_.dropout = model_->dropout_state();
+
+  const std::string& run_dir = recipe_.checkpoints.dir;
+  std::filesystem::create_directories(run_dir);
+  for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
+    log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
+  if (!opt_.restart) {
+    std::vector<std::string> rejected;
+    auto latest = latest_valid_checkpoint(run_dir, &rejected);
+    for (const std::string& r : rejected) log::warn("ckpt", "skipping a damaged checkpoint: " + r);
+    if (latest) {
+      load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
+      batcher_->set_position(progress_.data);
+      last_saved_step_ = progress_.step;
+      log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
+                progress_.data.epoch, "); --restart starts over");
+    }
+  }
+  elapsed_at_start_ = progress_.elapsed_s;
+  metrics_ = std::make_unique<MetricsFile>(recipe_.logging.metrics_file);
+}
+
+bool Trainer::step() {
+  const int64_t accum = recipe_.training.grad_accumulation;
+  std::vector<Batch> batches;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < accum; ++i) {
+    batches.push_back(batcher_->next());
+    int64_t n = 0;
+    for (int32_t l : batches.back().tgt_labels) n += l >= 0 && l != kPadId;
+    counted += n;
+  }
+  const float smoothing = static_cast<float>(recipe_.training.label_smoothing);
+  double loss_sum = 0, nll_sum = 0;
+  int64_t tokens = 0;
+  bool finite = true;
+  for (const Batch& b : batches) {
+    int64_t n = 0;
+    const Tensor logits = forward_batch(*model_, b);
+    const Tensor loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &n);
+    const double l = loss.item();
+    if (!std::isfinite(l)) {
+      finite = false;
+      break;
+    }
+    // Each micro-batch's mean weighted by its share of the step's tokens: the step's gradient
+    // is that of the mean over all of them.
+    loss.backward(Tensor::scalar(static_cast<float>(n) / static_cast<float>(counted)));
+    loss_sum += l * static_cast<double>(n);
+    if (smoothing > 0) {
+      NoGradGuard no_grad;
+      nll_sum += static_cast<double>(seq2seq_loss(logits, b.tgt_labels, kPadId, 0.0f).item()) * static_cast<double>(n);
+    } else {
+      nll_sum += l * static_cast<double>(n);
+    }
+    tokens += b.src_tokens() + b.tgt_tokens();
+  }
+  double norm = 0;
+  if (finite) {
+    const auto params = model_->parameters();
+    norm = recipe_.optimizer.clip_norm > 0 ? clip_grad_norm(params, static_cast<float>(recipe_.optimizer.clip_norm))
+                                           : global_grad_norm(params);
+    finite = std::isfinite(norm);
+  }
+  progress_.data = batcher_->position();
+  progress_.dropout = model_->dropout_state();
+  if (!finite) {
+    optimizer_->zero_grad();
+    ++progress_.bad_steps_in_row;
+    ++progress_.skipped_steps;
+    log::warn("train", str_cat("step ", progress_.step + 1, ": non-finite ", norm == 0 ? "loss" : "gradient norm",
+                               ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
+                               recipe_.training.max_bad_steps, " stop the run)"));
+    return false;
+  }
+  optimizer_->set_lr(schedule_.lr_at(progress_.step));
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++progress_.step;
+  progress_.bad_steps_in_row = 0;
+  progress_.tokens_seen += tokens;
+  tokens_this_run_ += tokens;
+  last_grad_norm_ = norm;
+  interval_.loss_sum += loss_sum / static_cast<double>(counted);
+  interval_.nll_sum += nll_sum;
+  interval_.nll_tokens += counted;
+  interval_.grad_norm_sum += norm;
+  interval_.tokens += tokens;
+  ++interval_.steps;
+  return true;
+}
+
+void Trainer::log_progress() {
+  if (interval_.steps == 0) return;
+  const double secs = seconds_since(interval_.start);
+  const double loss = interval_.loss_sum / static_cast<double>(interval_.steps);
+  const double nll = interval_.nll_sum / static_cast<double>(std::max<int64_t>(1, interval_.nll_tokens));
+  const double tps = interval_.tokens / std::max(secs, 1e-9);
+  const double elapsed = elapsed_at_start_ + seconds_since(run_start_);
+  const int64_t max_steps = recipe_.training.max_steps;
+  double eta = NAN;
+  const double per_step = secs / static_cast<double>(interval_.steps);
+  if (max_steps > 0) eta = per_step * static_cast<double>(max_steps - progress_.step);
+  if (recipe_.training.max_time_minutes > 0) {
+    const double left = recipe_.training.max_time_minutes * 60 - elapsed;
+    eta = std::isnan(eta) ? left : std::min(eta, left);
+  }
+  std::string line = "step " + log::thousands(progress_.step);
+  if (max_steps > 0) line += "/" + log::thousands(max_steps);
+  line += " | ep " + std::to_string(progress_.data.epoch) + " | loss " + fmt("%.3f", loss) + " | ppl " +
+          fmt("%.1f", std::exp(nll)) + " | lr " + fmt("%.2e", optimizer_->lr()) + " | gnorm " +
+          fmt("%.2f", interval_.grad_norm_sum / interval_.steps) + " | " +
+          log::thousands(static_cast<long long>(tps)) + " tok/s | " + log::duration(elapsed);
+  if (!std::isnan(eta)) line += ", ETA " + log::duration(std::max(0.0, eta));
+  log::progress("train", line);
+
+  json::Value m = json::Value::object();
+  m.set("kind", json::Value::string("train"));
+  m.set("step", json::Value::number(progress_.step));
+  m.set("epoch", json::Value::number(progress_.data.epoch));
+  m.set("loss", json::Value::number(loss));
+  m.set("nll", json::Value::number(nll));
+  m.set("ppl", json::Value::number(std::exp(nll)));
+  m.set("lr", json::Value::number(static_cast<double>(optimizer_->lr())));
+  m.set("grad_norm", json::Value::number(interval_.grad_norm_sum / interval_.steps));
+  m.set("tokens_per_s", json::Value::number(tps));
+  m.set("elapsed_s", json::Value::number(elapsed));
+  metrics_->write(m);
+  summary_.train_loss = loss;
+  interval_.reset();
+}
+
+void Trainer::validate_and_maybe_save_best() {
+  if (!valid_set_) return;
+  const DropoutState dropout = model_->dropout_state();  // evaluation must not move the streams
+  const auto start = Clock::now();
+  const EvalResult r = evaluate(*model_, *valid_set_, recipe_.training.tokens_per_batch, recipe_.validation.max_batches);
+  model_->set_dropout_state(dropout);
+  summary_.valid = r;
+  const bool improved = !progress_.has_best || r.mean_nll() < progress_.best_val_nll;
+  if (improved) {
+    progress_.has_best = true;
+    progress_.best_val_nll = r.mean_nll();
+    progress_.best_step = progress_.step;
+    progress_.evals_without_improvement = 0;
+  } else {
+    ++progress_.evals_without_improvement;
+  }
+  log::info("valid", "step ", log::thousands(progress_.step), " | nll ", fmt("%.4f", r.mean_nll()), " | ppl ",
+            fmt("%.2f", r.perplexity()), " over ", log::thousands(r.tokens), " tokens (", r.batches, " batches, ",
+            log::duration(seconds_since(start)), ")", improved ? " | best so far" : "");
+  json::Value m = json::Value::object();
+  m.set("kind", json::Value::string("valid"));
+  m.set("step", json::Value::number(progress_.step));
+  m.set("nll", json::Value::number(r.mean_nll()));
+  m.set("ppl", json::Value::number(r.perplexity()));
+  m.set("tokens", json::Value::number(r.tokens));
+  m.set("best", json::Value::boolean(improved));
+  metrics_->write(m);
+  if (improved && recipe_.checkpoints.keep_best) {
+    save("best validation");
+    set_best_checkpoint(recipe_.checkpoints.dir, progress_.step);
+  }
+}
+
+void Trainer::save(const char* why) {
+  if (last_saved_step_ == progress_.step) return;
+  progress_.elapsed_s = elapsed_at_start_ + seconds_since(run_start_);
+  const auto start = Clock::now();
+  save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, *optimizer_, progress_);
+  last_saved_step_ = progress_.step;
+  summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
+  log::info("ckpt", "saved ", summary_.checkpoint, " (", why, ", ", log::duration(seconds_since(start)), ")");
+  if (recipe_.checkpoints.keep_last > 0)
+    prune_checkpoints(recipe_.checkpoints.dir, static_cast<int>(recipe_.checkpoints.keep_last));
+}
+
+std::string Trainer::stop_reason() {
+  const TrainingRecipe& t = recipe_.training;
+  if (stop_requested()) return stop_signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  if (t.max_steps > 0 && progress_.step >= t.max_steps) return "max_steps";
+  if (t.max_epochs > 0 && static_cast<int64_t>(progress_.data.epoch) >= t.max_epochs) return "max_epochs";
+  if (t.max_time_minutes > 0 && elapsed_at_start_ + seconds_since(run_start_) >= t.max_time_minutes * 60)
+    return "max_time";
+  if (progress_.bad_steps_in_row >= t.max_bad_steps) return "non-finite";
+  const int64_t patience = recipe_.validation.early_stopping_patience;
+  if (patience > 0 && progress_.evals_without_improvement >= patience) return "early_stopping";
+  return "";
+}
+
+TrainSummary Trainer::run() {
+  setup();
+  install_stop_handlers();
+  run_start_ = Clock::now();
+  interval_.reset();
+  const int64_t start_step = progress_.step;
+  log::info("train", "training from step ", log::thousands(progress_.step), " on ",
+            log::thousands(static_cast<long long>(train_set_->size())), " examples, ",
+            log::thousands(recipe_.training.tokens_per_batch), " tokens per batch; metrics in ",
+            recipe_.logging.metrics_file);
+  std::string reason = stop_reason();
+  while (reason.empty()) {
+    const bool ok = step();
+    if (ok) {
+      const int64_t s = progress_.step;
+      if (recipe_.logging.every_steps > 0 && s % recipe_.logging.every_steps == 0) log_progress();
+      if (recipe_.validation.every_steps > 0 && s % recipe_.validation.every_steps == 0) validate_and_maybe_save_best();
+      if (recipe_.checkpoints.every_steps > 0 && s % recipe_.checkpoints.every_steps == 0) save("every_steps");
+    }
+    reason = stop_reason();
+  }
+  log_progress();
+  log::end_progress();
+  summary_.failed = reason == "non-finite";
+  if (summary_.failed) {
+    log::line("train", str_cat("stopped: ", progress_.bad_steps_in_row,
+                               " steps in a row had a non-finite loss or gradient; the last good checkpoint (",
+                               last_saved_step_ >= 0 ? checkpoint_dir(recipe_.checkpoints.dir, last_saved_step_) : "none",
+                               ") is intact. Lower optimizer.lr or check the data."));
+  } else {
+    if (reason != "SIGINT" && reason != "SIGTERM" && (recipe_.validation.every_steps == 0 ||
+                                                      progress_.step % recipe_.validation.every_steps != 0))
+      validate_and_maybe_save_best();
+    save(reason.c_str());
+  }
+  summary_.steps = progress_.step;
+  summary_.steps_this_run = progress_.step - start_step;
+  summary_.stop_reason = reason;
+  summary_.wall_s = seconds_since(run_start_);
+  summary_.tokens_per_s = tokens_this_run_ / std::max(summary_.wall_s, 1e-9);
+  if (test_set_ && !summary_.failed && reason != "SIGINT" && reason != "SIGTERM") {
+    summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch);
+    log::info("test", "nll ", fmt("%.4f", summary_.test->mean_nll()), " | ppl ", fmt("%.2f", summary_.test->perplexity()),
+              " over ", log::thousands(summary_.test->tokens), " target tokens (", recipe_.data.test, ")");
+  }
+  log::info("train", "stopped (", reason, ") at step ", log::thousands(progress_.step), " after ",
+            log::duration(summary_.wall_s), "; ", log::thousands(static_cast<long long>(summary_.tokens_per_s)),
+            " tok/s over this run; last checkpoint ", summary_.checkpoint);
+  return summary_;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options) { return Trainer(options).run(); }
+
+}  // namespace tarn::app
