@@ -138,8 +138,15 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         add_pending(pending[e.node.get()], grads[i], e.node->name.c_str());
         if (--consumers[e.node.get()] == 0) ready.push_back(e.node.get());
       } else {
+        // A leaf's gradient outlives this pass (optimizers scale it in place, the next backward
+        // adds into it), so a leaf never keeps a buffer that something else also holds.
         AutogradMeta* leaf = e.leaf.get();
         auto [it, fresh] = leaf_owned.try_emplace(leaf, leaf->grad.defined());
+        if (!leaf->grad.defined()) {
+          leaf->grad = grads[i].storage().use_count() > 1 ? grads[i].clone() : grads[i];
+          it->second = true;
+          continue;
+        }
         Pending p{leaf->grad, it->second};
         add_pending(p, grads[i], "backward (leaf)");
         leaf->grad = p.grad;

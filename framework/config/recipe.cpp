@@ -328,8 +328,15 @@ void check_cross_field(const Recipe& r, Loader& loader) {
                                            o.schedule + " decays until training.max_steps), got " + o.schedule);
   }
   if (t.max_steps > 0 && o.warmup_steps > t.max_steps) {
-    loader.error("optimizer.warmup_steps",
-                 str_cat("expected at most training.max_steps = ", t.max_steps, ", got ", o.warmup_steps));
+    // A decaying schedule needs its warm-up to end before max_steps; the others merely stop
+    // during warm-up, which a first stage that a resumed run continues may well want.
+    if (o.schedule == "linear" || o.schedule == "cosine")
+      loader.error("optimizer.warmup_steps",
+                   str_cat("expected at most training.max_steps = ", t.max_steps, " with a ", o.schedule,
+                           " schedule, got ", o.warmup_steps));
+    else
+      loader.warn("optimizer.warmup_steps", str_cat(o.warmup_steps, " is longer than training.max_steps = ",
+                                                    t.max_steps, ": the run ends during warm-up"));
   }
   if (t.max_steps == 0 && t.max_epochs == 0 && t.max_time_minutes == 0) {
     loader.error_at(first_given(loader, {"training.max_steps", "training.max_epochs", "training.max_time_minutes",

@@ -12,12 +12,12 @@ constexpr const char* kOptimizerKey = "optimizer";
 constexpr const char* kOptimizerName = "adamw";
 constexpr const char* kStepCountKey = "step_count";
 constexpr const char* kStepPrefix = "step.";
-constexpr const char* kExpAvgSuffix = ".exp_avg";
-constexpr const char* kExpAvgSqSuffix = ".exp_avg_sq";
+constexpr const char* kExpAvgPrefix = "exp_avg.";
+constexpr const char* kExpAvgSqPrefix = "exp_avg_sq.";
 
-bool strip_suffix(const std::string& s, const std::string& suffix, std::string* stem) {
-  if (s.size() <= suffix.size() || s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
-  *stem = s.substr(0, s.size() - suffix.size());
+bool strip_prefix(const std::string& s, const std::string& prefix, std::string* rest) {
+  if (s.size() <= prefix.size() || s.compare(0, prefix.size(), prefix) != 0) return false;
+  *rest = s.substr(prefix.size());
   return true;
 }
 
@@ -40,8 +40,8 @@ FlatOptimizerState flatten_adamw_state(const AdamWState& state) {
   flat.metadata[kOptimizerKey] = kOptimizerName;
   flat.metadata[kStepCountKey] = std::to_string(state.step_count);
   for (const auto& [name, p] : state.params) {
-    flat.tensors.emplace_back(name + kExpAvgSuffix, p.exp_avg);
-    flat.tensors.emplace_back(name + kExpAvgSqSuffix, p.exp_avg_sq);
+    flat.tensors.emplace_back(kExpAvgPrefix + name, p.exp_avg);
+    flat.tensors.emplace_back(kExpAvgSqPrefix + name, p.exp_avg_sq);
     flat.metadata[kStepPrefix + name] = std::to_string(p.step);
   }
   return flat;
@@ -50,28 +50,27 @@ FlatOptimizerState flatten_adamw_state(const AdamWState& state) {
 AdamWState unflatten_adamw_state(const TensorList& tensors, const SafetensorsMetadata& metadata,
                                  std::string_view source) {
   const auto kind = metadata.find(kOptimizerKey);
-  TARN_CHECK(kind != metadata.end() && kind->second == kOptimizerName, source, ": metadata \"", kOptimizerKey,
-             "\" must be \"", kOptimizerName, "\", got ",
-             kind == metadata.end() ? std::string("nothing") : "\"" + kind->second + "\"");
+  TARN_CHECK(kind == metadata.end() || kind->second == kOptimizerName, source, ": metadata \"", kOptimizerKey,
+             "\" must be \"", kOptimizerName, "\", got \"", kind == metadata.end() ? "" : kind->second, "\"");
   AdamWState state;
   state.step_count = parse_count(metadata, kStepCountKey, source);
   std::map<std::string, std::pair<bool, bool>> seen;  // name -> (exp_avg, exp_avg_sq) present
   for (const auto& [key, t] : tensors) {
     std::string name;
-    if (strip_suffix(key, kExpAvgSqSuffix, &name)) {
+    if (strip_prefix(key, kExpAvgSqPrefix, &name)) {
       state.params[name].exp_avg_sq = t;
       seen[name].second = true;
-    } else if (strip_suffix(key, kExpAvgSuffix, &name)) {
+    } else if (strip_prefix(key, kExpAvgPrefix, &name)) {
       state.params[name].exp_avg = t;
       seen[name].first = true;
     } else {
-      throw Error(str_cat(source, ": unexpected tensor \"", key, "\" (expected <param>", kExpAvgSuffix, " or <param>",
-                          kExpAvgSqSuffix, ")"));
+      throw Error(str_cat(source, ": unexpected tensor \"", key, "\" (expected ", kExpAvgPrefix, "<param> or ",
+                          kExpAvgSqPrefix, "<param>)"));
     }
   }
   for (auto& [name, p] : state.params) {
-    TARN_CHECK(seen[name].first, source, ": ", name, kExpAvgSqSuffix, " has no matching ", name, kExpAvgSuffix);
-    TARN_CHECK(seen[name].second, source, ": ", name, kExpAvgSuffix, " has no matching ", name, kExpAvgSqSuffix);
+    TARN_CHECK(seen[name].first, source, ": ", kExpAvgSqPrefix, name, " has no matching ", kExpAvgPrefix, name);
+    TARN_CHECK(seen[name].second, source, ": ", kExpAvgPrefix, name, " has no matching ", kExpAvgSqPrefix, name);
     p.step = parse_count(metadata, kStepPrefix + name, source);
   }
   return state;

@@ -1,8 +1,10 @@
 #pragma once
 // AdamWState in the flat form a safetensors file holds, and back: checkpoints save it beside
-// model.safetensors (e.g. as optimizer.safetensors) and restore it exactly.
-//   tensors   "<param>.exp_avg", "<param>.exp_avg_sq"     (f32, the parameter's shape)
-//   metadata  "optimizer" = "adamw", "step_count" = "<n>", "step.<param>" = "<k>"
+// model.safetensors (as optimizer.safetensors) and restore it exactly. The layout is the one
+// tools/tarn/checkpoint_state.cpp writes:
+//   tensors   "exp_avg.<param>", "exp_avg_sq.<param>"      (f32, the parameter's shape)
+//   metadata  "step_count" = "<n>", "step.<param>" = "<k>", and "optimizer" = "adamw"
+//             (optional when reading; when present it must say adamw)
 #include <string_view>
 
 #include "framework/io/safetensors.h"

@@ -137,3 +137,21 @@ TEST(Module, HierarchicalNamesInRegistrationOrder) {
 
 }  // namespace
 }  // namespace tarn
+
+namespace tarn {
+namespace {
+
+TEST(Autograd, LeavesNeverShareAGradientBuffer) {
+  // plus() hands the same dy to both inputs: each leaf must still own its gradient, or an
+  // in-place update of one (clipping, accumulation) would change the other.
+  Tensor a = Tensor::from_vector({1, 2}, {2}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector({3, 4}, {2}).set_requires_grad(true);
+  plus(a, b).backward(Tensor::from_vector({1, 1}, {2}));
+  EXPECT_FALSE(a.grad().same_storage(b.grad()));
+  plus(a, b).backward(Tensor::from_vector({1, 1}, {2}));  // accumulates in place
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{2, 2}));
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{2, 2}));
+}
+
+}  // namespace
+}  // namespace tarn

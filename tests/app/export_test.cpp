@@ -1,0 +1,131 @@
+// export, eval and generate as a user runs them after training.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data/denoising_dataset.h"
+#include "framework/autograd.h"
+#include "framework/io/atomic_file.h"
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "framework/io/state_dict.h"
+#include "tests/app/app_test_util.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/evaluate.h"
+#include "tools/tarn/export.h"
+#include "tools/tarn/generate.h"
+#include "tools/tarn/session.h"
+#include "tools/tarn/trainer.h"
+
+namespace tarn::app {
+namespace {
+
+std::string trained_run(const std::string& name, const std::string& attention_kind, int64_t steps) {
+  const std::string dir = testing::make_tiny_corpus(name);
+  TrainOptions o;
+  o.recipe_path = testing::tiny_recipe();
+  o.overrides = testing::tiny_overrides(dir, steps);
+  for (const char* stack : {"encoder_self", "decoder_self", "cross"})
+    o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + attention_kind);
+  o.overrides.push_back("validation.every_steps=0");
+  train(o);
+  return dir;
+}
+
+TEST(Export, ReloadedExportGivesIdenticalPerplexity) {
+  const std::string dir = trained_run("export", "linear", 8);
+  const std::string out = dir + "/export";
+  const ExportResult r = export_checkpoint(dir + "/run", out);
+  EXPECT_GT(r.tensors, 0);
+  check_safetensors(out + "/model.safetensors");  // throws on any violation of the format
+
+  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
+  const Recipe recipe = checkpoint_recipe(ckpt);
+  const Tokenizer tok = Tokenizer::load(out + "/spm.model");
+  auto valid = open_dataset(recipe, tok, dir + "/valid.txt", 7, "valid");
+
+  BartForConditionalGeneration from_ckpt(model_config(recipe, tok.vocab_size()));
+  load_model_weights(ckpt, from_ckpt);
+  BartForConditionalGeneration from_export(model_config(recipe, tok.vocab_size()), /*seed=*/99);
+  load_state_dict(from_export, load_safetensors(out + "/model.safetensors").tensors, true);
+
+  const EvalResult a = evaluate(from_ckpt, *valid, 1024), b = evaluate(from_export, *valid, 1024);
+  EXPECT_GT(a.tokens, 0);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.nll_sum, b.nll_sum);  // bit-identical weights, same order of operations
+}
+
+TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
+  const std::string dir = trained_run("export_config", "linear", 2);
+  export_checkpoint(dir + "/run", dir + "/export");
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "bart");
+  EXPECT_EQ(c.find("d_model")->as_u64("d_model"), 64u);
+  EXPECT_EQ(c.find("decoder_start_token_id")->as_u64("decoder_start_token_id"), 2u);
+  ASSERT_TRUE(c.find("tarn"));
+  EXPECT_EQ(c.find("tarn")->find("decoder_self_attention")->find("kind")->as_string("kind"), "linear");
+  const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
+  EXPECT_EQ(f.metadata.at("format"), "pt");
+  EXPECT_TRUE(f.find("model.shared.weight"));
+  EXPECT_TRUE(f.find("final_logits_bias"));
+  EXPECT_TRUE(f.find("model.decoder.layers.1.encoder_attn.k_proj.weight"));
+}
+
+class Generation : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
+  const std::string dir = trained_run(std::string("generate_") + GetParam(), GetParam(), 3);
+  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
+  const Recipe recipe = checkpoint_recipe(ckpt);
+  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
+  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
+  load_model_weights(ckpt, model);
+  model.eval();
+  std::vector<std::vector<int32_t>> sources;
+  for (const char* s : {"the red cat sees a bird .", "a small child ."}) {
+    sources.push_back(tok.encode(s));
+    sources.back().push_back(tok.eos_id());
+  }
+  for (int beam : {1, 3}) {
+    GenerateOptions g;
+    g.beam = beam;
+    g.max_length = 12;
+    const auto out = generate(model, sources, g);
+    ASSERT_EQ(out.size(), 2u);
+    for (const auto& ids : out) {
+      EXPECT_LE(static_cast<int64_t>(ids.size()), g.max_length);
+      for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < tok.vocab_size());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothAttentionKinds, Generation, ::testing::Values("linear", "softmax"));
+
+TEST(Generation, GreedyEqualsArgmaxOfTeacherForcedLogits) {
+  const std::string dir = trained_run("greedy_tf", "linear", 10);
+  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
+  const Recipe recipe = checkpoint_recipe(ckpt);
+  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
+  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
+  load_model_weights(ckpt, model);
+  model.eval();
+  std::vector<int32_t> src = tok.encode("the old tree holds every stone .");
+  src.push_back(tok.eos_id());
+  GenerateOptions g;
+  g.max_length = 10;
+  const std::vector<int32_t> out = generate(model, {src}, g).at(0);
+  // Feeding </s> + out[:-1] in one teacher-forced pass must predict out position by position.
+  std::vector<int32_t> dec{model.config().decoder_start_token_id};
+  dec.insert(dec.end(), out.begin(), out.end());
+  NoGradGuard no_grad;
+  const Tensor logits = model.forward(src, Shape{1, static_cast<int64_t>(src.size())}, {}, dec,
+                                      Shape{1, static_cast<int64_t>(dec.size())});
+  const int64_t v = logits.size(-1);
+  for (size_t t = 0; t < out.size(); ++t) {
+    const float* row = logits.f32() + t * v;
+    EXPECT_EQ(std::max_element(row, row + v) - row, out[t]) << "position " << t;
+  }
+}
+
+}  // namespace
+}  // namespace tarn::app

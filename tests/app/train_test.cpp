@@ -1,0 +1,104 @@
+// End to end through the trainer as `tarn train` runs it: loss falls, resume is bit-exact,
+// validation and checkpoints appear where the recipe says.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "framework/io/checkpoint_dir.h"
+#include "framework/io/safetensors.h"
+#include "tests/app/app_test_util.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/trainer.h"
+
+namespace tarn::app {
+namespace {
+using testing::make_tiny_corpus;
+using testing::tiny_overrides;
+using testing::tiny_recipe;
+
+TrainOptions options(const std::string& dir, int64_t steps, std::vector<std::string> extra = {}) {
+  TrainOptions o;
+  o.recipe_path = tiny_recipe();
+  o.overrides = tiny_overrides(dir, steps);
+  o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
+  return o;
+}
+
+TEST(Train, TinyRecipeTrainsEndToEndAndLossFalls) {
+  const std::string dir = make_tiny_corpus("loss_falls");
+  const TrainSummary first = train(options(dir, 5, {"validation.every_steps=0"}));
+  ASSERT_TRUE(first.valid.has_value());
+  const double nll_early = first.valid->mean_nll();
+  const TrainSummary later = train(options(dir, 60, {"validation.every_steps=0"}));  // resumes at 5
+  EXPECT_EQ(later.steps, 60);
+  EXPECT_EQ(later.steps_this_run, 55);
+  ASSERT_TRUE(later.valid.has_value());
+  EXPECT_LT(later.valid->mean_nll(), nll_early - 0.5) << "validation NLL did not fall enough";
+  EXPECT_FALSE(later.failed);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/metrics.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step_60/COMPLETE"));
+}
+
+// The checkpoint of the last step, as bytes: weights and optimizer moments.
+std::vector<float> final_state(const std::string& run_dir, int64_t step) {
+  const Checkpoint c = open_checkpoint(checkpoint_dir(run_dir, step));
+  std::vector<float> all;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    for (const auto& [name, t] : load_safetensors(c.path(file)).tensors) {
+      const auto v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  return all;
+}
+
+TEST(Train, ResumeIsBitExact) {
+  const std::string a = make_tiny_corpus("resume_a"), b = make_tiny_corpus("resume_b");
+  const std::vector<std::string> extra = {"validation.every_steps=4", "checkpoints.every_steps=0", "model.dropout=0.1"};
+  train(options(a, 12, extra));           // 12 steps in one run
+  train(options(b, 7, extra));            // 7 steps, stop, ...
+  const TrainSummary r = train(options(b, 12, extra));  // ... resume for 5 more
+  EXPECT_EQ(r.steps_this_run, 5);
+  const std::vector<float> sa = final_state(a + "/run", 12), sb = final_state(b + "/run", 12);
+  ASSERT_EQ(sa.size(), sb.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < sa.size(); ++i) differ += std::memcmp(&sa[i], &sb[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << sa.size() << " values";
+  const Progress pa = checkpoint_progress(open_checkpoint(checkpoint_dir(a + "/run", 12)));
+  const Progress pb = checkpoint_progress(open_checkpoint(checkpoint_dir(b + "/run", 12)));
+  EXPECT_EQ(pa.data, pb.data);
+  EXPECT_EQ(pa.dropout.counter, pb.dropout.counter);
+  EXPECT_EQ(pa.tokens_seen, pb.tokens_seen);
+}
+
+TEST(Train, KeepsTheLastCheckpointsAndTheBest) {
+  const std::string dir = make_tiny_corpus("keep");
+  train(options(dir, 12, {"checkpoints.every_steps=3", "checkpoints.keep_last=2", "validation.every_steps=3"}));
+  const auto list = list_checkpoints(dir + "/run");
+  ASSERT_GE(list.size(), 2u);
+  EXPECT_EQ(list.back().step, 12);
+  EXPECT_TRUE(best_checkpoint_step(dir + "/run").has_value());
+  EXPECT_LE(list.size(), 3u);  // the last two, and the best if it is older
+}
+
+TEST(Train, BadRecipeValueIsAConfigErrorBeforeAnyWork) {
+  const std::string dir = make_tiny_corpus("bad");
+  EXPECT_THROW(train(options(dir, 5, {"optimizer.lr=-1"})), ConfigError);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));
+  EXPECT_THROW(train(options(dir, 5, {"data.train=" + dir + "/missing.txt"})), ConfigError);
+}
+
+TEST(Train, NonFiniteStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
+  const std::string dir = make_tiny_corpus("nonfinite");
+  train(options(dir, 4, {"validation.every_steps=0"}));
+  // An absurd learning rate blows the weights up within a few steps.
+  const TrainSummary r =
+      train(options(dir, 60, {"optimizer.lr=1e30", "optimizer.clip_norm=0", "training.max_bad_steps=2",
+                              "optimizer.schedule=constant", "validation.every_steps=0"}));
+  EXPECT_TRUE(r.failed);
+  EXPECT_EQ(r.stop_reason, "non-finite");
+  EXPECT_TRUE(latest_valid_checkpoint(dir + "/run").has_value());
+}
+
+}  // namespace
+}  // namespace tarn::app
