@@ -1,0 +1,80 @@
+// Training-step speed of the BART model on the CPU: forward, backward and AdamW on random
+// token ids, for sequence lengths N (source and target both N tokens), reported as tokens per
+// second (B*N target tokens per step, the count PyTorch-side scripts usually report) and peak
+// memory. Usage: train_bench [--preset small] [--attention linear|softmax] [--n 512,2048]
+//                            [--tokens 4096] [--steps 5]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/allocator.h"
+#include "framework/optim/adamw.h"
+#include "framework/rng.h"
+#include "kernels/blas_info.h"
+#include "kernels/parallel.h"
+#include "layers/bart.h"
+
+namespace {
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tarn;
+  std::string preset = "small", attention = "linear";
+  std::vector<int64_t> lengths = {512, 2048};
+  int64_t tokens = 4096, steps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--preset") preset = v;
+    else if (k == "--attention") attention = v;
+    else if (k == "--n") lengths = parse_list(v);
+    else if (k == "--tokens") tokens = std::stoll(v);
+    else if (k == "--steps") steps = std::stoll(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "# BLAS: %s; threads %d\n", kernels::blas_info().str().c_str(), kernels::num_threads());
+  std::printf("preset,attention,N,batch,step_ms_median,target_tokens_per_s,all_tokens_per_s,peak_MiB\n");
+  for (int64_t n : lengths) {
+    BartConfig cfg = BartConfig::preset(preset);
+    cfg.max_position_embeddings = std::max<int64_t>(cfg.max_position_embeddings, n);
+    cfg.with_attention(attention == "softmax" ? AttentionConfig::softmax_attention() : AttentionConfig::linear_attention());
+    BartForConditionalGeneration model(cfg, 1);
+    model.train();
+    AdamW opt(model.named_parameters(), {});
+    const int64_t batch = std::max<int64_t>(1, tokens / n);
+    Philox rng(7);
+    std::vector<int32_t> src(batch * n), tgt(batch * n), labels(batch * n);
+    for (auto* v : {&src, &tgt, &labels})
+      for (int32_t& id : *v) id = 4 + static_cast<int32_t>(rng.below(static_cast<uint32_t>(cfg.vocab_size - 4)));
+    std::vector<double> ms;
+    reset_peak_memory();
+    for (int64_t s = 0; s < steps + 1; ++s) {  // the first step warms caches and the allocator
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor logits = model.forward(src, Shape{batch, n}, {}, tgt, Shape{batch, n});
+      seq2seq_loss(logits, labels, cfg.pad_token_id, 0.1f).backward();
+      opt.step();
+      opt.zero_grad();
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s > 0) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double peak = memory_stats().peak_bytes / 1048576.0;
+    std::printf("%s,%s,%lld,%lld,%.1f,%.0f,%.0f,%.0f\n", preset.c_str(), attention.c_str(), (long long)n,
+                (long long)batch, med, batch * n / (med / 1e3), 2 * batch * n / (med / 1e3), peak);
+    std::fflush(stdout);
+  }
+  return 0;
+}
