@@ -52,9 +52,9 @@ std::vector<float> final_state(const std::string& run_dir, int64_t step) {
   return all;
 }
 
-TEST(Train, ResumeIsBitExact) {
-  const std::string a = make_tiny_corpus("resume_a"), b = make_tiny_corpus("resume_b");
-  const std::vector<std::string> extra = {"validation.every_steps=4", "checkpoints.every_steps=0", "model.dropout=0.1"};
+void expect_resume_bit_exact(const std::string& name, std::vector<std::string> extra) {
+  const std::string a = make_tiny_corpus(name + "_a"), b = make_tiny_corpus(name + "_b");
+  extra.insert(extra.end(), {"validation.every_steps=4", "checkpoints.every_steps=0", "model.dropout=0.1"});
   train(options(a, 12, extra));           // 12 steps in one run
   train(options(b, 7, extra));            // 7 steps, stop, ...
   const TrainSummary r = train(options(b, 12, extra));  // ... resume for 5 more
@@ -69,6 +69,17 @@ TEST(Train, ResumeIsBitExact) {
   EXPECT_EQ(pa.data, pb.data);
   EXPECT_EQ(pa.dropout.counter, pb.dropout.counter);
   EXPECT_EQ(pa.tokens_seen, pb.tokens_seen);
+}
+
+TEST(Train, ResumeIsBitExact) { expect_resume_bit_exact("resume", {}); }
+
+TEST(Train, ResumeIsBitExactWithFavorProjectionsRedrawnDuringTraining) {
+  std::vector<std::string> favor;
+  for (const char* stack : {"encoder_self", "decoder_self", "cross"}) {
+    const std::string k = std::string("model.attention.") + stack;
+    favor.insert(favor.end(), {k + ".feature_map=favor", k + ".favor_features=16", k + ".favor_redraw_every=3"});
+  }
+  expect_resume_bit_exact("resume_favor", favor);
 }
 
 TEST(Train, KeepsTheLastCheckpointsAndTheBest) {

@@ -86,15 +86,21 @@ TEST(BartParameters, FinalLogitsBiasIsAZeroBuffer) {
 
 TEST(BartParameters, EmbeddingsAreTiedToTheSharedTable) {
   BartForConditionalGeneration model(BartConfig::tiny());
-  Tensor& shared = model.model.shared.weight;
-  // A changed row of the shared table changes the encoder input, the decoder input and the
-  // output projection alike: all three read the same tensor.
+  model.eval();
   for (const auto& [alias, target] : BartForConditionalGeneration::tied_parameter_aliases())
     EXPECT_EQ(target, "model.shared.weight") << alias;
+  // One changed row of the shared table changes the encoder input, the decoder input and the
+  // output projection alike: all three read the same tensor.
+  const std::vector<int32_t> src = {7, 5}, tgt = {2, 7};
   const Tensor h = Tensor::ones({1, 1, 64});
-  const float before = model.lm_head(h).to_vector()[7];
-  shared.f32()[7 * 64 + 3] += 1.0f;
-  EXPECT_NEAR(model.lm_head(h).to_vector()[7], before + 1.0f, 1e-5);
+  const std::vector<float> enc = model.encode(src, {1, 2}, {}).to_vector();
+  const std::vector<float> dec = model.model.decoder.forward(tgt, {1, 2}, model.encode({5, 5}, {1, 2}, {}), {})
+                                     .to_vector();
+  const float head = model.lm_head(h).to_vector()[7];
+  model.model.shared.weight.f32()[7 * 64 + 3] += 1.0f;
+  EXPECT_NE(model.encode(src, {1, 2}, {}).to_vector(), enc);
+  EXPECT_NE(model.model.decoder.forward(tgt, {1, 2}, model.encode({5, 5}, {1, 2}, {}), {}).to_vector(), dec);
+  EXPECT_NEAR(model.lm_head(h).to_vector()[7], head + 1.0f, 1e-5);
 }
 
 TEST(BartParameters, InitialisationFollowsHuggingFace) {

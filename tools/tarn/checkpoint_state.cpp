@@ -34,6 +34,16 @@ json::Value progress_json(const Progress& p) {
   o.set("evals_without_improvement", Value::number(p.evals_without_improvement));
   o.set("bad_steps_in_row", Value::number(p.bad_steps_in_row));
   o.set("skipped_steps", Value::number(p.skipped_steps));
+  Value favor = Value::object();
+  for (const auto& [name, f] : p.favor) {
+    Value e = Value::object();
+    e.set("seed", Value::number(f.rng.seed));
+    e.set("stream", Value::number(f.rng.stream));
+    e.set("offset", Value::number(f.rng.offset));
+    e.set("steps", Value::number(f.steps));
+    favor.set(name, e);
+  }
+  o.set("favor", favor);
   return o;
 }
 
@@ -61,6 +71,13 @@ Progress parse_progress(const std::string& text, const std::string& source) {
       static_cast<int64_t>(field(o, "evals_without_improvement", source).as_u64("evals_without_improvement"));
   p.bad_steps_in_row = static_cast<int64_t>(field(o, "bad_steps_in_row", source).as_u64("bad_steps_in_row"));
   p.skipped_steps = static_cast<int64_t>(field(o, "skipped_steps", source).as_u64("skipped_steps"));
+  for (const auto& [name, e] : field(o, "favor", source).members("favor")) {
+    Progress::Favor& f = p.favor[name];
+    f.rng.seed = field(e, "seed", source).as_u64("favor.seed");
+    f.rng.stream = field(e, "stream", source).as_u64("favor.stream");
+    f.rng.offset = field(e, "offset", source).as_u64("favor.offset");
+    f.steps = static_cast<int64_t>(field(e, "steps", source).as_u64("favor.steps"));
+  }
   return p;
 }
 
@@ -112,6 +129,24 @@ void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGenerati
   optimizer.load_state(s);
   progress = checkpoint_progress(ckpt);
   model.set_dropout_state(progress.dropout);
+  restore_favor_state(progress, model);
+}
+
+void capture_favor_state(BartForConditionalGeneration& model, Progress& progress) {
+  progress.favor.clear();
+  for (auto& [name, f] : model.favor_projections()) progress.favor[name] = {f->rng, f->steps};
+}
+
+void restore_favor_state(const Progress& progress, BartForConditionalGeneration& model) {
+  auto projections = model.favor_projections();
+  TARN_CHECK(projections.size() == progress.favor.size(), "checkpoint: ", progress.favor.size(),
+             " FAVOR+ projection states for a model with ", projections.size());
+  for (auto& [name, f] : projections) {
+    auto it = progress.favor.find(name);
+    TARN_CHECK(it != progress.favor.end(), "checkpoint: no FAVOR+ state for ", name);
+    f->rng = it->second.rng;
+    f->steps = it->second.steps;
+  }
 }
 
 Progress checkpoint_progress(const Checkpoint& ckpt) {

@@ -9,6 +9,7 @@
 //   tokenizer.model        the SentencePiece model the ids refer to
 // Everything the next step depends on is in there, so a resumed run continues bit for bit.
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "data/batch.h"
@@ -32,7 +33,18 @@ struct Progress {
   int64_t evals_without_improvement = 0;
   int64_t bad_steps_in_row = 0;  // non-finite loss or gradient
   int64_t skipped_steps = 0;     // over the whole run
+  // FAVOR+ projections: where each one's next draw comes from and the steps since its last
+  // (the projection matrices themselves are model buffers).
+  struct Favor {
+    RngState rng;
+    int64_t steps = 0;
+  };
+  std::map<std::string, Favor> favor;
 };
+
+// The model's FAVOR+ redraw state into / out of a Progress.
+void capture_favor_state(BartForConditionalGeneration& model, Progress& progress);
+void restore_favor_state(const Progress& progress, BartForConditionalGeneration& model);
 
 void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
                               const BartForConditionalGeneration& model, const AdamW& optimizer,

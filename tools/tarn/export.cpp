@@ -87,8 +87,13 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   std::filesystem::create_directories(out_dir, ec);
   TARN_CHECK(!ec, "export: cannot create ", out_dir, ": ", ec.message());
   const std::string weights = out_dir + "/model.safetensors";
-  const TensorList tensors = state_dict(model);
+  // HF's BART has no FAVOR+ projections: they go to a file of their own, so that a strict
+  // HF loader sees exactly its names and tarn can still rebuild the model.
+  TensorList tensors, favor;
+  for (auto& [name, t] : state_dict(model))
+    (name.find("favor_projection") != std::string::npos ? favor : tensors).emplace_back(name, t);
   save_safetensors(weights, tensors, {{"format", "pt"}});
+  if (!favor.empty()) save_safetensors(out_dir + "/tarn_favor_projections.safetensors", favor, {{"format", "pt"}});
   write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe));
   write_file_atomic(out_dir + "/spm.model", read_file(tok.path()));
   const SafetensorsHeader header = check_safetensors(weights);  // the format's rules, re-read from disk

@@ -25,6 +25,7 @@ AttentionConfig attention_config(const AttentionRecipe& r, const std::string& ke
   a.feature_map = r.feature_map;
   a.chunk = r.chunk;
   a.favor_features = r.favor_features;
+  a.favor_redraw_every = r.favor_redraw_every;
   a.eps = static_cast<float>(r.eps);
   return a;
 }

@@ -104,11 +104,6 @@ void Trainer::setup() {
     throw ConfigError(recipe_.where("training.device"), "training.device",
                       "\"" + recipe_.training.device +
                           "\": this build trains on the CPU only (the CUDA trainer is not written yet); use cpu");
-  if (recipe_.model.attention.encoder_self.favor_redraw_every || recipe_.model.attention.decoder_self.favor_redraw_every ||
-      recipe_.model.attention.cross.favor_redraw_every)
-    throw ConfigError(recipe_.where("model.attention"), "model.attention.*.favor_redraw_every",
-                      "redrawing FAVOR+ projections during training is not supported yet; use 0 (the projection "
-                      "drawn at the start is kept and checkpointed)");
   configure_threads(recipe_);
 
   tok_ = open_tokenizer(recipe_);
@@ -224,6 +219,7 @@ bool Trainer::step() {
   optimizer_->set_lr(schedule_.lr_at(progress_.step));
   optimizer_->step();
   optimizer_->zero_grad();
+  model_->favor_step();  // counts the step; redraws FAVOR+ projections whose time has come
   ++progress_.step;
   progress_.bad_steps_in_row = 0;
   progress_.tokens_seen += tokens;
@@ -314,6 +310,7 @@ void Trainer::validate_and_maybe_save_best() {
 void Trainer::save(const char* why) {
   if (last_saved_step_ == progress_.step) return;
   progress_.elapsed_s = elapsed_at_start_ + seconds_since(run_start_);
+  capture_favor_state(*model_, progress_);
   const auto start = Clock::now();
   save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, *optimizer_, progress_);
   last_saved_step_ = progress_.step;
