@@ -11,6 +11,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
+#include "kernels/layout.h"
 #include "kernels/optim.h"
 
 namespace tarn::kernels::cuda {

@@ -17,8 +17,9 @@
 // that the products keep widths that are multiples of the SIMD width.
 //
 // Parallel over (batch, head) with OpenMP. Workspace: the caller allocates
-// *_workspace_floats(...) floats (sized for omp_get_max_threads() threads, 64-byte aligned
-// is best); a smaller one that still holds one thread's share runs on fewer threads.
+// *_workspace_floats(...) floats (one share per thread it will use: at most
+// omp_get_max_threads() and B*H; 64-byte aligned is best); a smaller one that still holds
+// one share runs on fewer threads.
 #include <cstddef>
 #include <cstdint>
 

@@ -123,7 +123,8 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
   const int64_t n = x.size(-2);
   const kc::FavorDims g{n ? rows / n : 0, n, d, projection.size(0)};
   const auto stab = role == FeatureRole::query ? kc::FavorStabilizer::per_row
-                                               : kc::FavorStabilizer::per_slice;
+                    : role == FeatureRole::key ? kc::FavorStabilizer::per_slice
+                                               : kc::FavorStabilizer::none;
   std::vector<int64_t> out_shape = x.shape().vec();
   out_shape.back() = g.m;
   Tensor y = Tensor::empty(Shape(out_shape));

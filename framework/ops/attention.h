@@ -46,8 +46,12 @@ struct FavorProjection {
 };
 
 // Which stabiliser favor uses (kernels/feature_maps.h): queries subtract their row max,
-// keys one max per (batch, head); both cancel in the attention output.
-enum class FeatureRole : uint8_t { query, key };
+// keys one max per (batch, head); both cancel in the attention output (up to eps).
+// `unstabilized` subtracts nothing (the plain estimator of exp(q.k/sqrt(d))): a key's
+// features then do not depend on the other keys, so recurrent decoding (one key at a time)
+// computes exactly what the parallel op does; exp may overflow when |w_j|^2 / 2 > 88, which
+// a Gaussian row reaches only for d well above 64.
+enum class FeatureRole : uint8_t { query, key, unstabilized };
 
 // phi applied row-wise to x (..., N, d) -> (..., N, d), or (..., N, m) for favor with
 // `projection` (m, d). identity logs a warning once (it degenerates to mean pooling).

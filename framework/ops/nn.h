@@ -10,12 +10,12 @@ namespace tarn {
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);
 
-// Fused log-softmax + cross-entropy. logits: (..., V); targets: int32 ids, shape = logits' shape
-// without the last axis, given as a float tensor holding integral values or via the int
-// overload. Rows whose target == ignore_index contribute nothing. label_smoothing eps mixes
-// the one-hot target with the uniform distribution: loss = (1-eps) * nll + eps * mean(-logp).
-// Returns the mean over non-ignored rows (shape ()); `count` (optional) receives how many rows
-// counted. The sum (for perplexity) is mean * count.
+// Fused log-softmax + cross-entropy. logits: (..., V); targets: one id per row of logits (the
+// logits' shape without its last axis, flattened). Rows whose target == ignore_index contribute
+// nothing; other targets must lie in [0, V). label_smoothing eps mixes the one-hot target with
+// the uniform distribution: loss = (1-eps) * nll + eps * mean(-logp). Returns the mean over
+// non-ignored rows (shape ()); `count` (optional) receives how many rows counted, so the sum
+// (for perplexity) is mean * count.
 struct CrossEntropyOptions {
   int32_t ignore_index = -100;
   float label_smoothing = 0.0f;

@@ -88,6 +88,7 @@ void strided(const float* a, const int64_t* sa, const float* b, const int64_t* s
   }
 }
 
+// The runtime op picks a compile-time instantiation, so that each inner loop is one operation.
 template <template <Binary> class F, typename... Args>
 void dispatch(Binary op, Args... args) {
   switch (op) {
@@ -162,7 +163,7 @@ template <Unary Op>
 inline float forward_of(float x, float s) {
   if constexpr (Op == Unary::neg) return -x;
   if constexpr (Op == Unary::exp) return math::exp(x);
-  if constexpr (Op == Unary::log) return std::log(x);
+  if constexpr (Op == Unary::log) return std::log(x);  // scalar (libm): off every hot path
   if constexpr (Op == Unary::sqrt) return std::sqrt(x);
   if constexpr (Op == Unary::relu) return std::max(x, 0.0f);  // keeps NaN (max(a, b) = a < b ? b : a)
   if constexpr (Op == Unary::tanh) return math::tanh(x);

@@ -27,12 +27,16 @@ inline float tanh_forward(float x) {
   return x / (1.0f + math::exp(-2.0f * u));
 }
 
-// With s = sigmoid(2u): y = x s, y' = s + x s (1 - s) 2 u'.
+// With e = e^-2u and s = sigmoid(2u) = 1 / (1 + e): y = x s, y' = s + 2 x s (1 - s) u', where
+// 1 - s = e s is formed without the cancellation of 1 - s at large x. The exponent is capped
+// so that e s stays finite (inf * 0) where x < -9.7 and the gradient is 0 to f32 anyway.
 inline float tanh_grad(float x) {
+  constexpr float kMaxExponent = 80.0f;
   const float u = kSqrt2OverPi * (x + kTanhCubic * x * x * x);
-  const float s = 1.0f / (1.0f + math::exp(-2.0f * u));
+  const float e = math::exp(math::select(-2.0f * u < kMaxExponent, -2.0f * u, kMaxExponent));
+  const float s = 1.0f / (1.0f + e);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
-  return s + 2.0f * x * s * (1.0f - s) * du;
+  return s + 2.0f * x * (e * s) * s * du;
 }
 
 }  // namespace

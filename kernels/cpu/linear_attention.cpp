@@ -408,6 +408,17 @@ Slice slice_of(const Geometry& g, const LinearAttentionConfig& cfg, int64_t bh, 
   return s;
 }
 
+// Threads worth using: no more than the slices, and one for tiny problems (a decoding step,
+// a gradient check), where a parallel region costs more than it saves. The workspace
+// queries size for this many, so a small B*H on a many-core machine allocates little.
+int planned_threads(const Geometry& g) {
+  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
+  const int64_t slices = g.batch * g.heads;
+  const int64_t work = slices * std::max(g.n_q, g.n_k) * g.d * g.e;
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({omp_get_max_threads(), slices, work / kMinWorkPerThread})));
+}
+
 // Runs fn(slice index, buffers) over the B*H slices on as many threads as the workspace
 // holds buffers for.
 template <class Fn>
@@ -419,12 +430,7 @@ void for_each_slice(const char* op, const Geometry& g, Pass pass, float* workspa
   const int64_t fits = static_cast<int64_t>(workspace_floats) / per_thread;
   TARN_CHECK(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
              " floats is smaller than one thread's ", per_thread);
-  // Tiny problems (a decoding step, a gradient check) run on one thread: a parallel region
-  // costs more than they do.
-  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
-  const int64_t work = slices * std::max(g.n_q, g.n_k) * g.d * g.e;
-  const int threads = static_cast<int>(std::min<int64_t>(
-      {omp_get_max_threads(), fits, slices, std::max<int64_t>(1, work / kMinWorkPerThread)}));
+  const int threads = static_cast<int>(std::min<int64_t>(planned_threads(g), fits));
 #pragma omp parallel num_threads(threads)
   {
     Arena arena(workspace + omp_get_thread_num() * per_thread);
@@ -440,14 +446,14 @@ size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims
                                                  const LinearAttentionConfig& cfg) {
   check_args("linear_attention_forward", dims, cfg);
   const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::forward) * omp_get_max_threads());
+  return static_cast<size_t>(per_thread_floats(g, Pass::forward) * planned_threads(g));
 }
 
 size_t linear_attention_backward_workspace_floats(const LinearAttentionDims& dims,
                                                   const LinearAttentionConfig& cfg) {
   check_args("linear_attention_backward", dims, cfg);
   const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::backward) * omp_get_max_threads());
+  return static_cast<size_t>(per_thread_floats(g, Pass::backward) * planned_threads(g));
 }
 
 void linear_attention_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,

@@ -10,9 +10,10 @@
 // The vector type is a GCC/Clang vector extension, not intrinsics, sized to the widest
 // vectors the build enables: 8 floats (AVX2) in the project's default build, which turns
 // AVX-512 off (CMakeLists.txt: GCC 12.2 miscompiles some AVX-512 constant initialisers),
-// 16 floats when AVX-512 is on. Measured on this machine (Zen 5, single core, 64^3):
-// the 6 x 16 AVX2 tile ~130 GFLOP/s (OpenBLAS' own Haswell kernel ~120), an 8 x 32 AVX-512
-// tile ~260 GFLOP/s: Zen 5 executes 512-bit FMAs at full width.
+// 16 floats when AVX-512 is on. The GEMM tiles alone also come as AVX-512 functions picked
+// at run time (see gemm below): Zen 5, which this machine has, executes 512-bit FMAs at full
+// width, and an 8 x 32 AVX-512 tile runs 2.2x faster than the 6 x 16 AVX2 one (64^3,
+// single core, measured side by side on the busy machine).
 #include <cstdint>
 #include <cstring>
 
@@ -36,7 +37,8 @@ inline Vec load(const float* p) {
   return v;
 }
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-inline Vec splat(float x) { return Vec{} + x; }
+// x - 0 (not 0 + x, which GCC may not fold: 0 + -0 is +0) becomes one broadcast load.
+inline Vec splat(float x) { return x - Vec{}; }
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline int64_t padded(int64_t x) { return round_up(x, kLanes); }
@@ -150,9 +152,15 @@ inline MatA transpose_of(const float* p, int64_t ld) { return {p, 1, ld}; }     
 
 // C (M x N, row-major, ldc) = or += A (M x K) * B (K x N, row-major, ldb).
 // N must be a multiple of kLanes (pad with zero columns). Single-threaded: callers run it
-// on per-thread buffers inside their own parallel regions.
+// on per-thread buffers inside their own parallel regions. When the build leaves AVX-512
+// off but the CPU has it, the tiles run as AVX-512 functions (the only AVX-512 code in the
+// project; TARN_NO_AVX512=1 in the environment or set_avx512_tiles(false) turns it off).
 void gemm(int64_t M, int64_t N, int64_t K, MatA a, const float* b, int64_t ldb, float* c,
           int64_t ldc, bool accumulate, Tri tri = Tri::none);
+
+bool avx512_tiles_available();  // built in and supported by this CPU
+bool avx512_tiles_enabled();
+bool set_avx512_tiles(bool on);  // returns the previous setting; for tests and benchmarks
 
 // dst (cols x rows, ld_dst) = src (rows x cols, ld_src)^T; dst columns [rows, pad_rows) are
 // zeroed so the result can serve as a padded GEMM operand.

@@ -208,6 +208,18 @@ void backward_slice(const Geometry& g, const SoftmaxAttentionConfig& cfg, const 
   }
 }
 
+// Threads worth using for `items` work items: one for tiny problems (gradient checks,
+// short sentences). The workspace queries size for this many.
+int planned_threads(const Geometry& g, int64_t items) {
+  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
+  const int64_t work = g.batch * g.heads * g.n_q * g.n_k * (g.d + g.e);
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({omp_get_max_threads(), items, work / kMinWorkPerThread})));
+}
+
+int64_t forward_items(const Geometry& g) { return g.batch * g.heads * ((g.n_q + g.bq - 1) / g.bq); }
+int64_t backward_items(const Geometry& g) { return g.batch * g.heads; }
+
 template <class Fn>
 void parallel_items(const char* op, const Geometry& g, Pass pass, int64_t items,
                     float* workspace, size_t workspace_floats, Fn fn) {
@@ -216,11 +228,7 @@ void parallel_items(const char* op, const Geometry& g, Pass pass, int64_t items,
   const int64_t fits = static_cast<int64_t>(workspace_floats) / per_thread;
   TARN_CHECK(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
              " floats is smaller than one thread's ", per_thread);
-  // Tiny problems (gradient checks, short sentences) run on one thread.
-  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
-  const int64_t work = g.batch * g.heads * g.n_q * g.n_k * (g.d + g.e);
-  const int threads = static_cast<int>(std::min<int64_t>(
-      {omp_get_max_threads(), fits, items, std::max<int64_t>(1, work / kMinWorkPerThread)}));
+  const int threads = static_cast<int>(std::min<int64_t>(planned_threads(g, items), fits));
 #pragma omp parallel num_threads(threads)
   {
     Arena arena(workspace + omp_get_thread_num() * per_thread);
@@ -235,15 +243,17 @@ void parallel_items(const char* op, const Geometry& g, Pass pass, int64_t items,
 size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                   const SoftmaxAttentionConfig& cfg) {
   check_args("softmax_attention_forward", dims, cfg);
-  return static_cast<size_t>(per_thread_floats(make_geometry(dims, cfg), Pass::forward) *
-                             omp_get_max_threads());
+  const Geometry g = make_geometry(dims, cfg);
+  return static_cast<size_t>(per_thread_floats(g, Pass::forward) *
+                             planned_threads(g, forward_items(g)));
 }
 
 size_t softmax_attention_backward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                    const SoftmaxAttentionConfig& cfg) {
   check_args("softmax_attention_backward", dims, cfg);
-  return static_cast<size_t>(per_thread_floats(make_geometry(dims, cfg), Pass::backward) *
-                             omp_get_max_threads());
+  const Geometry g = make_geometry(dims, cfg);
+  return static_cast<size_t>(per_thread_floats(g, Pass::backward) *
+                             planned_threads(g, backward_items(g)));
 }
 
 void softmax_attention_forward(const SoftmaxAttentionDims& dims,
@@ -254,7 +264,7 @@ void softmax_attention_forward(const SoftmaxAttentionDims& dims,
   const Geometry g = make_geometry(dims, cfg);
   const int64_t slices = g.batch * g.heads, q_blocks = (g.n_q + g.bq - 1) / g.bq;
   // Causal blocks late in the sequence cost the most: hand them out first.
-  parallel_items("softmax_attention_forward", g, Pass::forward, slices * q_blocks, workspace,
+  parallel_items("softmax_attention_forward", g, Pass::forward, forward_items(g), workspace,
                  workspace_floats, [&](int64_t it, const Buffers& w) {
                    const int64_t bh = it % slices, qb = q_blocks - 1 - it / slices;
                    const float* pad =
@@ -273,7 +283,7 @@ void softmax_attention_backward(const SoftmaxAttentionDims& dims,
   check_args("softmax_attention_backward", dims, cfg);
   const Geometry g = make_geometry(dims, cfg);
   if (!dq && !dk && !dv) return;
-  parallel_items("softmax_attention_backward", g, Pass::backward, g.batch * g.heads, workspace,
+  parallel_items("softmax_attention_backward", g, Pass::backward, backward_items(g), workspace,
                  workspace_floats, [&](int64_t bh, const Buffers& w) {
                    const float* pad =
                        cfg.key_padding_mask ? cfg.key_padding_mask + (bh / g.heads) * g.n_k : nullptr;

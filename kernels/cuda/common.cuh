@@ -37,7 +37,9 @@ struct Max {
 
 template <typename T, typename Op>
 __device__ __forceinline__ T warp_reduce(T v, Op op) {
+#if defined(__CUDACC__)  // (g++ would warn about the pragma in the tests that include this)
 #pragma unroll
+#endif
   for (int m = kWarp / 2; m > 0; m /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, m));
   return v;
 }
@@ -61,6 +63,19 @@ __device__ T block_reduce(T v, Op op) {
 __device__ __forceinline__ float block_sum(float v) { return block_reduce(v, Sum()); }
 __device__ __forceinline__ double block_sum(double v) { return block_reduce(v, Sum()); }
 __device__ __forceinline__ float block_max(float v) { return block_reduce(v, Max()); }
+
+// atomicMax for float, which CUDA lacks: a compare-and-swap loop on the bits. Returns the old
+// value; a NaN argument never wins (comparisons with NaN are false).
+__device__ __forceinline__ float atomic_max(float* address, float value) {
+  int* bits = reinterpret_cast<int*>(address);
+  int old = *bits;
+  while (__int_as_float(old) < value) {
+    const int seen = atomicCAS(bits, old, __float_as_int(value));
+    if (seen == old) break;
+    old = seen;
+  }
+  return __int_as_float(old);
+}
 
 // The flat index and stride of a 1-D grid-stride loop, in 64 bits.
 __device__ __forceinline__ int64_t global_index() {

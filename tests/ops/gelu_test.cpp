@@ -53,6 +53,23 @@ TEST(Gelu, ExactFormIsAccurateNearZeroAndInTheTails) {
   EXPECT_EQ(y[6], 40.0f);
 }
 
+TEST(Gelu, GradientsStayFiniteAndVanishFarInTheNegativeTail) {
+  for (GeluKind kind : {GeluKind::exact, GeluKind::tanh}) {
+    Tensor x = Tensor::from_vector({-8.0f, -10.0f, -20.0f, -1e4f, 20.0f, 1e4f}, {6});
+    x.set_requires_grad(true);
+    Tensor y = gelu(x, kind);
+    y.backward(Tensor::ones({6}));
+    const std::vector<float> yv = y.to_vector(), g = x.grad().to_vector();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(yv[i], 0.0f, 1e-12f) << i;
+      EXPECT_NEAR(g[i], 0.0f, 1e-12f) << i;
+    }
+    EXPECT_EQ(yv[5], 1e4f);
+    EXPECT_NEAR(g[4], 1.0f, 1e-6f);
+    EXPECT_NEAR(g[5], 1.0f, 1e-6f);
+  }
+}
+
 TEST(Gelu, BackwardMatchesFiniteDifferences) {
   for (GeluKind kind : {GeluKind::exact, GeluKind::tanh}) {
     auto fn = [kind](const std::vector<Tensor>& in) { return gelu(in[0], kind); };
