@@ -130,6 +130,7 @@ endif()
 # tests/: the lint that keeps raw launches and `extern __shared__` in their two homes.
 if(CMAKE_CURRENT_SOURCE_DIR STREQUAL "${PROJECT_SOURCE_DIR}/tests")
   add_test(NAME lint_cuda COMMAND bash ${PROJECT_SOURCE_DIR}/tools/lint_cuda.sh ${PROJECT_SOURCE_DIR})
+  add_test(NAME lint_cuda_self_test COMMAND bash ${PROJECT_SOURCE_DIR}/tools/lint_cuda.sh --self-test)
   return()
 endif()
 
@@ -167,7 +168,8 @@ else()
   target_compile_definitions(tarn_kernels_emu PUBLIC TARN_CUDA_EMULATED=1)
   # Kernels carry `#pragma unroll`, which g++ does not know.
   target_compile_options(tarn_kernels_emu PRIVATE -Wno-unknown-pragmas)
-  target_link_libraries(tarn_kernels_emu PUBLIC tarn_emu)
+  # gemm.cu's emulated build forwards to the CPU kernels (cuBLAS has no emulated twin).
+  target_link_libraries(tarn_kernels_emu PUBLIC tarn_emu tarn_kernels)
 endif()
 
 # ---------------------------------------------------------------------------------------------

@@ -371,6 +371,7 @@ ThreadOrder thread_order();
 const char* thread_order_name(ThreadOrder order);
 // Seed of the random order (initially TARN_EMU_SEED, else a fixed value).
 void set_seed(uint64_t seed);
+uint64_t seed();
 // Worker OS threads that run blocks (initially TARN_EMU_WORKERS, else the core count, at most 8).
 void set_workers(int n);
 int workers();

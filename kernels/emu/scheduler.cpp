@@ -53,13 +53,15 @@ constexpr size_t kDefaultStackBytes = 512 * 1024;   // ASan frames carry redzone
 #else
 constexpr size_t kDefaultStackBytes = 64 * 1024;
 #endif
+constexpr uint64_t kDefaultSeed = 0x7a726e5eedULL;  // of the random thread order
 
 // ---------------------------------------------------------------------------------------------
 // Settings.
 
 struct Settings {
   std::atomic<int> order{-1};  // -1: read TARN_EMU_ORDER on first use
-  std::atomic<uint64_t> seed{0x7a726e5eedULL};
+  std::atomic<uint64_t> seed{kDefaultSeed};
+  std::atomic<bool> seed_set{false};  // false: read TARN_EMU_SEED on first use
   std::atomic<int> workers{0};  // 0: read TARN_EMU_WORKERS on first use
   std::atomic<size_t> stack_bytes{0};
   std::atomic<uint64_t> launches{0}, blocks{0}, threads{0}, switches{0};
@@ -725,7 +727,24 @@ const char* thread_order_name(ThreadOrder order) {
   return "?";
 }
 
-void set_seed(uint64_t seed) { settings().seed.store(seed); }
+void set_seed(uint64_t seed) {
+  settings().seed.store(seed);
+  settings().seed_set.store(true);
+}
+
+uint64_t seed() {
+  Settings& s = settings();
+  if (!s.seed_set.load()) {
+    if (const char* e = std::getenv("TARN_EMU_SEED")) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(e, &end, 0);
+      TARN_CHECK(*e && end && *end == '\0', "TARN_EMU_SEED=", e, ": expected an unsigned integer");
+      s.seed.store(v);
+    }
+    s.seed_set.store(true);
+  }
+  return s.seed.load();
+}
 
 void set_workers(int n) {
   TARN_CHECK(n >= 1 && n <= 256, "tarn::emu::set_workers(", n, "): expected a count in [1, 256]");
@@ -787,7 +806,7 @@ void run_grid(const KernelCall& call, const LaunchGrid& grid, dim3 block, size_t
   g.file = grid.file;
   g.line = grid.line;
   g.order = thread_order();
-  g.seed = settings().seed.load();
+  g.seed = seed();
   g.total_blocks = static_cast<uint64_t>(gd.x) * gd.y * gd.z;
   pool().run(g, workers());
   Settings& s = settings();

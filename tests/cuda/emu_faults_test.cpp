@@ -43,6 +43,31 @@ __global__ void neighbour_shift_static(const float* x, float* out) {
   out[blockIdx.x * blockDim.x + t] = t > 0 ? s[t - 1] : 0.0f;
 }
 
+// A block sum whose shared partials are rewritten by the next call with no barrier first
+// (kLeadingBarrier false): a warp that runs ahead into the second call overwrites partials that
+// slower warps have not read yet. The emulator lets the first warp in the order run ahead to
+// the next barrier, as a warp may on hardware, so the race shows in every order.
+template <bool kLeadingBarrier>
+__device__ float block_sum_twice_callable(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int m = 16; m > 0; m /= 2) v += __shfl_xor_sync(kFull, v, m);
+  if (kLeadingBarrier) __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < warps; ++w) r += partial[w];
+  return r;
+}
+
+template <bool kLeadingBarrier>
+__global__ void two_block_sums(const float* x, float* out) {
+  const float v = x[threadIdx.x];
+  const float a = block_sum_twice_callable<kLeadingBarrier>(v);
+  const float b = block_sum_twice_callable<kLeadingBarrier>(10.0f * v);
+  out[threadIdx.x] = a + b;
+}
+
 // Half the block waits at a barrier the other half never reaches.
 __global__ void barrier_in_branch(float* out) {
   if (threadIdx.x < 16) { g_line = __LINE__; __syncthreads(); }
@@ -160,6 +185,23 @@ TEST(EmuFaults, MissingBarrierOnStaticSharedMemoryShowsInReverseOrder) {
   int bad = 0;
   for (int i = 0; i < n; ++i) bad += !(out[i] == (i % kThreads > 0 ? x[i - 1] : 0.0f));
   EXPECT_EQ(bad, blocks * (kThreads - 1));
+}
+
+TEST(EmuFaults, AWarpRunningAheadRewritesSharedStateOthersStillRead) {
+  const int n = 128;
+  std::vector<float> x(n), out(n);
+  for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 7);
+  float sum = 0.0f;
+  for (float v : x) sum += v;
+  for (ThreadOrder order : kAllOrders) {
+    OrderScope o(order);
+    tarn::launch(two_block_sums<false>, 1, n, 0, nullptr, x.data(), out.data());
+    int bad = 0;
+    for (float v : out) bad += v != 11.0f * sum;
+    EXPECT_GT(bad, 0) << "the race went unseen in " << thread_order_name(order) << " order";
+    tarn::launch(two_block_sums<true>, 1, n, 0, nullptr, x.data(), out.data());
+    for (float v : out) EXPECT_EQ(v, 11.0f * sum) << thread_order_name(order);
+  }
 }
 
 class EmuFaultsEveryOrder : public ::testing::TestWithParam<ThreadOrder> {
