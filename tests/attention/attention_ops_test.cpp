@@ -175,6 +175,40 @@ TEST(LinearAttentionOp, RecurrentStepsEqualTheCausalOpPositionByPosition) {
   EXPECT_LE(worst / scale, 1e-5);
 }
 
+TEST(LinearAttentionOp, FavorRecurrentStepsEqualTheCausalOpWithUnstabilizedKeys) {
+  const int64_t B = 1, H = 2, N = 30, d = 16, e = 8, m = 32;
+  Philox rng(3);
+  const Tensor w = draw_favor_projection(rng, m, d);
+  const Tensor q = random_tensor({B, H, N, d}, 22), k = random_tensor({B, H, N, d}, 23);
+  const Tensor v = random_tensor({B, H, N, e}, 24);
+  const Tensor a = feature_map(q, FeatureMap::favor, FeatureRole::query, w);
+  const Tensor b = feature_map(k, FeatureMap::favor, FeatureRole::unstabilized, w);
+  LinearAttentionOptions opt;
+  opt.causal = true;
+  const std::vector<float> parallel = linear_attention(a, b, v, opt).to_vector();
+  LinearAttentionState state = LinearAttentionState::zeros(B, H, m, e);
+  double worst = 0.0, scale = 0.0;
+  for (int64_t t = 0; t < N; ++t) {
+    Tensor qt = Tensor::empty({B, H, 1, d}), kt = Tensor::empty({B, H, 1, d});
+    Tensor vt = Tensor::empty({B, H, 1, e});
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      std::copy_n(q.f32() + (bh * N + t) * d, d, qt.f32() + bh * d);
+      std::copy_n(k.f32() + (bh * N + t) * d, d, kt.f32() + bh * d);
+      std::copy_n(v.f32() + (bh * N + t) * e, e, vt.f32() + bh * e);
+    }
+    const Tensor at = feature_map(qt, FeatureMap::favor, FeatureRole::query, w);
+    const Tensor bt = feature_map(kt, FeatureMap::favor, FeatureRole::unstabilized, w);
+    const std::vector<float> out = linear_attention_step(state, at, bt, vt).to_vector();
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t x = 0; x < e; ++x) {
+        const double ref = parallel[(bh * N + t) * e + x];
+        worst = std::max(worst, std::abs(out[bh * e + x] - ref));
+        scale = std::max(scale, std::abs(ref));
+      }
+  }
+  EXPECT_LE(worst / scale, 1e-5);
+}
+
 TEST(LinearAttentionOp, BadShapesAreReportedWithTheShapes) {
   const Tensor a = Tensor::zeros({1, 2, 5, 4}), b = Tensor::zeros({1, 2, 6, 4});
   const Tensor v = Tensor::zeros({1, 2, 6, 3});

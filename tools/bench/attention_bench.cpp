@@ -2,13 +2,18 @@
 // forward+backward, against sequence length N and B*H, with the sgemm speed of this machine
 // measured in the same process as the yardstick. CSV on stdout, notes on stderr.
 //
-//   attention_bench [--n-min 256] [--n-max 65536] [--bh 4,8,32] [--d 64] [--e 64]
-//                   [--chunk 64] [--algos causal,bidir,softmax] [--softmax-n-max 16384]
-//                   [--min-time 0.3] [--reps 3] [--map elu1|identity]
+//   attention_bench [--n-min 256] [--n-max 65536] [--n 18,4096] [--bh 4,8,32] [--d 64]
+//                   [--e 64] [--chunk 64] [--algos causal,bidir,softmax]
+//                   [--softmax-n-max 8192] [--min-time 0.3] [--reps 3]
+//                   [--map elu1|relu|exp|identity] [--unfused]
 //
-// Each time is the median of at least --reps runs and of as many as fit in --min-time
-// seconds. Peak memory is every buffer the step needs: inputs, outputs, saved tensors,
-// gradients and the kernel's workspace (what the allocator would hold at its peak).
+// It times the Tensor ops of framework/ops/attention.h, as a model calls them: linear
+// attention with the feature map fused into the kernel (--unfused: feature_map() ops first),
+// and softmax attention (causal for --algos softmax). Forward runs under NoGradGuard;
+// forward+backward is the op plus out.backward(dO). Each time is the median of at least
+// --reps runs and of as many as fit in --min-time seconds. Peak memory comes from
+// tarn::memory_stats() (reset before the step, with Q, K, V and dO already allocated), and
+// is also given as a multiple of the bytes of (Q, K, V, O, dO, dQ, dK, dV).
 // GFLOP/s use the FLOP formulas of kernels/linear_attention.h and softmax_attention.h.
 #include <cblas.h>
 #include <omp.h>
@@ -25,6 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/ops/attention.h"
 #include "kernels/cpu/linear_attention_simd.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
@@ -35,7 +43,8 @@ namespace k = tarn::kernels::cpu;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int64_t n_min = 256, n_max = 65536, softmax_n_max = 16384;
+  int64_t n_min = 256, n_max = 65536, softmax_n_max = 8192;
+  std::vector<int64_t> n_list;  // --n: explicit lengths instead of the doubling sweep
   std::vector<int64_t> bh = {4, 8, 32};
   int64_t d = 64, e = 64;
   int chunk = 64;
@@ -43,6 +52,7 @@ struct Options {
   double min_time = 0.3;
   int reps = 3;
   k::FeatureMap map = k::FeatureMap::elu1;
+  bool unfused = false;
   double max_gib = 12.0;  // skip configurations whose buffers exceed this
 };
 
@@ -67,6 +77,9 @@ Options parse(int argc, char** argv) {
     if (a == "--n-min") o.n_min = std::stoll(next());
     else if (a == "--n-max") o.n_max = std::stoll(next());
     else if (a == "--softmax-n-max") o.softmax_n_max = std::stoll(next());
+    else if (a == "--n") {
+      for (auto& s : split(next())) o.n_list.push_back(std::stoll(s));
+    } else if (a == "--unfused") o.unfused = true;
     else if (a == "--bh") {
       o.bh.clear();
       for (auto& s : split(next())) o.bh.push_back(std::stoll(s));
@@ -78,11 +91,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--max-gib") o.max_gib = std::stod(next());
     else if (a == "--map") {
-      const std::string m = next();
-      if (m == "elu1") o.map = k::FeatureMap::elu1;
-      else if (m == "identity") o.map = k::FeatureMap::identity;
-      else {
-        std::fprintf(stderr, "attention_bench: --map must be elu1 or identity, got %s\n", m.c_str());
+      try {
+        o.map = tarn::parse_feature_map(next());
+      } catch (const tarn::Error& e) {
+        std::fprintf(stderr, "attention_bench: --map: %s\n", e.what());
+        std::exit(2);
+      }
+      if (o.map == k::FeatureMap::favor) {
+        std::fprintf(stderr, "attention_bench: --map favor is not benchmarked here\n");
         std::exit(2);
       }
     } else {
@@ -170,69 +186,84 @@ Yardstick measure_sgemm(const Options& o) {
 
 struct Result {
   double fwd_s = 0, fwdbwd_s = 0, fwd_flops = 0, bwd_flops = 0;
-  double fwd_bytes = 0, fwdbwd_bytes = 0;
+  int64_t fwd_peak = 0, fwdbwd_peak = 0;  // bytes, from the allocator
+  double tensors_bytes = 0;               // (Q, K, V, O, dO, dQ, dK, dV)
 };
 
+tarn::Tensor random_tensor(const tarn::Shape& shape, uint32_t seed, bool grad) {
+  tarn::Tensor t = tarn::Tensor::empty(shape);
+  const std::vector<float> x = random_floats(static_cast<size_t>(t.numel()), seed);
+  std::copy(x.begin(), x.end(), t.f32());
+  if (grad) t.set_requires_grad(true);
+  return t;
+}
+
+// Times `op` forward (no graph) and forward+backward, and measures the peak of each.
+template <class Op>
+void measure(const Options& o, int reps, double min_time, Op op, tarn::Tensor* inputs,
+             const tarn::Tensor& dout, Result& r) {
+  auto fwd = [&] {
+    tarn::NoGradGuard no_grad;
+    op();
+  };
+  auto fwdbwd = [&] {
+    op().backward(dout);
+    for (int i = 0; i < 3; ++i) inputs[i].zero_grad();
+  };
+  r.fwd_s = time_median(fwd, reps, min_time);
+  r.fwdbwd_s = time_median(fwdbwd, reps, min_time);
+  tarn::reset_peak_memory();
+  fwd();
+  r.fwd_peak = tarn::memory_stats().peak_bytes;
+  tarn::reset_peak_memory();
+  fwdbwd();
+  r.fwdbwd_peak = tarn::memory_stats().peak_bytes;
+}
+
 Result run_linear(const Options& o, int64_t bh, int64_t n, bool causal) {
-  const k::LinearAttentionDims dims{1, bh, n, n, o.d, o.e};
+  tarn::Tensor in[3] = {random_tensor({1, bh, n, o.d}, 5, true),
+                        random_tensor({1, bh, n, o.d}, 6, true),
+                        random_tensor({1, bh, n, o.e}, 7, true)};
+  const tarn::Tensor dout = random_tensor({1, bh, n, o.e}, 8, false);
+  tarn::LinearAttentionOptions opt;
+  opt.causal = causal;
+  opt.chunk = o.chunk;
+  if (!o.unfused) opt.fused_feature_map = o.map;
+  auto op = [&] {
+    if (!o.unfused) return tarn::linear_attention(in[0], in[1], in[2], opt);
+    return tarn::linear_attention(tarn::feature_map(in[0], o.map),
+                                  tarn::feature_map(in[1], o.map, tarn::FeatureRole::key), in[2],
+                                  opt);
+  };
+  Result r;
+  measure(o, o.reps, o.min_time, op, in, dout, r);
   k::LinearAttentionConfig cfg;
   cfg.causal = causal;
   cfg.chunk = o.chunk;
-  cfg.feature_map = o.map;
-  const size_t nd = bh * n * o.d, ne = bh * n * o.e;
-  std::vector<float> q = random_floats(nd, 5), kk = random_floats(nd, 6), v = random_floats(ne, 7);
-  std::vector<float> dout = random_floats(ne, 8), out(ne), den(bh * n), dq(nd), dk(nd), dv(ne);
-  std::vector<float> wf(k::linear_attention_forward_workspace_floats(dims, cfg));
-  std::vector<float> wb(k::linear_attention_backward_workspace_floats(dims, cfg));
-  auto fwd = [&] {
-    k::linear_attention_forward(dims, cfg, q.data(), kk.data(), v.data(), out.data(), den.data(),
-                                wf.data(), wf.size());
-  };
-  auto bwd = [&] {
-    k::linear_attention_backward(dims, cfg, q.data(), kk.data(), v.data(), out.data(),
-                                 den.data(), dout.data(), dq.data(), dk.data(), dv.data(),
-                                 wb.data(), wb.size());
-  };
-  Result r;
-  r.fwd_s = time_median(fwd, o.reps, o.min_time);
-  r.fwdbwd_s = time_median([&] { fwd(), bwd(); }, o.reps, o.min_time);
+  const k::LinearAttentionDims dims{1, bh, n, n, o.d, o.e};
   r.fwd_flops = k::linear_attention_flops(dims, cfg, false);
   r.bwd_flops = k::linear_attention_flops(dims, cfg, true);
-  const double f = sizeof(float);
-  r.fwd_bytes = f * (2 * nd + 2 * ne + bh * n + wf.size());
-  r.fwdbwd_bytes = f * (4 * nd + 4 * ne + bh * n + std::max(wf.size(), wb.size()));
+  r.tensors_bytes = 4.0 * sizeof(float) * bh * n * (o.d + o.e);
   return r;
 }
 
 Result run_softmax(const Options& o, int64_t bh, int64_t n) {
-  const k::SoftmaxAttentionDims dims{1, bh, n, n, o.d, o.e};
-  k::SoftmaxAttentionConfig cfg;
-  cfg.causal = true;
-  const size_t nd = bh * n * o.d, ne = bh * n * o.e;
-  std::vector<float> q = random_floats(nd, 5), kk = random_floats(nd, 6), v = random_floats(ne, 7);
-  std::vector<float> dout = random_floats(ne, 8), out(ne), lse(bh * n), dq(nd), dk(nd), dv(ne);
-  std::vector<float> wf(k::softmax_attention_forward_workspace_floats(dims, cfg));
-  std::vector<float> wb(k::softmax_attention_backward_workspace_floats(dims, cfg));
-  auto fwd = [&] {
-    k::softmax_attention_forward(dims, cfg, q.data(), kk.data(), v.data(), out.data(), lse.data(),
-                                 wf.data(), wf.size());
-  };
-  auto bwd = [&] {
-    k::softmax_attention_backward(dims, cfg, q.data(), kk.data(), v.data(), out.data(),
-                                  lse.data(), dout.data(), dq.data(), dk.data(), dv.data(),
-                                  wb.data(), wb.size());
-  };
+  tarn::Tensor in[3] = {random_tensor({1, bh, n, o.d}, 5, true),
+                        random_tensor({1, bh, n, o.d}, 6, true),
+                        random_tensor({1, bh, n, o.e}, 7, true)};
+  const tarn::Tensor dout = random_tensor({1, bh, n, o.e}, 8, false);
+  tarn::SoftmaxAttentionOptions opt;
+  opt.causal = true;
+  auto op = [&] { return tarn::softmax_attention(in[0], in[1], in[2], opt); };
   Result r;
   // Softmax is quadratic: one run each beyond 4K keeps the whole sweep within minutes.
-  const int reps = n > 4096 ? 1 : o.reps;
-  const double min_time = n > 4096 ? 0.0 : o.min_time;
-  r.fwd_s = time_median(fwd, reps, min_time);
-  r.fwdbwd_s = time_median([&] { fwd(), bwd(); }, reps, min_time);
+  measure(o, n > 4096 ? 1 : o.reps, n > 4096 ? 0.0 : o.min_time, op, in, dout, r);
+  k::SoftmaxAttentionConfig cfg;
+  cfg.causal = true;
+  const k::SoftmaxAttentionDims dims{1, bh, n, n, o.d, o.e};
   r.fwd_flops = k::softmax_attention_flops(dims, cfg, false);
   r.bwd_flops = k::softmax_attention_flops(dims, cfg, true);
-  const double f = sizeof(float);
-  r.fwd_bytes = f * (2 * nd + 2 * ne + bh * n + wf.size());
-  r.fwdbwd_bytes = f * (4 * nd + 4 * ne + bh * n + std::max(wf.size(), wb.size()));
+  r.tensors_bytes = 4.0 * sizeof(float) * bh * n * (o.d + o.e);
   return r;
 }
 
@@ -248,15 +279,18 @@ int main(int argc, char** argv) {
                omp_get_max_threads(), y.sgemm_big, o.chunk, static_cast<long long>(o.d),
                static_cast<long long>(o.e + 1), y.sgemm_chunk_blas, y.sgemm_chunk_tile);
   std::printf(
-      "algo,bh,n,d,e,chunk,fwd_ms,fwdbwd_ms,fwd_gflops,fwdbwd_gflops,fwdbwd_vs_sgemm,"
-      "fwdbwd_ns_per_token,fwd_peak_mib,fwdbwd_peak_mib,sgemm_gflops\n");
+      "algo,map,bh,n,d,e,chunk,fwd_ms,fwdbwd_ms,fwd_gflops,fwdbwd_gflops,fwdbwd_vs_sgemm,"
+      "fwdbwd_ns_per_token,fwd_peak_mib,fwdbwd_peak_mib,fwdbwd_peak_vs_tensors,sgemm_gflops\n");
+  std::vector<int64_t> lengths = o.n_list;
+  if (lengths.empty())
+    for (int64_t n = o.n_min; n <= o.n_max; n *= 2) lengths.push_back(n);
   for (const std::string& algo : o.algos) {
     if (algo != "causal" && algo != "bidir" && algo != "softmax") {
       std::fprintf(stderr, "attention_bench: unknown algo %s\n", algo.c_str());
       return 2;
     }
     for (int64_t bh : o.bh) {
-      for (int64_t n = o.n_min; n <= o.n_max; n *= 2) {
+      for (int64_t n : lengths) {
         if (algo == "softmax" && n > o.softmax_n_max) break;
         const double gib = 4.0 * bh * n * (4.0 * o.d + 4.0 * o.e) / (1 << 30);
         if (gib > o.max_gib) break;
@@ -264,13 +298,17 @@ int main(int argc, char** argv) {
                                            : run_linear(o, bh, n, algo == "causal");
         const double fb_flops = r.fwd_flops + r.bwd_flops;
         const double fb_gflops = fb_flops / r.fwdbwd_s / 1e9;
-        std::printf("%s,%lld,%lld,%lld,%lld,%d,%.3f,%.3f,%.1f,%.1f,%.2f,%.1f,%.1f,%.1f,%.1f\n",
-                    algo.c_str(), static_cast<long long>(bh), static_cast<long long>(n),
+        const std::string map = algo == "softmax" ? "-"
+                                : std::string(o.unfused ? "unfused-" : "") +
+                                      k::feature_map_name(o.map);
+        std::printf("%s,%s,%lld,%lld,%lld,%lld,%d,%.3f,%.3f,%.1f,%.1f,%.2f,%.1f,%.1f,%.1f,%.3f,%.1f\n",
+                    algo.c_str(), map.c_str(), static_cast<long long>(bh), static_cast<long long>(n),
                     static_cast<long long>(o.d), static_cast<long long>(o.e),
                     algo == "softmax" ? 0 : o.chunk, r.fwd_s * 1e3, r.fwdbwd_s * 1e3,
                     r.fwd_flops / r.fwd_s / 1e9, fb_gflops, fb_gflops / y.sgemm_big,
-                    r.fwdbwd_s * 1e9 / double(bh * n), r.fwd_bytes / (1 << 20),
-                    r.fwdbwd_bytes / (1 << 20), y.sgemm_big);
+                    r.fwdbwd_s * 1e9 / double(bh * n), double(r.fwd_peak) / (1 << 20),
+                    double(r.fwdbwd_peak) / (1 << 20), double(r.fwdbwd_peak) / r.tensors_bytes,
+                    y.sgemm_big);
         std::fflush(stdout);
       }
     }

@@ -1,0 +1,115 @@
+// The causal chunked scan of DESIGN.md section 2 and its memory-efficient backward: a
+// forward scan for dA and a reverse scan for dB and dV, both recomputing the chunk states,
+// so no per-position d x e state is ever stored.
+#include <algorithm>
+
+#include "kernels/cpu/linear_attention_internal.h"
+
+namespace tarn::kernels::cpu::linear_attention_detail {
+
+using simd::gemm;
+using simd::padded;
+using simd::rows_of;
+using simd::Tri;
+using simd::transpose_of;
+
+// U_c = A_c S'_c + (M_C o (A_c B_c^T)) V'_c;  S'_{c+1} = S'_c + B_c^T V'_c.
+void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                          const Buffers& w) {
+  const int64_t n = g.n_q, C = g.chunk;
+  std::fill(w.s, w.s + g.dp * g.ep, 0.0f);
+  std::fill(w.z, w.z + g.dp, 0.0f);
+  for (int64_t r0 = 0; r0 < n; r0 += C) {
+    const int64_t r = std::min(C, n - r0), rp = padded(r);
+    float* den = s.den_w + r0;
+    load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
+    load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
+    const float* v = values_operand(g, s.v, r0, r, w.v);
+    simd::transpose(w.b, r, g.d, g.dp, w.bt, g.cp, rp);
+    float* u = values_target(g, s.out_w, r0, w.tile_e);
+    const int64_t ldu = g.e == g.ep ? g.e : g.ep;
+    // Inter-chunk: the state of all earlier chunks.
+    gemm(r, g.ep, g.d, rows_of(w.a, g.dp), w.s, g.ep, u, ldu, false);
+    for (int64_t i = 0; i < r; ++i) den[i] = simd::dot(w.a + i * g.dp, w.z, g.dp);
+    // Intra-chunk: the masked C x C scores.
+    gemm(r, rp, g.d, rows_of(w.a, g.dp), w.bt, g.cp, w.p, g.cp, false, Tri::lower_out);
+    simd::mask_strict_upper(w.p, r, rp, g.cp);
+    gemm(r, g.ep, r, rows_of(w.p, g.cp), v, g.ep == g.e ? g.e : g.ep, u, ldu, true, Tri::lower_k);
+    for (int64_t i = 0; i < r; ++i) den[i] += simd::sum(w.p + i * g.cp, rp);
+    // State update, then the outputs.
+    gemm(g.d, g.ep, r, rows_of(w.bt, g.cp), v, g.ep == g.e ? g.e : g.ep, w.s, g.ep, true);
+    add_column_sums(g, w.b, r, w.z);
+    write_output(g, u, ldu, den, cfg.eps, r, s.out_w + r0 * g.e);
+  }
+}
+
+// dA_c = G_c S'_c^T + (M_C o (G_c V'_c^T)) B_c, a forward scan recomputing S'_c as S'^T
+// (st: e x dp, z) so that every product reads row-major operands.
+void causal_backward_da(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                        const Buffers& w) {
+  const int64_t n = g.n_q, C = g.chunk;
+  std::fill(w.st, w.st + g.ep * g.dp, 0.0f);
+  std::fill(w.z, w.z + g.dp, 0.0f);
+  for (int64_t r0 = 0; r0 < n; r0 += C) {
+    const int64_t r = std::min(C, n - r0), rp = padded(r);
+    load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
+    load_g(g, s, cfg.eps, r0, r, w.gu, w.ge);
+    simd::transpose(s.v + r0 * g.e, r, g.e, g.e, w.vt, g.cp, rp);
+    gemm(r, g.dp, g.e, rows_of(w.gu, g.ep), w.st, g.dp, w.tile_d, g.dp, false);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t k = 0; k < g.dp; ++k) w.tile_d[i * g.dp + k] += w.ge[i] * w.z[k];
+    masked_g_vt(g, w, r, rp);
+    gemm(r, g.dp, r, rows_of(w.dd, g.cp), w.b, g.dp, w.tile_d, g.dp, true, Tri::lower_k);
+    gemm(g.e, g.dp, r, rows_of(w.vt, g.cp), w.b, g.dp, w.st, g.dp, true);
+    add_column_sums(g, w.b, r, w.z);
+    feature_map_rows_backward(cfg.feature_map, r, g.d, s.a + r0 * g.d, g.d, w.tile_d, g.dp,
+                              s.da + r0 * g.d, g.d);
+  }
+}
+
+// The reverse scan with R'_c = sum over later chunks of a_i g'_i^T (R: dp x ep, re = its ones
+// column, Rt = R^T):
+//   dB_c = V'_c R'^T + (M_C^T o (V'_c G_c^T)) A_c,   dV_c = B_c R + (M_C^T o (B_c A_c^T)) G_c.
+void causal_backward_db_dv(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                           const Buffers& w) {
+  const int64_t n = g.n_q, C = g.chunk;
+  float* R = w.s;
+  float* Rt = w.st;
+  float* re = w.z;
+  std::fill(R, R + g.dp * g.ep, 0.0f);
+  std::fill(Rt, Rt + g.ep * g.dp, 0.0f);
+  std::fill(re, re + g.dp, 0.0f);
+  const int64_t chunks = (n + C - 1) / C;
+  for (int64_t c = chunks - 1; c >= 0; --c) {
+    const int64_t r0 = c * C, r = std::min(C, n - r0), rp = padded(r);
+    load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
+    load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
+    load_g(g, s, cfg.eps, r0, r, w.gu, w.ge);
+    if (s.db) {
+      simd::transpose(s.v + r0 * g.e, r, g.e, g.e, w.vt, g.cp, rp);
+      masked_g_vt(g, w, r, rp);
+      gemm(r, g.dp, g.e, rows_of(s.v + r0 * g.e, g.e), Rt, g.dp, w.tile_d, g.dp, false);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t k = 0; k < g.dp; ++k) w.tile_d[i * g.dp + k] += re[k];
+      gemm(r, g.dp, r, transpose_of(w.dd, g.cp), w.a, g.dp, w.tile_d, g.dp, true, Tri::upper_k);
+      write_key_grad(g, cfg.feature_map, s, r0, r, w.tile_d);
+    }
+    if (s.dv) {
+      simd::transpose(w.b, r, g.d, g.dp, w.bt, g.cp, rp);
+      gemm(r, rp, g.d, rows_of(w.a, g.dp), w.bt, g.cp, w.p, g.cp, false, Tri::lower_out);
+      simd::mask_strict_upper(w.p, r, rp, g.cp);
+      float* dv = values_target(g, s.dv, r0, w.tile_e);
+      const int64_t lddv = g.e == g.ep ? g.e : g.ep;
+      gemm(r, g.ep, g.d, rows_of(w.b, g.dp), R, g.ep, dv, lddv, false);
+      gemm(r, g.ep, r, transpose_of(w.p, g.cp), w.gu, g.ep, dv, lddv, true, Tri::upper_k);
+      if (dv == w.tile_e) simd::copy_padded(w.tile_e, r, g.e, g.ep, s.dv + r0 * g.e, g.e, g.e);
+    }
+    if (c > 0) {  // fold this chunk into R' for the chunks before it
+      gemm(g.d, g.ep, r, transpose_of(w.a, g.dp), w.gu, g.ep, R, g.ep, true);
+      if (s.db) simd::transpose(R, g.d, g.e, g.ep, Rt, g.dp, g.dp);
+      add_weighted_rows(g, w.a, w.ge, r, re);
+    }
+  }
+}
+
+}  // namespace tarn::kernels::cpu::linear_attention_detail

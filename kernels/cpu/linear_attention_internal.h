@@ -1,0 +1,98 @@
+#pragma once
+// Internals of the CPU linear-attention kernels, shared by linear_attention.cpp (entry
+// points and threading), linear_attention_chunks.cpp (chunk loaders), _causal.cpp (the
+// chunked scan and its two backward scans) and _bidirectional.cpp (DESIGN.md section 2).
+//
+// Per (batch, head) slice, with chunks of C rows, padded tiles in a per-thread workspace:
+//   a: C x dp   b: C x dp   bt = b^T: dp x C   v: C x ep   vt = v^T: ep x C
+//   gu: C x ep (dO / (den + eps))   ge: C (-(dO . out) / (den + eps))
+//   p, dd: C x C (masked a b^T and g v'^T)   s, st, s2: d x e state tiles
+// where dp, ep, C are rounded up to the SIMD width. The ones column of V' = [V | 1] is
+// carried separately as the vectors z = sum b_j and ge (same maths, fewer padded columns).
+#include <cstdint>
+
+#include "kernels/cpu/linear_attention_simd.h"
+#include "kernels/linear_attention.h"
+
+namespace tarn::kernels::cpu::linear_attention_detail {
+
+using simd::Arena;
+
+struct Geometry {
+  int64_t batch, heads, n_q, n_k, d, e;
+  int64_t chunk;       // rows per chunk, never more than the longest sequence
+  int64_t dp, ep, cp;  // d, e, chunk rounded up to the SIMD width
+};
+
+enum class Pass { forward, backward };
+
+// One thread's tiles. Forward uses a, b, bt, v, p, tile_e, s, z; backward all of them.
+struct Buffers {
+  float *a, *b, *bt, *v, *vt, *gu, *ge, *p, *dd, *tile_d, *tile_e, *s, *st, *s2, *z, *z2;
+  Buffers(Arena& ar, const Geometry& g, Pass pass) {
+    const bool bwd = pass == Pass::backward;
+    a = ar.take(g.cp * g.dp);
+    b = ar.take(g.cp * g.dp);
+    bt = ar.take(g.dp * g.cp);
+    v = ar.take(g.cp * g.ep);
+    p = ar.take(g.cp * g.cp);
+    tile_e = ar.take(g.cp * g.ep);
+    s = ar.take(g.dp * g.ep);
+    z = ar.take(g.dp);
+    vt = bwd ? ar.take(g.ep * g.cp) : nullptr;
+    gu = bwd ? ar.take(g.cp * g.ep) : nullptr;  // G without its last column (that is ge)
+    ge = bwd ? ar.take(g.cp) : nullptr;
+    dd = bwd ? ar.take(g.cp * g.cp) : nullptr;
+    tile_d = bwd ? ar.take(g.cp * g.dp) : nullptr;
+    st = bwd ? ar.take(g.ep * g.dp) : nullptr;
+    s2 = bwd ? ar.take(g.ep * g.dp) : nullptr;
+    z2 = bwd ? ar.take(g.dp) : nullptr;
+  }
+};
+
+inline int64_t per_thread_floats(const Geometry& g, Pass pass) {
+  Arena counter(nullptr);
+  Buffers unused(counter, g, pass);
+  return counter.used();
+}
+
+// One (batch, head) slice of every tensor.
+struct Slice {
+  const float *a, *b, *v, *out, *den, *dout;
+  const float* pad;  // (n_k) key padding flags or null
+  float *out_w, *den_w, *da, *db, *dv;
+};
+
+// ---- chunk loaders and helpers (linear_attention_chunks.cpp) ----
+
+void load_features(const Geometry& g, FeatureMap phi, const float* src, const float* pad,
+                   int64_t r0, int64_t r, float* dst);
+void load_values(const Geometry& g, const float* v, int64_t r0, int64_t r, float* dst);
+void load_g(const Geometry& g, const Slice& s, float eps, int64_t r0, int64_t r, float* gt,
+            float* ge);
+void add_column_sums(const Geometry& g, const float* x, int64_t r, float* z);
+void add_weighted_rows(const Geometry& g, const float* x, const float* w, int64_t r, float* z);
+void write_output(const Geometry& g, const float* u, int64_t ldu, const float* den, float eps,
+                  int64_t r, float* out);
+const float* values_operand(const Geometry& g, const float* v, int64_t r0, int64_t r, float* tile);
+float* values_target(const Geometry& g, float* out, int64_t r0, float* tile);
+void write_key_grad(const Geometry& g, FeatureMap phi, const Slice& s, int64_t r0, int64_t r,
+                    const float* tile);
+void masked_g_vt(const Geometry& g, const Buffers& w, int64_t r, int64_t rp);
+
+// ---- per-slice passes ----
+
+// linear_attention_causal.cpp
+void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                          const Buffers& w);
+void causal_backward_da(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                        const Buffers& w);
+void causal_backward_db_dv(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                           const Buffers& w);
+// linear_attention_bidirectional.cpp
+void bidirectional_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
+                                 const Slice& s, const Buffers& w);
+void bidirectional_backward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
+                                  const Slice& s, const Buffers& w);
+
+}  // namespace tarn::kernels::cpu::linear_attention_detail
