@@ -23,6 +23,7 @@ struct Shape {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   using namespace tarn;
+  if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; OpenMP threads: %d\n", kernels::blas_info().str().c_str(),
                kernels::num_threads());
   const double sgemm = bench::measure_sgemm_gflops();

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; threads %d\n", kernels::blas_info().str().c_str(), kernels::num_threads());
   std::printf("preset,attention,N,batch,step_ms_median,target_tokens_per_s,all_tokens_per_s,peak_MiB\n");
   for (int64_t n : lengths) {

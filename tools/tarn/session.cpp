@@ -36,6 +36,7 @@ void configure_threads(const Recipe& recipe) {
   const auto blas = kernels::blas_info();
   log::info("tarn", "threads: ", kernels::num_threads(), "; BLAS: ", blas.str());
   if (!blas.is_openmp()) log::warn("tarn", "BLAS is not OpenBLAS' OpenMP build: GEMM will be slow");
+  if (const std::string hint = kernels::blas_kernel_hint(); !hint.empty()) log::info("tarn", "note: ", hint);
 }
 
 Tokenizer open_tokenizer(const Recipe& recipe) {
