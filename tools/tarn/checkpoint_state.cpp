@@ -9,6 +9,7 @@
 #include "framework/io/json.h"
 #include "framework/io/safetensors.h"
 #include "framework/io/state_dict.h"
+#include "framework/optim/adamw_state_io.h"
 
 namespace tarn::app {
 namespace {
@@ -91,15 +92,8 @@ void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, 
   w.write_safetensors(kModelFile, state_dict(model), {{"format", "pt"}});
 
   // The moments alias the live optimizer (state_view): written before the next step().
-  const AdamWState opt = optimizer.state_view();
-  TensorList moments;
-  SafetensorsMetadata meta{{"step_count", std::to_string(opt.step_count)}};
-  for (const auto& [name, s] : opt.params) {
-    moments.emplace_back("exp_avg." + name, s.exp_avg);
-    moments.emplace_back("exp_avg_sq." + name, s.exp_avg_sq);
-    meta["step." + name] = std::to_string(s.step);
-  }
-  w.write_safetensors(kOptimizerFile, moments, meta);
+  const FlatOptimizerState opt = flatten_adamw_state(optimizer.state_view());
+  w.write_safetensors(kOptimizerFile, opt.tensors, opt.metadata);
   w.write_file(kProgressFile, progress_json(progress).dump(2) + "\n");
   w.write_file(kRecipeFile, to_yaml(recipe));
   w.write_file(kTokenizerFile, read_file(tokenizer.path()));
@@ -113,20 +107,7 @@ void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGenerati
   load_model_weights(ckpt, model);
   const std::string opt_path = ckpt.path(kOptimizerFile);
   const SafetensorsFile f = load_safetensors(opt_path);
-  AdamWState s;
-  auto meta = [&](const std::string& key) -> int64_t {
-    auto it = f.metadata.find(key);
-    TARN_CHECK(it != f.metadata.end(), opt_path, ": metadata has no \"", key, "\"");
-    return std::stoll(it->second);
-  };
-  s.step_count = meta("step_count");
-  for (const std::string& name : optimizer.names()) {
-    AdamWParamState& p = s.params[name];
-    p.exp_avg = f.at("exp_avg." + name);
-    p.exp_avg_sq = f.at("exp_avg_sq." + name);
-    p.step = meta("step." + name);
-  }
-  optimizer.load_state(s);
+  optimizer.load_state(unflatten_adamw_state(f.tensors, f.metadata, opt_path));
   progress = checkpoint_progress(ckpt);
   model.set_dropout_state(progress.dropout);
   restore_favor_state(progress, model);
