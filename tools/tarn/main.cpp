@@ -51,7 +51,8 @@ commands:
         Extracts the built-in WordNet corpus into OUTDIR/{train,valid,test}.txt.
 
 A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
-newest valid checkpoint). Exit codes: 0 success, 2 user error, 1 internal error.
+newest valid checkpoint). Exit codes: 0 success, 2 user error (bad recipe, flag or file),
+3 training stopped by non-finite losses (the last good checkpoint is kept), 1 internal error.
 )";
 
 // --flag value pairs, repeated --set, bare flags and positionals.
