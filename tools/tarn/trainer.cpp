@@ -169,9 +169,7 @@ bool Trainer::step() {
   int64_t counted = 0;
   for (int64_t i = 0; i < accum; ++i) {
     batches.push_back(batcher_->next());
-    int64_t n = 0;
-    for (int32_t l : batches.back().tgt_labels) n += l >= 0 && l != kPadId;
-    counted += n;
+    counted += batches.back().tgt_tokens();  // the labels the loss counts
   }
   const float smoothing = static_cast<float>(recipe_.training.label_smoothing);
   double loss_sum = 0, nll_sum = 0;
