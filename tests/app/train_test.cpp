@@ -92,6 +92,22 @@ TEST(Train, KeepsTheLastCheckpointsAndTheBest) {
   EXPECT_LE(list.size(), 3u);  // the last two, and the best if it is older
 }
 
+TEST(Train, RestartSetsThePreviousRunAsideSoResumeCannotPickItUp) {
+  const std::string dir = make_tiny_corpus("restart");
+  train(options(dir, 6, {"validation.every_steps=0"}));
+  TrainOptions again = options(dir, 2, {"validation.every_steps=0"});
+  again.restart = true;
+  EXPECT_EQ(train(again).steps, 2);
+  const auto list = list_checkpoints(dir + "/run");
+  ASSERT_FALSE(list.empty());
+  EXPECT_EQ(list.back().step, 2) << "the old step_6 is still where a resume would find it";
+  bool kept = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/run"))
+    kept = kept || (e.path().filename().string().rfind("previous_", 0) == 0 &&
+                    std::filesystem::exists(e.path() / "step_6" / "COMPLETE"));
+  EXPECT_TRUE(kept) << "the previous run's checkpoint was not kept aside";
+}
+
 TEST(Train, BadRecipeValueIsAConfigErrorBeforeAnyWork) {
   const std::string dir = make_tiny_corpus("bad");
   EXPECT_THROW(train(options(dir, 5, {"optimizer.lr=-1"})), ConfigError);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <csignal>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -62,6 +63,20 @@ struct Interval {  // what the progress line averages over
   Clock::time_point start = Clock::now();
   void reset() { *this = Interval(); }
 };
+
+// --restart: the previous run's checkpoints move into run_dir/previous_<time>/ (nothing is
+// deleted), so that a later resume cannot pick up a checkpoint of the old run.
+void set_aside_previous_run(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const auto old = list_checkpoints(run_dir);
+  const bool has_best = fs::exists(fs::symlink_status(run_dir + "/best"));
+  if (old.empty() && !has_best) return;
+  const std::string aside = run_dir + "/previous_" + std::to_string(static_cast<long long>(std::time(nullptr)));
+  fs::create_directories(aside);
+  for (const CheckpointEntry& c : old) fs::rename(c.dir, aside + "/" + fs::path(c.dir).filename().string());
+  if (has_best) fs::rename(run_dir + "/best", aside + "/best");
+  log::info("ckpt", "--restart: moved ", old.size(), " checkpoints of the previous run to ", aside);
+}
 
 class Trainer {
  public:
@@ -158,6 +173,8 @@ void Trainer::setup() {
       log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
                 progress_.data.epoch, "); --restart starts over");
     }
+  } else {
+    set_aside_previous_run(run_dir);
   }
   elapsed_at_start_ = progress_.elapsed_s;
   metrics_ = std::make_unique<MetricsFile>(recipe_.logging.metrics_file);
