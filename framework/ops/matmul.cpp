@@ -1,10 +1,10 @@
 #include "framework/ops/matmul.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "framework/autograd.h"
 #include "kernels/gemm.h"
+#include "kernels/reduce.h"
 
 namespace tarn {
 namespace {
@@ -73,29 +73,6 @@ Tensor shared_b_grad(const Tensor& a, const Tensor& dc, const Shape& b_shape, bo
   return db;
 }
 
-// Sums of the columns of a (rows, cols) matrix: fixed row blocks summed in double, then the
-// blocks added in order, so the result does not depend on the thread count.
-Tensor column_sums(const Tensor& m, int64_t rows, int64_t cols) {
-  constexpr int64_t kRowBlock = 256;
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);
-  const float* p = m.f32();
-#pragma omp parallel for if (rows * cols > (1 << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    double* acc = partial.data() + b * cols;
-    for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r)
-      for (int64_t j = 0; j < cols; ++j) acc[j] += p[r * cols + j];
-  }
-  Tensor out = Tensor::empty(Shape{cols}, m.device());
-  float* po = out.f32();
-  for (int64_t j = 0; j < cols; ++j) {
-    double s = 0;
-    for (int64_t b = 0; b < blocks; ++b) s += partial[b * cols + j];
-    po[j] = static_cast<float>(s);
-  }
-  return out;
-}
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
@@ -155,7 +132,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       g[1] = Tensor::empty(weight.shape(), weight.device());
       kernels::cpu::gemm_batched(true, false, 1, out, in, rows, 1.0f, dy.f32(), 0, x.f32(), 0, 0.0f, g[1].f32(), 0);
     }
-    if (needs[2]) g[2] = column_sums(dy, rows, out);
+    if (needs[2]) {  // db = the column sums of dy (deterministic at any thread count)
+      g[2] = Tensor::empty(Shape{out}, dy.device());
+      kernels::cpu::sum_axis(dy.f32(), g[2].f32(), 1, rows, out);
+    }
     return g;
   });
 }
