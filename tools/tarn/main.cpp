@@ -158,7 +158,7 @@ int cmd_eval(int argc, char** argv) {
   const Args a = parse(argc, argv, 2, {"checkpoint", "data", "tokens-per-batch", "max-batches"}, {});
   Loaded l = load(a.need("checkpoint"));
   const std::string data = a.need("data");
-  auto ds = open_dataset(l.recipe, *l.tok, data, 0x5eed0e7a1ULL, "eval");
+  auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "eval");
   const EvalResult r = evaluate(*l.model, *ds, a.integer("tokens-per-batch", l.recipe.training.tokens_per_batch),
                                 a.integer("max-batches", 0));
   std::printf("nll %.6f\nppl %.4f\ntokens %lld\n", r.mean_nll(), r.perplexity(), static_cast<long long>(r.tokens));
@@ -207,7 +207,7 @@ int cmd_denoise(int argc, char** argv) {
   Loaded l = load(a.need("checkpoint"));
   TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
              " data; use tarn generate");
-  auto ds = open_dataset(l.recipe, *l.tok, a.need("data"), 0x5eed0e7a1ULL, "denoise");
+  auto ds = open_dataset(l.recipe, *l.tok, a.need("data"), kEvalNoiseSeed, "denoise");
   const int64_t n = std::min<int64_t>(a.integer("count", 5), static_cast<int64_t>(ds->size()));
   const GenerateOptions g = generate_options(a);
   for (int64_t i = 0; i < n; ++i) {

@@ -2,6 +2,7 @@
 // Everything a tarn command builds from a recipe before it can work: threads, the tokenizer
 // (loaded, or trained on the training corpus the first time), the datasets, and the model
 // configuration. Shared by train, eval, export, generate and denoise.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ Tokenizer open_tokenizer(const Recipe& recipe);
 
 // The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
+
+// Keys the denoising noise of validation, test and `tarn eval` / `denoise` data: apart from the
+// training noise, and fixed, so that scores of different runs and commands compare.
+constexpr uint64_t kEvalNoiseSeed = 0x5eed0e7a1ULL;
 
 // A dataset of the recipe's kind (denoising or pairs) over `path`. `noise_seed` keys the
 // denoising noise (training: the recipe seed; evaluation: a fixed seed so scores repeat).

@@ -32,9 +32,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// A seed stream for evaluation noise, apart from the training noise, so scores repeat.
-constexpr uint64_t kEvalNoiseSeed = 0x5eed0e7a1ULL;
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
