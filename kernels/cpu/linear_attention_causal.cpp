@@ -2,6 +2,7 @@
 // forward scan for dA and a reverse scan for dB and dV, both recomputing the chunk states,
 // so no per-position d x e state is ever stored.
 #include <algorithm>
+#include <initializer_list>
 
 #include "kernels/cpu/linear_attention_internal.h"
 
@@ -13,6 +14,17 @@ using simd::rows_of;
 using simd::Tri;
 using simd::transpose_of;
 
+namespace {
+// The rows [r0, r0 + C) of the d-wide and e-wide tensors into L2 ahead of their chunk.
+void prefetch_next_chunk(const Geometry& g, int64_t r0, std::initializer_list<const float*> d_wide,
+                         std::initializer_list<const float*> e_wide) {
+  if (r0 < 0 || r0 >= g.n_q) return;
+  const int64_t r = std::min(g.chunk, g.n_q - r0);
+  for (const float* p : d_wide) simd::prefetch_l2(p ? p + r0 * g.d : nullptr, r * g.d);
+  for (const float* p : e_wide) simd::prefetch_l2(p ? p + r0 * g.e : nullptr, r * g.e);
+}
+}  // namespace
+
 // U_c = A_c S'_c + (M_C o (A_c B_c^T)) V'_c;  S'_{c+1} = S'_c + B_c^T V'_c.
 void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
                           const Buffers& w) {
@@ -22,6 +34,7 @@ void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, c
   for (int64_t r0 = 0; r0 < n; r0 += C) {
     const int64_t r = std::min(C, n - r0), rp = padded(r);
     float* den = s.den_w + r0;
+    prefetch_next_chunk(g, r0 + C, {s.a, s.b}, {s.v, s.out_w});
     load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
     load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
     const float* v = values_operand(g, s.v, r0, r, w.v);
@@ -52,6 +65,7 @@ void causal_backward_da(const Geometry& g, const LinearAttentionConfig& cfg, con
   std::fill(w.z, w.z + g.dp, 0.0f);
   for (int64_t r0 = 0; r0 < n; r0 += C) {
     const int64_t r = std::min(C, n - r0), rp = padded(r);
+    prefetch_next_chunk(g, r0 + C, {s.a, s.b, s.da}, {s.v, s.out, s.dout});
     load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
     load_g(g, s, cfg.eps, r0, r, w.gu, w.ge);
     simd::transpose(s.v + r0 * g.e, r, g.e, g.e, w.vt, g.cp, rp);
@@ -82,6 +96,7 @@ void causal_backward_db_dv(const Geometry& g, const LinearAttentionConfig& cfg, 
   const int64_t chunks = (n + C - 1) / C;
   for (int64_t c = chunks - 1; c >= 0; --c) {
     const int64_t r0 = c * C, r = std::min(C, n - r0), rp = padded(r);
+    if (c > 0) prefetch_next_chunk(g, r0 - C, {s.a, s.b, s.db}, {s.v, s.out, s.dout, s.dv});
     load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
     load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
     load_g(g, s, cfg.eps, r0, r, w.gu, w.ge);

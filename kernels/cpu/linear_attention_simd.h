@@ -41,6 +41,14 @@ inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 // x - 0 (not 0 + x, which GCC may not fold: 0 + -0 is +0) becomes one broadcast load.
 inline Vec splat(float x) { return x - Vec{}; }
 
+// Asks for [p, p + n) to be brought into L2 (not L1: the current chunk still lives there).
+// The scans call it for the next chunk's rows: at N = 64K the tensors far exceed the caches,
+// and the hardware prefetcher does not run far enough ahead of the tile GEMMs' strided reads.
+inline void prefetch_l2(const float* p, int64_t n) {
+  if (!p) return;
+  for (int64_t i = 0; i < n; i += 64 / sizeof(float)) __builtin_prefetch(p + i, 0, 2);
+}
+
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline int64_t padded(int64_t x) { return round_up(x, kLanes); }
 
