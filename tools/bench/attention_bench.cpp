@@ -5,7 +5,7 @@
 //   attention_bench [--n-min 256] [--n-max 65536] [--n 18,4096] [--bh 4,8,32] [--d 64]
 //                   [--e 64] [--chunk 64] [--algos causal,bidir,softmax]
 //                   [--softmax-n-max 8192] [--min-time 0.3] [--reps 3]
-//                   [--map elu1|relu|exp|identity] [--unfused]
+//                   [--map elu1|relu|exp|identity] [--unfused] [--cold]
 //
 // It times the Tensor ops of framework/ops/attention.h, as a model calls them: linear
 // attention with the feature map fused into the kernel (--unfused: feature_map() ops first),
@@ -14,6 +14,9 @@
 // --reps runs and of as many as fit in --min-time seconds. Peak memory comes from
 // tarn::memory_stats() (reset before the step, with Q, K, V and dO already allocated), and
 // is also given as a multiple of the bytes of (Q, K, V, O, dO, dQ, dK, dV).
+// --cold evicts the caches before every timed run (writes a 256 MiB buffer, untimed), as a
+// training step meets the attention inputs: without it, repeats at N <= 1K find Q, K, V
+// already in L2 and time per token looks lower than at long N, where they stream from memory.
 // GFLOP/s use the FLOP formulas of kernels/linear_attention.h and softmax_attention.h.
 #include <cblas.h>
 #include <omp.h>
@@ -53,6 +56,7 @@ struct Options {
   int reps = 3;
   k::FeatureMap map = k::FeatureMap::elu1;
   bool unfused = false;
+  bool cold = false;
   double max_gib = 12.0;  // skip configurations whose buffers exceed this
 };
 
@@ -80,6 +84,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--n") {
       for (auto& s : split(next())) o.n_list.push_back(std::stoll(s));
     } else if (a == "--unfused") o.unfused = true;
+    else if (a == "--cold") o.cold = true;
+    else if (a == "--help" || a == "-h") {
+      std::fprintf(stderr, "attention_bench: see the header of tools/bench/attention_bench.cpp for the flags\n");
+      std::exit(0);
+    }
     else if (a == "--bh") {
       o.bh.clear();
       for (auto& s : split(next())) o.bh.push_back(std::stoll(s));
@@ -109,16 +118,28 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Median seconds of fn over at least `reps` runs and `min_time` seconds (one warm-up first).
+bool g_cold = false;  // --cold
+
+// Pushes everything else out of L1-L3 by writing (and reading back) a buffer larger than them.
+void evict_caches() {
+  static std::vector<float> junk(64u << 20);
+  static float sink = 0.0f;
+  for (size_t i = 0; i < junk.size(); i += 16) junk[i] = sink + 1.0f;
+  for (size_t i = 0; i < junk.size(); i += 16) sink += junk[i] * 1e-9f;
+}
+
+// Median seconds of fn over at least `reps` runs and `min_time` seconds (one warm-up first;
+// the time spent evicting caches under --cold is not counted).
 double time_median(const std::function<void()>& fn, int reps, double min_time) {
   fn();
   std::vector<double> times;
-  const auto start = Clock::now();
-  while (static_cast<int>(times.size()) < reps ||
-         std::chrono::duration<double>(Clock::now() - start).count() < min_time) {
+  double measured = 0.0;
+  while (static_cast<int>(times.size()) < reps || measured < min_time) {
+    if (g_cold) evict_caches();
     const auto t0 = Clock::now();
     fn();
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    measured += times.back();
     if (times.size() >= 200) break;
   }
   std::sort(times.begin(), times.end());
@@ -271,13 +292,15 @@ Result run_softmax(const Options& o, int64_t bh, int64_t n) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  const Yardstick y = measure_sgemm(o);
+  const Yardstick y = measure_sgemm(o);  // the yardstick always runs warm
+  g_cold = o.cold;
   std::fprintf(stderr,
                "# %d OpenMP threads; sgemm 1024^3 (OpenBLAS, all threads): %.1f GFLOP/s; chunk "
                "product %dx%lldx%lld per thread in a parallel region: OpenBLAS %.1f, tarn tile "
                "%.1f GFLOP/s (all threads together)\n",
                omp_get_max_threads(), y.sgemm_big, o.chunk, static_cast<long long>(o.d),
                static_cast<long long>(o.e + 1), y.sgemm_chunk_blas, y.sgemm_chunk_tile);
+  if (o.cold) std::fprintf(stderr, "# --cold: caches evicted before every timed run\n");
   std::printf(
       "algo,map,bh,n,d,e,chunk,fwd_ms,fwdbwd_ms,fwd_gflops,fwdbwd_gflops,fwdbwd_vs_sgemm,"
       "fwdbwd_ns_per_token,fwd_peak_mib,fwdbwd_peak_mib,fwdbwd_peak_vs_tensors,sgemm_gflops\n");
