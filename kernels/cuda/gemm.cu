@@ -10,6 +10,9 @@
 
 #if defined(__CUDACC__)
 #include <cublas_v2.h>
+
+#include <cstdlib>
+#include <cstring>
 #endif
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -24,8 +27,18 @@ namespace {
                __FILE__, ":", __LINE__, ")");                                                   \
   } while (0)
 
-// One handle per host thread and device, created on first use, on the default stream. f32
-// math stays f32 (no TF32): this is the reference dtype.
+// TF32 tensor-core math only where the user asks for it (TARN_ALLOW_TF32=1 in the
+// environment): it rounds the operands to 10 mantissa bits, which the CPU backend never does,
+// so by default f32 GEMMs stay f32 and CPU and GPU runs agree to f32 rounding.
+bool tf32_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TARN_ALLOW_TF32");
+    return v && std::strcmp(v, "0") != 0 && *v != '\0';
+  }();
+  return allowed;
+}
+
+// One handle per host thread and device, created on first use, on the default stream.
 cublasHandle_t handle() {
   int device = 0;
   TARN_CUDA_CALL(cudaGetDevice(&device));
@@ -34,7 +47,8 @@ cublasHandle_t handle() {
   TARN_CHECK(device >= 0 && device < kMaxDevices, "gemm_batched: device ", device, " out of range");
   if (!handles[device]) {
     TARN_CUBLAS_CALL(cublasCreate(&handles[device]));
-    TARN_CUBLAS_CALL(cublasSetMathMode(handles[device], CUBLAS_DEFAULT_MATH));
+    TARN_CUBLAS_CALL(
+        cublasSetMathMode(handles[device], tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   }
   TARN_CUBLAS_CALL(cublasSetStream(handles[device], nullptr));
   return handles[device];
