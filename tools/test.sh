@@ -28,6 +28,10 @@ run_suite() {  # name, build dir, cmake args...
 
 start=$(date +%s)
 run_suite "Release" build/release -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=AUTO
+if [ -f build/release/cuda_resource_usage.txt ]; then
+  # nvcc's per-kernel registers, spills and shared memory (cmake/TarnEmulator.cmake): CI's artefact.
+  echo "[test] nvcc resource usage (sm_80, sm_90): $root/build/release/cuda_resource_usage.txt"
+fi
 if [ "${TARN_SKIP_SANITIZE:-0}" != "1" ]; then
   # The sanitizer build leaves out nvcc (ASan does not instrument device code) and the benches.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -339,6 +339,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+// Everything is synchronous here, so the event has always happened.
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
@@ -543,6 +545,7 @@ using tarn::emu::cudaStreamCreate;
 using tarn::emu::cudaStreamCreateWithFlags;
 using tarn::emu::cudaStreamDestroy;
 using tarn::emu::cudaStreamSynchronize;
+using tarn::emu::cudaStreamWaitEvent;
 using tarn::emu::cudaEventCreate;
 using tarn::emu::cudaEventDestroy;
 using tarn::emu::cudaEventRecord;

@@ -1,0 +1,73 @@
+#pragma once
+// Collectives for data-parallel training (DESIGN.md section 1: "gradients all-reduced across
+// ranks"): a Communicator is one rank's handle on a group of `world` ranks. Two
+// implementations behind one interface:
+//   cpu::thread_communicators(world)   ranks are threads of this process sharing memory
+//                                      (kernels/cpu/collectives.cpp): the CPU backend's and the
+//                                      emulated build's, and the reference the tests use
+//   cuda::nccl_communicator(...)       NCCL over GPUs, one rank per device
+//                                      (kernels/cuda/collectives.cu; only when NCCL was found)
+// Every call is collective: each rank of the group makes the same calls in the same order,
+// with the same n (and root), each from its own thread; a rank that never calls blocks the
+// others forever, as with MPI and NCCL. Calls return when the result is in the caller's buffer.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace tarn::kernels {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual const char* backend() const = 0;  // "cpu-threads", "nccl"
+
+  // data[i] <- sum over ranks r of data_r[i], i < n, in place on every rank. Summation order:
+  // the CPU adds in rank order, ((d_0 + d_1) + d_2) + ..., in f32, every element and every
+  // call the same (bit-reproducible); NCCL's order follows its ring/tree and may differ in
+  // the last bits from the CPU's (but is the same from run to run on the same topology).
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  // data[i] <- data_root[i], i < n, on every rank.
+  virtual void broadcast(float* data, int64_t n, int root) = 0;
+  // Returns once every rank has entered it.
+  virtual void barrier() = 0;
+};
+
+namespace cpu {
+
+// The `world` ranks of one group, rank r at index r. Give each to its own thread.
+std::vector<std::unique_ptr<Communicator>> thread_communicators(int world);
+
+}  // namespace cpu
+
+// What NCCL needs to form a group across processes: made by rank 0 (nccl_unique_id) and sent
+// to the others by any means (MPI, a file); NCCL_UNIQUE_ID_BYTES bytes.
+using NcclUniqueId = std::array<char, 128>;
+
+}  // namespace tarn::kernels
+
+// kernels/cuda/collectives.cu, in both namespaces of the CUDA backend (kernels/cuda_kernels.h):
+//   nccl_available()        NCCL was found at configure time (cuda) / never (cuda_emu)
+//   nccl_unique_id(), nccl_communicator(id, rank, world, device)
+//                           one rank per process (ncclGetUniqueId, ncclCommInitRank); throw
+//                           when NCCL is not available
+//   local_communicators(world)
+//                           every rank in this process, rank r on device r (ncclCommInitAll);
+//                           the emulated build returns cpu::thread_communicators(world), as its
+//                           "devices" are host memory
+#define TARN_COLLECTIVES_CUDA_API                                                                 \
+  bool nccl_available();                                                                          \
+  NcclUniqueId nccl_unique_id();                                                                  \
+  std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId& id, int rank, int world, int device); \
+  std::vector<std::unique_ptr<Communicator>> local_communicators(int world);
+
+namespace tarn::kernels::cuda {
+TARN_COLLECTIVES_CUDA_API
+}  // namespace tarn::kernels::cuda
+namespace tarn::kernels::cuda_emu {
+TARN_COLLECTIVES_CUDA_API
+}  // namespace tarn::kernels::cuda_emu
+
+#undef TARN_COLLECTIVES_CUDA_API

@@ -1,0 +1,155 @@
+// Collectives on GPUs through NCCL (kernels/collectives.h). nvcc's build uses NCCL when
+// cmake/TarnCuda.cmake found it (TARN_WITH_NCCL); the emulated build's "devices" are host
+// memory, so its communicators are the CPU's thread group. Every NCCL and CUDA call is checked
+// and a failure throws tarn::Error naming the call.
+#include "kernels/collectives.h"
+
+#include "kernels/cuda/launch.cuh"
+
+#if defined(__CUDACC__) && defined(TARN_WITH_NCCL)
+#define TARN_USE_NCCL 1
+#include <nccl.h>
+
+#include <cstring>
+
+// Checks an NCCL call; the message names the call, NCCL's reason and where it was made.
+#define TARN_NCCL_CALL(call)                                                                                    \
+  do {                                                                                                          \
+    const ncclResult_t tarn_nccl_ = (call);                                                                     \
+    TARN_CHECK(tarn_nccl_ == ncclSuccess, #call, " failed: ", ncclGetErrorString(tarn_nccl_), " (", __FILE__, \
+               ":", __LINE__, ")");                                                                             \
+  } while (0)
+#endif
+
+namespace tarn::kernels::TARN_CUDA_NS {
+namespace {
+
+#if defined(TARN_USE_NCCL)
+
+static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId), "NCCL_UNIQUE_ID_BYTES changed");
+
+// One rank on one device. Work goes to a blocking stream, which waits for the legacy default
+// stream where the kernels put the gradients; each call synchronises before it returns, so the
+// host may read or reuse the buffer at once (the CPU group's contract).
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int world, int device)
+      : comm_(comm), rank_(rank), world_(world), device_(device) {
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_CUDA_CALL(cudaStreamCreate(&stream_));
+    TARN_CUDA_CALL(cudaMalloc(&token_, sizeof(float)));
+  }
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    if (token_) cudaFree(token_);
+    if (stream_) cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  const char* backend() const override { return "nccl"; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    TARN_CHECK(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
+  void broadcast(float* data, int64_t n, int root) override {
+    TARN_CHECK(n >= 0, "broadcast: negative length ", n, " on rank ", rank_);
+    TARN_CHECK(root >= 0 && root < world_, "broadcast: root ", root, " is not a rank of a group of ", world_);
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_NCCL_CALL(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat32, root, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
+  // NCCL has no barrier: an all-reduce of one float completes only when every rank joined.
+  void barrier() override {
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_NCCL_CALL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  ncclComm_t comm_;
+  int rank_, world_, device_;
+  cudaStream_t stream_ = nullptr;
+  float* token_ = nullptr;
+};
+
+#else
+
+[[noreturn]] void no_nccl(const char* what) {
+#if defined(TARN_CUDA_EMULATED)
+  throw Error(str_cat(what, ": NCCL is not part of the emulated CUDA build (use local_communicators, which runs "
+                            "the ranks as threads)"));
+#else
+  throw Error(str_cat(what, ": tarn was built without NCCL (cmake/TarnCuda.cmake did not find nccl.h and libnccl; "
+                            "set NCCL_ROOT or install NCCL and reconfigure)"));
+#endif
+}
+
+#endif
+
+}  // namespace
+
+#if defined(TARN_USE_NCCL)
+
+bool nccl_available() { return true; }
+
+NcclUniqueId nccl_unique_id() {
+  ncclUniqueId id;
+  TARN_NCCL_CALL(ncclGetUniqueId(&id));
+  NcclUniqueId out;
+  std::memcpy(out.data(), id.internal, out.size());
+  return out;
+}
+
+std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId& id, int rank, int world, int device) {
+  TARN_CHECK(world >= 1 && rank >= 0 && rank < world, "nccl_communicator: rank ", rank, " is not in a group of ",
+             world);
+  ncclUniqueId nccl_id;
+  std::memcpy(nccl_id.internal, id.data(), id.size());
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  ncclComm_t comm = nullptr;
+  TARN_NCCL_CALL(ncclCommInitRank(&comm, world, nccl_id, rank));
+  return std::make_unique<NcclCommunicator>(comm, rank, world, device);
+}
+
+std::vector<std::unique_ptr<Communicator>> local_communicators(int world) {
+  int devices = 0;
+  TARN_CUDA_CALL(cudaGetDeviceCount(&devices));
+  TARN_CHECK(world >= 1 && world <= devices, "local_communicators: ", world, " ranks need as many GPUs, found ",
+             devices);
+  std::vector<int> device_list(world);
+  for (int d = 0; d < world; ++d) device_list[d] = d;
+  std::vector<ncclComm_t> comms(world);
+  TARN_NCCL_CALL(ncclCommInitAll(comms.data(), world, device_list.data()));
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<NcclCommunicator>(comms[r], r, world, r));
+  return ranks;
+}
+
+#else
+
+bool nccl_available() { return false; }
+NcclUniqueId nccl_unique_id() { no_nccl("nccl_unique_id"); }
+std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId&, int, int, int) {
+  no_nccl("nccl_communicator");
+}
+
+std::vector<std::unique_ptr<Communicator>> local_communicators(int world) {
+#if defined(TARN_CUDA_EMULATED)
+  return cpu::thread_communicators(world);
+#else
+  no_nccl("local_communicators");
+#endif
+}
+
+#endif
+
+}  // namespace tarn::kernels::TARN_CUDA_NS
