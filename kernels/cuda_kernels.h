@@ -24,10 +24,26 @@ namespace tarn::kernels::cuda_emu {
 }  // namespace tarn::kernels::cuda_emu
 
 // linear_attention.cu (kernels/linear_attention.h): the chunked causal scan with its forward
-// (dA) and reverse (dB, dV) backward scans, bidirectional and cross attention, and the
-// recurrent step. a and b are features already (cfg.feature_map must be identity); the
-// workspace (device memory, *_workspace_floats of it) is (B, H, Nq, e + 1) floats.
+// (dA) and reverse (dB, dV) backward scans, bidirectional and cross attention; the recurrent
+// step in linear_attention_step.cu. cfg.feature_map elu1, relu, exp or identity is fused into the kernels (a, b
+// are the raw q, k; backward returns dq, dk), as on the CPU; favor is not row-local: apply
+// favor_forward below first and pass identity. The workspace (device memory,
+// *_workspace_floats of it) is (B, H, Nq, e + 1) floats, plus B * H * segments * d * (e + 1)
+// when the sequence is split across blocks (small B * H: fewer blocks than SMs; at most one
+// segment per 4 chunks of 32 rows, so still linear in N). The split depends on the device's
+// SM count: query the workspace for the device that runs the call.
+//
+// linear_attention_set_sequence_split(n): n >= 1 forces n segments (clamped to the chunks of
+// 32 rows; 1 = never split), 0 restores the automatic choice. Process-wide; for tests and
+// benchmarks. Query the workspace after setting it.
+//
+// linear_attention_favor.cu (kernels/feature_maps.h): the FAVOR+ feature map, x (slices, rows,
+// d) -> y (slices, rows, m), the projection through gemm_batched (cuBLAS; the emulated build
+// calls the CPU's) and the stabilised exp fused in one row-wise pass; backward likewise, with
+// favor_backward_workspace_floats (device) floats of workspace.
 #define TARN_CUDA_LINEAR_ATTENTION_API                                                                              \
+  using cpu::FavorDims;                                                                                             \
+  using cpu::FavorStabilizer;                                                                                       \
   using cpu::LinearAttentionConfig;                                                                                 \
   using cpu::LinearAttentionDims;                                                                                   \
   size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims,                                 \
@@ -42,7 +58,12 @@ namespace tarn::kernels::cuda_emu {
                                  const float* dout, float* da, float* db, float* dv, float* workspace,              \
                                  size_t workspace_floats);                                                          \
   void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,     \
-                             const float* b, const float* v, float* state, float* out);
+                             const float* b, const float* v, float* state, float* out);                            \
+  void linear_attention_set_sequence_split(int segments);                                                           \
+  void favor_forward(const FavorDims& dims, FavorStabilizer stab, const float* x, const float* w, float* y);        \
+  size_t favor_backward_workspace_floats(const FavorDims& dims);                                                    \
+  void favor_backward(const FavorDims& dims, FavorStabilizer stab, const float* x, const float* w, const float* y,  \
+                      const float* dy, float* dx, float* workspace, size_t workspace_floats);
 
 namespace tarn::kernels::cuda {
 TARN_CUDA_LINEAR_ATTENTION_API

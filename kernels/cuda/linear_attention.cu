@@ -1,20 +1,39 @@
 // Linear attention on CUDA (DESIGN.md section 2), the entry points of kernels/linear_attention.h
-// on device buffers. Inputs are features already (a = phi(q), b = phi(k)): the feature map must
-// be identity.
+// on device buffers, with the row-local feature maps (elu1, relu, exp, identity) fused into the
+// loads: a and b are the raw q and k, phi(q) and phi(k) are never written, and backward returns
+// dq and dk (favor is applied before, by favor_forward in linear_attention_favor.cu; the
+// recurrent step is linear_attention_step.cu).
 //
 // Every pass is one chunked scan (linear_attention_scan_kernel) of the shape
 //   O_i = X_i S + sum_{j in the chunk, j <= i (forward) or j >= i (reverse)} (X_i . Y_j) W_j
 //   S   = sum over the chunks already scanned of Y_j^T W_j              (p x q, f32, shared)
 // or, for bidirectional attention, S = sum over all rows of Y^T W first and then O = X S:
-//   forward     X = a,  Y = b,  W = V' = [v | 1], q = e + 1 -> U = [num | den], forward scan
-//   dA          X = G,  Y = V', W = b,            q = d                        forward scan
-//   dB          X = V', Y = G,  W = a,            q = d                        reverse scan
-//   dV          X = b,  Y = a,  W = G,            q = e                        reverse scan
-// with G = [dO / (den + eps) | -(dO . out) / (den + eps)]; padded keys are zero rows of b (and
-// their dB rows are zeroed). One thread block per (batch*head, tile of kTileQ output columns);
-// the state is recomputed as the scan goes: no per-position or per-chunk states are kept, and
-// the workspace (U for forward, G for backward) is (B, H, Nq, e + 1) floats, linear in N.
+//   forward     X = phi(a), Y = phi(b), W = V' = [v | 1], q = e + 1 -> U = [num | den], forward
+//   dA          X = G,      Y = V',     W = phi(b),       q = d       -> dphi(a), forward scan
+//   dB          X = V',     Y = G,      W = phi(a),       q = d       -> dphi(b), reverse scan
+//   dV          X = phi(b), Y = phi(a), W = G,            q = e                   reverse scan
+// with G = [dO / (den + eps) | -(dO . out) / (den + eps)]; padded keys are zero rows of phi(b)
+// (and their dB rows are zeroed). dA and dB are chained through phi' as they are written for
+// the elementwise maps; for exp (whose Jacobian couples a row) a row-wise pass follows the scan.
+//
+// Work split: one thread block per (batch*head, tile of kTileQ output columns, sequence
+// segment). With one segment the block scans the whole sequence, recomputing the state as it
+// goes. When that gives fewer blocks than the GPU has SMs (small B*H), the sequence is split
+// into segments (or a test forces it, linear_attention_set_sequence_split): pass 1 computes each
+// segment's state sum Y_seg^T W_seg, pass 2 turns them into exclusive prefix sums (suffix sums
+// for the reverse scan, the total for bidirectional attention), pass 3 scans every segment from
+// its starting state. No per-position or per-chunk states are kept: the workspace is U (forward)
+// or G (backward), (B, H, Nq, e + 1) floats, plus segments * d * (e + 1) floats per (batch, head)
+// when split: linear in N.
+//
+// For the hardware: loads are coalesced (consecutive threads read consecutive columns of a
+// row), the state lives in shared memory for the whole scan, the three products of a chunk
+// run on register micro-tiles (a lane per chunk row, kColsPerWarp columns per thread) and the
+// output tile is staged in shared memory so that its stores are coalesced too; f32 throughout.
+#include <atomic>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/feature_maps.cuh"
 #include "kernels/cuda_kernels.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -29,38 +48,78 @@ constexpr int kChunk = 32;        // rows per chunk of the scan
 // whole tiles instead of leaving the normaliser column a block of its own.
 constexpr int kTileQ = 33;
 constexpr int kScanThreads = 128;  // threads per scan block
+constexpr int kScanWarps = kScanThreads / device::kWarp;
 constexpr size_t kDefaultSmem = 48 * 1024;  // dynamic shared memory without opting in
+// Automatic splitting: aim for this many blocks per SM, and give every segment at least this
+// many chunks (shorter segments cost more in passes 1 and 2 than they gain).
+constexpr int64_t kTargetBlocksPerSm = 2;
+constexpr int64_t kMinChunksPerSegment = 4;
+constexpr int64_t kMaxSegments = 64;
 
 enum ScanMode : int { kForwardScan = 0, kReverseScan = 1, kFull = 2 };
+enum ScanPhase : int {
+  kScan = 0,          // the scan (or bidirectional emit), from zero or from its segment's state
+  kSegmentState = 1,  // pass 1: each segment's Y^T W into the segment states
+};
 
-// A (B, H, rows, cols) row-major operand, read as (rows, cols + ones): an optional column of
-// ones appended (V' = [V | 1]) and optional zero rows where pad (B, rows) is nonzero.
+// The forced segment count of linear_attention_set_sequence_split (0: automatic).
+std::atomic<int> g_forced_segments{0};
+
+// A (B, H, rows, cols) row-major operand, read as (rows, cols + ones): phi applied to each
+// element (identity for values and G), an optional column of ones appended (V' = [V | 1]) and
+// optional zero rows where pad (B, rows) is nonzero.
 struct Operand {
   const float* ptr;
   int64_t rows;
   int cols;
   int ones;          // 1: a column of ones at index cols
   const float* pad;  // (batch, rows) key padding flags or null
+  FeatureMap map;    // applied on load
 };
 
-__device__ __forceinline__ float operand_at(const Operand& o, int64_t bh, int64_t heads, int64_t row, int col) {
-  if (o.pad && o.pad[(bh / heads) * o.rows + row] != 0.0f) return 0.0f;
-  if (col >= o.cols) return 1.0f;  // the ones column (callers never ask past it)
-  return o.ptr[(bh * o.rows + row) * o.cols + col];
-}
-
-// Loads rows [r0, r0 + r) and columns [c0, c0 + w) of an operand into a (r, ld) tile.
-__device__ __forceinline__ void load_tile(const Operand& o, int64_t bh, int64_t heads, int64_t r0, int r, int c0,
-                                          int w, float* tile, int ld) {
-  for (int idx = threadIdx.x; idx < r * w; idx += blockDim.x) {
-    const int i = idx / w, k = idx % w;
-    tile[i * ld + k] = operand_at(o, bh, heads, r0 + i, c0 + k);
-  }
-}
+// Where a scan writes O (B, H, rows, q): rows with pad != 0 are zeroed, and when raw is set
+// each value is chained through phi'(raw) of the elementwise maps (raw: (B, H, rows, q)).
+struct Output {
+  float* ptr;
+  const float* pad;
+  const float* raw;
+  FeatureMap map;
+};
 
 // Rows of the chunk starting at r0 of a rows-long sequence.
 __device__ __forceinline__ int rows_in_chunk(int64_t rows, int64_t r0) {
   return rows - r0 < kChunk ? static_cast<int>(rows - r0) : kChunk;
+}
+
+// Loads rows [r0, r0 + r) and columns [c0, c0 + w) of an operand into a (r, ld) tile through
+// its feature map. For exp, the warps first find each row's max over all cols (not just the
+// tile's) into row_max (kChunk floats of shared memory): a barrier separates that from its use.
+// The operand's fields are the same in every thread, so the barrier is reached by all or none.
+__device__ __forceinline__ void load_tile(const Operand& o, int64_t bh, int64_t heads, int64_t r0, int r, int c0,
+                                          int w, float* tile, int ld, float* row_max) {
+  const float* base = o.ptr + (bh * o.rows + r0) * o.cols;
+  if (o.map == FeatureMap::exp) {
+    const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+    for (int i = warp; i < r; i += kScanWarps) {
+      const fmap::ArgMax top = fmap::warp_argmax(base + static_cast<int64_t>(i) * o.cols, o.cols);
+      if (lane == 0) row_max[i] = top.value;
+    }
+    __syncthreads();
+  }
+  const float* pad = o.pad ? o.pad + (bh / heads) * o.rows + r0 : nullptr;
+  for (int idx = threadIdx.x; idx < r * w; idx += blockDim.x) {
+    const int i = idx / w, k = c0 + idx % w;
+    float x;
+    if (pad && pad[i] != 0.0f)
+      x = 0.0f;
+    else if (k >= o.cols)
+      x = 1.0f;  // the ones column (callers never ask past it)
+    else if (o.map == FeatureMap::exp)
+      x = fmap::phi_exp(base[static_cast<int64_t>(i) * o.cols + k], row_max[i]);
+    else
+      x = fmap::phi_elementwise(o.map, base[static_cast<int64_t>(i) * o.cols + k]);
+    tile[i * ld + (idx % w)] = x;
+  }
 }
 
 struct ScanShape {
@@ -70,108 +129,250 @@ struct ScanShape {
   int64_t heads;
   int64_t slices;   // batch * heads
   int mode;         // ScanMode
+  int phase;        // ScanPhase
 };
 
-// Floats of dynamic shared memory: X, Y tiles (kChunk x ldp), W tile (kChunk x kTileQ), the
-// masked chunk product P (kChunk x kChunk) and the state S (p x kTileQ).
+// Register micro-tiles: lane i of every warp owns row i of a chunk (kChunk == warp size), and
+// warp w owns the output columns w, w + kScanWarps, ... (kColsPerWarp of them, interleaved so
+// that a narrow last tile still spreads over the warps). Per step of a contraction a thread
+// reads one value of its row (a conflict-free stride, ldp odd) and kColsPerWarp values every
+// lane of the warp reads alike (broadcasts), and does kColsPerWarp multiply-adds from registers.
+constexpr int kColsPerWarp = (kTileQ + kScanWarps - 1) / kScanWarps;  // 9
+constexpr int kLdq = kColsPerWarp * kScanWarps;                        // 36: row stride of W, S, O tiles
+constexpr int kPColsPerWarp = kChunk / kScanWarps;                     // 8 columns of P per warp
+constexpr int kLdc = kChunk + 1;  // row stride of P: lane i reads row i without bank conflicts
+static_assert(kChunk == device::kWarp, "a lane per chunk row");
+static_assert(kChunk % kScanWarps == 0, "P's columns split evenly over the warps");
+
+#if defined(__CUDACC__)
+#define TARN_LA_UNROLL _Pragma("unroll")
+#else
+#define TARN_LA_UNROLL
+#endif
+
+// Floats of dynamic shared memory: X, Y tiles (kChunk x ldp), W tile (kChunk x kLdq), the
+// masked chunk product P (kChunk x kLdc), the state S (p x kLdq), the output tile O (kChunk x
+// kLdq, staged so that global stores are coalesced) and three row-max vectors (kChunk each) for
+// the exp map.
 inline size_t scan_smem_floats(int p, int ldp) {
-  return static_cast<size_t>(2 * kChunk * ldp + kChunk * kTileQ + kChunk * kChunk + p * kTileQ);
+  return static_cast<size_t>(2 * kChunk * ldp + kChunk * kLdq + kChunk * kLdc + p * kLdq + kChunk * kLdq +
+                             3 * kChunk);
 }
 
-// x: (B,H,nx,p) y: (B,H,ny,p) w: (B,H,ny,>=q) out: (B,H,nx,q); grid (q tiles, slices).
-// Barriers: each phase reads what the previous one wrote, and the loads of the next chunk
-// overwrite what the state update reads, so each phase ends with __syncthreads().
-__global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, ScanShape sh, float* out,
-                                             const float* out_pad) {
+// The chunks [first, last) of segment z of `segments` over a rows-long sequence.
+__device__ __forceinline__ void segment_chunks(int64_t rows, int z, int segments, int64_t& first, int64_t& last) {
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  const int64_t per = (chunks + segments - 1) / segments;
+  first = z * per < chunks ? z * per : chunks;
+  last = first + per < chunks ? first + per : chunks;
+}
+
+// x: (B,H,nx,p) y: (B,H,ny,p) w: (B,H,ny,>=q) out: (B,H,nx,q); grid (q tiles, slices,
+// segments), kScanThreads threads. states: (slices, segments, p, q) segment states, null when
+// not split. Barriers: each phase reads what the previous one wrote, and the loads of the next
+// chunk overwrite what the state update and the stores read, so each phase ends with
+// __syncthreads().
+__global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, ScanShape sh, Output out,
+                                             float* states) {
   TARN_DYNAMIC_SHARED(float, smem);
   const int ldp = sh.ldp, p = sh.p;
-  float* xs = smem;                    // kChunk x ldp
-  float* ys = xs + kChunk * ldp;       // kChunk x ldp
-  float* ws = ys + kChunk * ldp;       // kChunk x kTileQ
-  float* pm = ws + kChunk * kTileQ;    // kChunk x kChunk
-  float* st = pm + kChunk * kChunk;    // p x kTileQ
+  float* xs = smem;                  // kChunk x ldp
+  float* ys = xs + kChunk * ldp;     // kChunk x ldp
+  float* ws = ys + kChunk * ldp;     // kChunk x kLdq
+  float* pm = ws + kChunk * kLdq;    // kChunk x kLdc
+  float* st = pm + kChunk * kLdc;    // p x kLdq
+  float* ot = st + p * kLdq;         // kChunk x kLdq
+  float* mx = ot + kChunk * kLdq;    // 3 x kChunk row maxima (X, Y, W)
   const int c0 = blockIdx.x * kTileQ;
   const int wq = sh.q - c0 < kTileQ ? sh.q - c0 : kTileQ;
   const int tid = threadIdx.x, nt = blockDim.x;
+  const int lane = tid % device::kWarp, warp = tid / device::kWarp;
+  const int z = blockIdx.z, segments = gridDim.z;
 
   for (int64_t bh = blockIdx.y; bh < sh.slices; bh += gridDim.y) {
-    // Nothing reads the state before the barrier after the first loads, and the previous
-    // slice's last phase ended with one: the zeroing needs no barrier of its own.
-    for (int idx = tid; idx < p * kTileQ; idx += nt) st[idx] = 0.0f;
+    float* seg_state = states ? states + ((bh * segments + z) * p) * sh.q + c0 : nullptr;
+    // The state starts at zero, or at the segment's prefix state from pass 2. Nothing reads it
+    // before the barrier after the first loads, and the previous slice's last phase ended with
+    // one: this needs no barrier of its own.
+    for (int idx = tid; idx < p * kLdq; idx += nt) {
+      const int k = idx / kLdq, m = idx % kLdq;
+      st[idx] = sh.phase == kScan && seg_state && m < wq ? seg_state[k * sh.q + m] : 0.0f;
+    }
 
-    // O rows [r0, r0 + r) = X S (+ the masked intra-chunk part when causal).
-    auto emit = [&](int64_t r0, int r, bool intra) {
+    // O rows [0, r) of the chunk = X S (+ the masked intra-chunk part P W when causal) into ot.
+    auto emit = [&](int r, bool intra) {
+      if (lane >= r) return;
+      float acc[kColsPerWarp];
+      TARN_LA_UNROLL
+      for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
+      const float* xr = xs + lane * ldp;
+      for (int k = 0; k < p; ++k) {
+        const float xv = xr[k];
+        const float* sr = st + k * kLdq + warp;
+        TARN_LA_UNROLL
+        for (int c = 0; c < kColsPerWarp; ++c) acc[c] += xv * sr[c * kScanWarps];
+      }
+      if (intra) {
+        const float* pr = pm + lane * kLdc;
+        for (int j = 0; j < r; ++j) {
+          const float pv = pr[j];
+          const float* wr = ws + j * kLdq + warp;
+          TARN_LA_UNROLL
+          for (int c = 0; c < kColsPerWarp; ++c) acc[c] += pv * wr[c * kScanWarps];
+        }
+      }
+      float* orow = ot + lane * kLdq + warp;
+      TARN_LA_UNROLL
+      for (int c = 0; c < kColsPerWarp; ++c) orow[c * kScanWarps] = acc[c];
+    };
+    // ot rows [0, r) to the output rows [r0, r0 + r), coalesced, with padding and phi'.
+    auto store = [&](int64_t r0, int r) {
       for (int idx = tid; idx < r * wq; idx += nt) {
         const int i = idx / wq, m = idx % wq;
-        float acc = 0.0f;
-        const float* xr = xs + i * ldp;
-        for (int k = 0; k < p; ++k) acc += xr[k] * st[k * kTileQ + m];
-        if (intra) {
-          const float* pr = pm + i * kChunk;
-          for (int j = 0; j < r; ++j) acc += pr[j] * ws[j * kTileQ + m];
-        }
+        float v = ot[i * kLdq + m];
         const int64_t row = r0 + i;
-        if (out_pad && out_pad[(bh / sh.heads) * x.rows + row] != 0.0f) acc = 0.0f;
-        out[(bh * x.rows + row) * sh.q + c0 + m] = acc;
+        const int64_t at = (bh * x.rows + row) * sh.q + c0 + m;
+        if (out.pad && out.pad[(bh / sh.heads) * x.rows + row] != 0.0f) v = 0.0f;
+        if (out.raw) v = fmap::chain_elementwise(out.map, out.raw[at], v);
+        out.ptr[at] = v;
       }
     };
-    // S += Y^T W over the r rows in the tiles.
+    // S += Y^T W over the r rows in the tiles: lane k of a 32-row block of S, warp's columns.
     auto update_state = [&](int r) {
-      for (int idx = tid; idx < p * wq; idx += nt) {
-        const int k = idx / wq, m = idx % wq;
-        float acc = 0.0f;
-        for (int i = 0; i < r; ++i) acc += ys[i * ldp + k] * ws[i * kTileQ + m];
-        st[k * kTileQ + m] += acc;
+      for (int kb = 0; kb < p; kb += device::kWarp) {
+        const int k = kb + lane;
+        if (k >= p) break;
+        float acc[kColsPerWarp];
+        TARN_LA_UNROLL
+        for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
+        for (int i = 0; i < r; ++i) {
+          const float yv = ys[i * ldp + k];
+          const float* wr = ws + i * kLdq + warp;
+          TARN_LA_UNROLL
+          for (int c = 0; c < kColsPerWarp; ++c) acc[c] += yv * wr[c * kScanWarps];
+        }
+        float* sr = st + k * kLdq + warp;
+        TARN_LA_UNROLL
+        for (int c = 0; c < kColsPerWarp; ++c)
+          if (warp + c * kScanWarps < wq) sr[c * kScanWarps] += acc[c];  // padding columns stay 0
       }
     };
-
-    if (sh.mode == kFull) {
-      for (int64_t r0 = 0; r0 < y.rows; r0 += kChunk) {
+    // P = M o (X Y^T) into pm rows [0, r): M keeps j <= i (forward) or j >= i (reverse). Lane i,
+    // columns j0 .. j0 + kPColsPerWarp of the warp.
+    auto chunk_product = [&](int r, bool reverse) {
+      const int i = lane, j0 = warp * kPColsPerWarp;
+      if (i >= r || j0 >= r) return;
+      float* prow = pm + i * kLdc;
+      const bool all_masked = reverse ? j0 + kPColsPerWarp - 1 < i : j0 > i;
+      float acc[kPColsPerWarp];
+      TARN_LA_UNROLL
+      for (int c = 0; c < kPColsPerWarp; ++c) acc[c] = 0.0f;
+      if (!all_masked) {
+        const float* xr = xs + i * ldp;
+        const float* yr = ys + j0 * ldp;
+        for (int k = 0; k < p; ++k) {
+          const float xv = xr[k];
+          TARN_LA_UNROLL
+          for (int c = 0; c < kPColsPerWarp; ++c) acc[c] += xv * yr[c * ldp + k];
+        }
+      }
+      TARN_LA_UNROLL
+      for (int c = 0; c < kPColsPerWarp; ++c) {
+        const int j = j0 + c;
+        if (j < r) prow[j] = (reverse ? j >= i : j <= i) ? acc[c] : 0.0f;
+      }
+    };
+    // S += Y^T W over the chunks [first, last) of Y and W.
+    auto accumulate = [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) {
+        const int64_t r0 = c * kChunk;
         const int r = rows_in_chunk(y.rows, r0);
-        load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp);
-        load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kTileQ);
+        load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp, mx + kChunk);
+        load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kLdq, mx + 2 * kChunk);
         __syncthreads();
         update_state(r);
         __syncthreads();
       }
-      for (int64_t r0 = 0; r0 < x.rows; r0 += kChunk) {
-        const int r = rows_in_chunk(x.rows, r0);
-        load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp);
-        __syncthreads();
-        emit(r0, r, false);
-        __syncthreads();
+    };
+
+    if (sh.phase == kSegmentState) {  // pass 1: this segment's sum, unscanned
+      int64_t first, last;
+      segment_chunks(y.rows, z, segments, first, last);
+      accumulate(first, last);
+      __syncthreads();  // an empty segment has no barrier between the zeroing and this read
+      for (int idx = tid; idx < p * wq; idx += nt) {
+        const int k = idx / wq, m = idx % wq;
+        seg_state[k * sh.q + m] = st[k * kLdq + m];
       }
+      __syncthreads();  // the next slice's zeroing overwrites the st this copy reads
       continue;
     }
 
-    const int64_t chunks = (x.rows + kChunk - 1) / kChunk;
+    int64_t first, last;
+    segment_chunks(x.rows, z, segments, first, last);
+    if (sh.mode == kFull) {
+      // Bidirectional: the whole S' (from pass 2's total when split), then this segment's rows.
+      if (!states) accumulate(0, (y.rows + kChunk - 1) / kChunk);
+      for (int64_t c = first; c < last; ++c) {
+        const int64_t r0 = c * kChunk;
+        const int r = rows_in_chunk(x.rows, r0);
+        load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp, mx);
+        __syncthreads();
+        emit(r, false);
+        __syncthreads();  // ot complete; the next chunk's emit comes after its load barrier
+        store(r0, r);
+      }
+      continue;  // the next slice's first barrier orders these stores before ot is rewritten
+    }
+
     const bool reverse = sh.mode == kReverseScan;
-    for (int64_t step = 0; step < chunks; ++step) {
-      const int64_t c = reverse ? chunks - 1 - step : step;
+    for (int64_t step = first; step < last; ++step) {
+      const int64_t c = reverse ? last - 1 - (step - first) : step;
       const int64_t r0 = c * kChunk;
       const int r = rows_in_chunk(x.rows, r0);
-      load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp);
-      load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp);
-      load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kTileQ);
+      load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp, mx);
+      load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp, mx + kChunk);
+      load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kLdq, mx + 2 * kChunk);
       __syncthreads();
-      // P = M o (X Y^T): M keeps j <= i (forward) or j >= i (reverse).
-      for (int idx = tid; idx < r * r; idx += nt) {
-        const int i = idx / r, j = idx % r;
-        float acc = 0.0f;
-        if (reverse ? j >= i : j <= i) {
-          const float* xr = xs + i * ldp;
-          const float* yr = ys + j * ldp;
-          for (int k = 0; k < p; ++k) acc += xr[k] * yr[k];
-        }
-        pm[i * kChunk + j] = acc;
-      }
+      chunk_product(r, reverse);
       __syncthreads();
-      emit(r0, r, true);
-      __syncthreads();  // every read of the state before this chunk's update
+      emit(r, true);
+      __syncthreads();  // every read of the state before this chunk's update; ot complete
+      store(r0, r);
       update_state(r);
       __syncthreads();  // the update reads ys, ws, which the next chunk's loads overwrite
     }
   }
+}
+
+// Pass 2 of a split scan, per element of the (p, q) states of one slice: the segments' sums
+// become the state each segment starts from. states: (slices, segments, p*q).
+__global__ void linear_attention_segment_prefix_kernel(float* states, int64_t slices, int segments, int64_t pq,
+                                                       int mode) {
+  for (int64_t idx = device::global_index(); idx < slices * pq; idx += device::global_stride()) {
+    float* s = states + (idx / pq) * segments * pq + idx % pq;
+    if (mode == kFull) {  // every segment emits from the total
+      float total = 0.0f;
+      for (int z = 0; z < segments; ++z) total += s[z * pq];
+      for (int z = 0; z < segments; ++z) s[z * pq] = total;
+    } else {  // exclusive prefix (forward) or suffix (reverse) sums
+      float run = 0.0f;
+      for (int t = 0; t < segments; ++t) {
+        const int z = mode == kReverseScan ? segments - 1 - t : t;
+        const float own = s[z * pq];
+        s[z * pq] = run;
+        run += own;
+      }
+    }
+  }
+}
+
+// The exp map's backward on rows of a gradient the scan wrote as dL/dphi: in place to dL/dx,
+// recomputing phi from the raw rows x (rows, d). One warp per row.
+__global__ void linear_attention_exp_backward_kernel(const float* x, float* g, int64_t rows, int d) {
+  const int64_t warp = device::global_index() / device::kWarp;
+  const int64_t warps = device::global_stride() / device::kWarp;
+  for (int64_t i = warp; i < rows; i += warps) fmap::exp_row_backward_in_place(x + i * d, g + i * d, d);
 }
 
 // out = U[:, :e] / (U[:, e] + eps), den = U[:, e]; u: (rows, e + 1), out: (rows, e).
@@ -210,36 +411,6 @@ __global__ void linear_attention_g_kernel(const float* dout, const float* out, c
   }
 }
 
-// One recurrent step per (batch, head), one block each: S' += b v'^T (unless padded), then
-// out = a^T S' / (a^T z + eps). a, b: (slices, d) v: (slices, e) state: (slices, d, e + 1)
-// out: (slices, e); thread m owns column m of the state (blockDim.x >= e + 1).
-__global__ void linear_attention_step_kernel(const float* a, const float* b, const float* v, float* state,
-                                             float* out, const float* pad, int64_t heads, int d, int e, float eps) {
-  __shared__ float den;
-  const int m = threadIdx.x;
-  const int w = e + 1;
-  const int64_t bh = blockIdx.x;
-  const bool masked = pad && pad[bh / heads] != 0.0f;
-  float acc = 0.0f;
-  if (m < w) {
-    const float* ar = a + bh * d;
-    const float* br = b + bh * d;
-    const float vm = m < e ? v[bh * e + m] : 1.0f;
-    float* col = state + bh * d * w + m;
-    for (int k = 0; k < d; ++k) {
-      float s = col[k * w];
-      if (!masked) {
-        s += br[k] * vm;
-        col[k * w] = s;
-      }
-      acc += ar[k] * s;
-    }
-    if (m == e) den = acc;
-  }
-  __syncthreads();
-  if (m < e) out[bh * e + m] = acc / (den + eps);
-}
-
 void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
   TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
@@ -248,23 +419,82 @@ void check_args(const char* op, const LinearAttentionDims& dims, const LinearAtt
   TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
              " Nk=", dims.n_k);
   TARN_CHECK(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cfg.feature_map == FeatureMap::identity, op, ": the CUDA kernels take features (a = phi(q), b = phi(k)); ",
-             "apply the ", cpu::feature_map_name(cfg.feature_map), " feature map first and pass identity");
+  TARN_CHECK(cpu::feature_map_is_row_local(cfg.feature_map), op, ": the ", cpu::feature_map_name(cfg.feature_map),
+             " feature map cannot be fused; apply it first (favor_forward) and pass identity");
 }
 
-// Launches one scan: O (B, H, x.rows, q) from X, Y (width p) and W.
+int sm_count() {
+  static const int count = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess)
+      n = 1;
+    cudaGetLastError();  // a failed query is not an error of the next launch
+    return n;
+  }();
+  return count;
+}
+
+// Segments of the sequence for a scan over `rows` rows with `blocks` blocks per segment: the
+// forced count when a test set one, else enough to give kTargetBlocksPerSm blocks per SM when
+// B*H*tiles is small, with at least kMinChunksPerSegment chunks each. Never more than the chunks.
+int64_t plan_segments(int64_t rows, int64_t blocks) {
+  const int64_t chunks = std::max<int64_t>(1, (rows + kChunk - 1) / kChunk);
+  const int forced = g_forced_segments.load();
+  if (forced > 0) return std::min<int64_t>(forced, chunks);
+  const int64_t want_blocks = kTargetBlocksPerSm * sm_count();
+  if (blocks <= 0 || blocks >= want_blocks) return 1;
+  const int64_t want = (want_blocks + blocks - 1) / blocks;
+  return std::max<int64_t>(1, std::min({want, chunks / kMinChunksPerSegment, kMaxSegments}));
+}
+
+int64_t column_tiles(int64_t q) { return (q + kTileQ - 1) / kTileQ; }
+
+// The segments every scan of one call uses (the widest output has the fewest tiles to spread):
+// one plan for the call, so that the workspace query and the call agree.
+int64_t call_segments(const LinearAttentionDims& dims) {
+  const int64_t slices = dims.batch * dims.heads;
+  const int64_t tiles = std::min(column_tiles(dims.e), column_tiles(dims.d));
+  return plan_segments(std::max(dims.n_q, dims.n_k), slices * tiles);
+}
+
+// Floats of segment states: (slices, segments, p, q) with p * q <= d * (e + 1) for every scan.
+size_t segment_state_floats(const LinearAttentionDims& dims) {
+  const int64_t segments = call_segments(dims);
+  if (segments <= 1) return 0;
+  return static_cast<size_t>(dims.batch * dims.heads * segments * dims.d * (dims.e + 1));
+}
+
+// Launches one scan: O (B, H, x.rows, q) from X, Y (width p) and W, split into `segments`
+// (states: their workspace, needed when segments > 1).
 void scan(const Operand& x, const Operand& y, const Operand& w, int p, int q, int64_t heads, int64_t slices,
-          ScanMode mode, float* out, const float* out_pad) {
+          ScanMode mode, const Output& out, int64_t segments, float* states) {
   if (slices == 0 || x.rows == 0) return;
   const int ldp = p | 1;
   const size_t smem = scan_smem_floats(p, ldp) * sizeof(float);
   if (smem > kDefaultSmem)
     TARN_CUDA_CALL(cudaFuncSetAttribute(linear_attention_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-  const ScanShape sh{p, ldp, q, heads, slices, mode};
-  const dim3 grid(static_cast<unsigned>((q + kTileQ - 1) / kTileQ),
-                  static_cast<unsigned>(std::min<int64_t>(slices, device::kMaxGridY)));
-  tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, sh, out, out_pad);
+  const bool split = segments > 1;
+  const dim3 grid(static_cast<unsigned>(column_tiles(q)), static_cast<unsigned>(std::min<int64_t>(slices, device::kMaxGridY)),
+                  static_cast<unsigned>(split ? segments : 1));
+  if (split) {
+    const ScanShape pass1{p, ldp, q, heads, slices, mode, kSegmentState};
+    tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass1, out, states);
+    const int64_t pq = static_cast<int64_t>(p) * q;
+    tarn::launch(linear_attention_segment_prefix_kernel, device::grid_for(slices * pq), device::kBlock, 0, nullptr,
+                 states, slices, static_cast<int>(segments), pq, static_cast<int>(mode));
+  }
+  const ScanShape pass3{p, ldp, q, heads, slices, mode, kScan};
+  tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass3, out,
+               split ? states : nullptr);
+}
+
+// The exp map's row-wise backward after a scan wrote dL/dphi into g (rows, d).
+void exp_backward_rows(const float* x, float* g, int64_t rows, int d) {
+  if (rows == 0) return;
+  tarn::launch(linear_attention_exp_backward_kernel, device::grid_for(rows * device::kWarp), device::kBlock, 0,
+               nullptr, x, g, rows, d);
 }
 
 void check_workspace(const char* op, const float* workspace, size_t have, size_t need) {
@@ -272,11 +502,23 @@ void check_workspace(const char* op, const float* workspace, size_t have, size_t
              need, " it needs");
 }
 
+// The output of a gradient scan w.r.t. the raw rows `raw` through the feature map: the
+// elementwise maps are chained as the scan writes, exp is left to exp_backward_rows.
+Output gradient_output(float* ptr, const float* pad, const float* raw, FeatureMap map) {
+  const bool chain = fmap::is_elementwise(map) && map != FeatureMap::identity;
+  return Output{ptr, pad, chain ? raw : nullptr, map};
+}
+
 }  // namespace
+
+void linear_attention_set_sequence_split(int segments) {
+  TARN_CHECK(segments >= 0, "linear_attention_set_sequence_split: segments must be >= 0, got ", segments);
+  g_forced_segments.store(segments);
+}
 
 size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
   check_args("linear_attention_forward", dims, cfg);
-  return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1));
+  return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1)) + segment_state_floats(dims);
 }
 
 void linear_attention_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,
@@ -289,17 +531,20 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
   const int64_t slices = dims.batch * dims.heads, rows = slices * dims.n_q;
   if (rows == 0) return;
   const int d = static_cast<int>(dims.d), e = static_cast<int>(dims.e);
-  const Operand xa{a, dims.n_q, d, 0, nullptr};
-  const Operand yb{b, dims.n_k, d, 0, cfg.key_padding_mask};
-  const Operand wv{v, dims.n_k, e, 1, nullptr};
-  scan(xa, yb, wv, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull, workspace, nullptr);
+  float* u = workspace;
+  float* states = workspace + rows * (e + 1);
+  const Operand xa{a, dims.n_q, d, 0, nullptr, cfg.feature_map};
+  const Operand yb{b, dims.n_k, d, 0, cfg.key_padding_mask, cfg.feature_map};
+  const Operand wv{v, dims.n_k, e, 1, nullptr, FeatureMap::identity};
+  scan(xa, yb, wv, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull,
+       Output{u, nullptr, nullptr, FeatureMap::identity}, call_segments(dims), states);
   tarn::launch(linear_attention_normalize_kernel, device::grid_for(rows * (e + 1)), device::kBlock, 0, nullptr,
-               static_cast<const float*>(workspace), out, den, rows, e, cfg.eps);
+               static_cast<const float*>(u), out, den, rows, e, cfg.eps);
 }
 
 size_t linear_attention_backward_workspace_floats(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
   check_args("linear_attention_backward", dims, cfg);
-  return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1));
+  return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1)) + segment_state_floats(dims);
 }
 
 void linear_attention_backward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,
@@ -314,36 +559,30 @@ void linear_attention_backward(const LinearAttentionDims& dims, const LinearAtte
   const int64_t slices = dims.batch * dims.heads;
   const int d = static_cast<int>(dims.d), e = static_cast<int>(dims.e);
   const int64_t q_rows = slices * dims.n_q;
+  float* g = workspace;
+  float* states = workspace + q_rows * (e + 1);
   if (q_rows > 0)
     tarn::launch(linear_attention_g_kernel, device::grid_for(q_rows * device::kWarp), device::kBlock, 0, nullptr,
-                 dout, out, den, workspace, q_rows, e, cfg.eps);
+                 dout, out, den, g, q_rows, e, cfg.eps);
   const float* pad = cfg.key_padding_mask;
-  const Operand a_op{a, dims.n_q, d, 0, nullptr};
-  const Operand b_op{b, dims.n_k, d, 0, pad};
-  const Operand v_op{v, dims.n_k, e, 1, nullptr};
-  const Operand g_op{workspace, dims.n_q, e + 1, 0, nullptr};
+  const FeatureMap map = cfg.feature_map;
+  const Operand a_op{a, dims.n_q, d, 0, nullptr, map};
+  const Operand b_op{b, dims.n_k, d, 0, pad, map};
+  const Operand v_op{v, dims.n_k, e, 1, nullptr, FeatureMap::identity};
+  const Operand g_op{g, dims.n_q, e + 1, 0, nullptr, FeatureMap::identity};
   const ScanMode fwd = cfg.causal ? kForwardScan : kFull, rev = cfg.causal ? kReverseScan : kFull;
-  if (da) scan(g_op, v_op, b_op, e + 1, d, dims.heads, slices, fwd, da, nullptr);
-  if (db) scan(v_op, g_op, a_op, e + 1, d, dims.heads, slices, rev, db, pad);
-  if (dv) scan(b_op, a_op, g_op, d, e, dims.heads, slices, rev, dv, nullptr);
-}
-
-void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,
-                           const float* b, const float* v, float* state, float* out) {
-  TARN_CHECK(dims.d > 0 && dims.e > 0 && dims.batch >= 0 && dims.heads >= 0, "linear_attention_step: bad dims d=",
-             dims.d, " e=", dims.e);
-  TARN_CHECK(cfg.eps > 0.0f, "linear_attention_step: eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cfg.feature_map == FeatureMap::identity, "linear_attention_step: the CUDA kernel takes features; apply the ",
-             cpu::feature_map_name(cfg.feature_map), " feature map first and pass identity");
-  const int64_t slices = dims.batch * dims.heads;
-  if (slices == 0) return;
-  const int64_t threads = (dims.e + 1 + device::kWarp - 1) / device::kWarp * device::kWarp;
-  TARN_CHECK(threads <= 1024, "linear_attention_step: value dim e=", dims.e, " is above the 1023 one block holds");
-  constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;  // hardware limit of gridDim.x
-  TARN_CHECK(slices <= kMaxGridX, "linear_attention_step: ", slices, " (batch, head) pairs exceed one grid");
-  tarn::launch(linear_attention_step_kernel, static_cast<unsigned>(slices), static_cast<unsigned>(threads), 0, nullptr,
-               a, b, v, state, out, cfg.key_padding_mask, dims.heads, static_cast<int>(dims.d),
-               static_cast<int>(dims.e), cfg.eps);
+  const int64_t segments = call_segments(dims);
+  if (da) {
+    scan(g_op, v_op, b_op, e + 1, d, dims.heads, slices, fwd, gradient_output(da, nullptr, a, map), segments, states);
+    if (map == FeatureMap::exp) exp_backward_rows(a, da, q_rows, d);
+  }
+  if (db) {
+    scan(v_op, g_op, a_op, e + 1, d, dims.heads, slices, rev, gradient_output(db, pad, b, map), segments, states);
+    if (map == FeatureMap::exp) exp_backward_rows(b, db, slices * dims.n_k, d);
+  }
+  if (dv)
+    scan(b_op, a_op, g_op, d, e, dims.heads, slices, rev, Output{dv, nullptr, nullptr, FeatureMap::identity},
+         segments, states);
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

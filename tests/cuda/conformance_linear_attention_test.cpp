@@ -1,13 +1,25 @@
 // CUDA linear attention (kernels/cuda/linear_attention.cu) against the CPU kernels of
 // kernels/linear_attention.h, f32: the causal chunked scan and its two backward scans, the
-// bidirectional and cross-attention passes and the recurrent step, on sequence lengths around
-// the scan's chunk (1, 63, 64, 65, 200), d != e, with and without key padding, under every
-// emulated thread order and on a GPU when there is one. The scan runs barrier-separated phases
-// per chunk (load, masked chunk product, output, state update; for bidirectional passes load and
-// state update, then load and output): with any one of its __syncthreads() removed, the causal
-// tests (causal phases) or the bidirectional and cross tests (the others) fail in all three
-// orders, and the step test fails in the forward and random orders without the step kernel's
-// barrier (each checked by removing it and rebuilding).
+// bidirectional and cross-attention passes and the recurrent step, with the fused feature maps
+// (elu1, relu, exp, identity: the kernels take the raw q, k and return dq, dk), key padding
+// (including a batch row whose keys are all padded), sequence lengths around the scan's 32-row
+// chunk and its 4-chunk split granularity (1, 63, 64, 65, 200, 500), d in {32, 64, 128} with
+// d != e (and d, e up to 256), and the sequence split across blocks forced on (several
+// segments) and off.
+//
+// Thread orders: the small shapes run under every emulated order (and on a GPU when there is
+// one); the N = 500 shapes, whose barriers the small ones already exercise, run in the forward
+// order and on the GPU only, so that the suite stays quick.
+//
+// The scan runs barrier-separated phases per chunk (load, masked chunk product, output tile,
+// stores and state update; for bidirectional passes load and state update, then load, output
+// tile and stores): with any one of the causal loop's or the bidirectional emit's
+// __syncthreads() removed, the causal and split tests or the bidirectional and cross tests fail
+// in all three orders; so do the split tests without the barrier before pass 1 copies out its
+// state, and the fused-map tests without the barrier after the exp map's row maxima (each
+// checked by removing it and rebuilding), and the step test fails in the forward and random
+// orders without the step kernel's barrier. The barrier after pass 1's copy only matters when a
+// block loops over several slices (more than 65535 (batch, head) pairs), which no test reaches.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,48 +34,116 @@ namespace tarn::cuda_testing {
 namespace {
 
 namespace cpu = kernels::cpu;
+using cpu::FeatureMap;
 
-// Different summation order from the CPU's blocked GEMMs, over up to 200 rows of positive
-// features: a few ulps of the largest partial sum.
+// Elementwise: a different summation order from the CPU's blocked GEMMs over up to 500 rows,
+// and expf against the CPU's exp polynomial (a few ulps each): a few ulps of the largest
+// partial sum. Normwise (||got - want|| / ||want||) the error must stay below 1e-4.
 constexpr float kLaRtol = 2e-4f;
 constexpr float kLaAtol = 2e-5f;
+constexpr double kLaNormRtol = 1e-4;
 
 struct Shape {
   int64_t batch, heads, n_q, n_k, d, e;
 };
 
-std::string Describe(const Shape& s, bool causal, bool mask) {
+enum class Padding { none, some, all_of_batch_1 };
+
+std::string Describe(const Shape& s, bool causal, Padding pad, FeatureMap map, int split) {
   std::ostringstream os;
   os << (causal ? "causal" : "bidirectional") << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
-     << " Nk=" << s.n_k << " d=" << s.d << " e=" << s.e << (mask ? " masked" : "");
+     << " Nk=" << s.n_k << " d=" << s.d << " e=" << s.e << " phi=" << cpu::feature_map_name(map)
+     << (pad == Padding::some ? " masked" : pad == Padding::all_of_batch_1 ? " batch 1 fully masked" : "")
+     << " split=" << (split == 0 ? std::string("auto") : std::to_string(split));
   return os.str();
 }
 
-// Key padding with every third key padded and, in batch 0, the first keys too, so that with
-// causal attention the first queries see no key at all (out = 0).
-std::vector<float> Padding(int64_t batch, int64_t n_k) {
+// Key padding: every third key and, in batch 0, the first keys too, so that with causal
+// attention the first queries see no key at all (out = 0); or every key of batch 1.
+std::vector<float> MakePadding(Padding kind, int64_t batch, int64_t n_k) {
   std::vector<float> pad(batch * n_k, 0.0f);
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t j = 0; j < n_k; ++j) pad[b * n_k + j] = (j % 3 == 1 || (b == 0 && j < 2)) ? 1.0f : 0.0f;
+    for (int64_t j = 0; j < n_k; ++j) {
+      const bool padded = kind == Padding::some ? (j % 3 == 1 || (b == 0 && j < 2)) : b == 1;
+      pad[b * n_k + j] = kind != Padding::none && padded ? 1.0f : 0.0f;
+    }
   return pad;
 }
 
+// Raw q, k for each map: positive features for identity; for the others values on both sides
+// of the kinks (relu mostly positive, so that few rows lose every feature).
+void InputRange(FeatureMap map, bool large, float& lo, float& hi) {
+  switch (map) {
+    case FeatureMap::identity: lo = 0.05f, hi = 1.0f; break;
+    case FeatureMap::elu1: lo = -2.0f, hi = 2.0f; break;
+    case FeatureMap::relu: lo = -0.3f, hi = 1.0f; break;
+    default: lo = -3.0f, hi = 3.0f; break;
+  }
+  if (large) lo *= 15.0f, hi *= 15.0f;
+}
+
+// ||got - want|| / (||want|| + atol sqrt(n)): the atol floor keeps a gradient that cancels to
+// (almost) zero (da with a single key: out = v whatever a) from dividing rounding by zero.
+double NormRelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  if (want.empty()) return 0.0;  // an empty tensor (Nq = 0 or Nk = 0) has nothing to differ
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff) / (std::sqrt(norm) + kLaAtol * std::sqrt(double(want.size())));
+}
+
+bool AllFinite(const std::vector<float>& x) {
+  for (float v : x)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// Forces the sequence split for one scope (0: automatic) and restores the automatic choice.
+class ForcedSplit {
+ public:
+  ForcedSplit(Target target, int segments) : target_(target) { Set(segments); }
+  ~ForcedSplit() { Set(0); }
+  ForcedSplit(const ForcedSplit&) = delete;
+  ForcedSplit& operator=(const ForcedSplit&) = delete;
+
+ private:
+  void Set(int segments) { TARN_ON(target_, linear_attention_set_sequence_split, segments); }
+  Target target_;
+};
+
+struct Case {
+  Shape shape;
+  bool causal = true;
+  Padding pad = Padding::none;
+  FeatureMap map = FeatureMap::identity;
+  int split = 0;       // forced segments, 0 = automatic
+  bool large = false;  // large-magnitude q, k
+};
+
 class LinearAttentionConformance : public Conformance {
  protected:
+  // The big shapes run in one emulated order (and on the GPU).
+  bool OneOrderOnly() const { return target() == Target::emu_reverse || target() == Target::emu_random; }
+
   // Runs forward and backward on the CPU and on the target, compares every output.
-  void Check(const Shape& s, bool causal, bool mask, uint32_t seed) {
-    const std::string what = Describe(s, causal, mask);
+  void Check(const Case& c, uint32_t seed) {
+    const Shape& s = c.shape;
+    const std::string what = Describe(s, c.causal, c.pad, c.map, c.split);
     const int64_t bh = s.batch * s.heads;
-    // Features of a positive feature map (elu + 1 lies in (0, inf)), values of either sign.
-    const auto a = Random(bh * s.n_q * s.d, 0.05f, 1.0f, seed);
-    const auto b = Random(bh * s.n_k * s.d, 0.05f, 1.0f, seed + 1);
+    float lo, hi;
+    InputRange(c.map, c.large, lo, hi);
+    const auto a = Random(bh * s.n_q * s.d, lo, hi, seed);
+    const auto b = Random(bh * s.n_k * s.d, lo, hi, seed + 1);
     const auto v = Random(bh * s.n_k * s.e, -1.0f, 1.0f, seed + 2);
     const auto dout = Random(bh * s.n_q * s.e, -1.0f, 1.0f, seed + 3);
-    const auto pad = Padding(s.batch, s.n_k);
+    const auto pad = MakePadding(c.pad, s.batch, s.n_k);
     const cpu::LinearAttentionDims dims{s.batch, s.heads, s.n_q, s.n_k, s.d, s.e};
     cpu::LinearAttentionConfig cfg;
-    cfg.causal = causal;
-    cfg.key_padding_mask = mask ? pad.data() : nullptr;
+    cfg.causal = c.causal;
+    cfg.key_padding_mask = c.pad != Padding::none ? pad.data() : nullptr;
+    cfg.feature_map = c.map;
 
     std::vector<float> want_out(bh * s.n_q * s.e), want_den(bh * s.n_q);
     std::vector<float> want_da(a.size()), want_db(b.size()), want_dv(v.size());
@@ -77,9 +157,10 @@ class LinearAttentionConformance : public Conformance {
                                      ws.size());
     }
 
+    const ForcedSplit split(target(), c.split);
     auto da_in = dev(a), db_in = dev(b), dv_in = dev(v), ddout = dev(dout), dpad = dev(pad);
     cpu::LinearAttentionConfig dcfg = cfg;
-    dcfg.key_padding_mask = mask ? dpad.get() : nullptr;
+    dcfg.key_padding_mask = c.pad != Padding::none ? dpad.get() : nullptr;
     auto got_out = out(want_out.size()), got_den = out(want_den.size());
     {
       const size_t n = TARN_ON(target(), linear_attention_forward_workspace_floats, dims, dcfg);
@@ -87,8 +168,8 @@ class LinearAttentionConformance : public Conformance {
       TARN_ON(target(), linear_attention_forward, dims, dcfg, da_in.get(), db_in.get(), dv_in.get(), got_out.get(),
               got_den.get(), ws.get(), n);
     }
-    EXPECT_TRUE(AllClose(got_out.host(), want_out, kLaRtol, kLaAtol)) << "out, " << what;
-    EXPECT_TRUE(AllClose(got_den.host(), want_den, kLaRtol, kLaAtol)) << "den, " << what;
+    Compare(got_out.host(), want_out, "out, " + what);
+    Compare(got_den.host(), want_den, "den, " + what);
 
     // Backward from the CPU's out and den, so that each gradient is compared on its own.
     auto out_in = dev(want_out), den_in = dev(want_den);
@@ -99,90 +180,284 @@ class LinearAttentionConformance : public Conformance {
       TARN_ON(target(), linear_attention_backward, dims, dcfg, da_in.get(), db_in.get(), dv_in.get(), out_in.get(),
               den_in.get(), ddout.get(), got_da.get(), got_db.get(), got_dv.get(), ws.get(), n);
     }
-    EXPECT_TRUE(AllClose(got_da.host(), want_da, kLaRtol, kLaAtol)) << "da, " << what;
-    EXPECT_TRUE(AllClose(got_db.host(), want_db, kLaRtol, kLaAtol)) << "db, " << what;
-    EXPECT_TRUE(AllClose(got_dv.host(), want_dv, kLaRtol, kLaAtol)) << "dv, " << what;
+    // With a single key, out = v whatever q and k: da and db cancel to rounding noise (of
+    // order eps / den), so only the elementwise absolute tolerance means anything there.
+    const bool cancels = s.n_k == 1;
+    Compare(got_da.host(), want_da, "da, " + what, cancels);
+    Compare(got_db.host(), want_db, "db, " + what, cancels);
+    Compare(got_dv.host(), want_dv, "dv, " + what);
+    if (c.pad == Padding::all_of_batch_1) ExpectBatchOneSilent(c, got_out.host(), got_den.host(), got_db.host());
+  }
+
+  void Compare(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+               bool cancels = false) {
+    EXPECT_TRUE(AllFinite(got)) << what;
+    EXPECT_TRUE(AllClose(got, want, kLaRtol, kLaAtol)) << what;
+    if (!cancels) EXPECT_LE(NormRelativeError(got, want), kLaNormRtol) << what;
+  }
+
+  // A batch row whose keys are all padded reads nothing: out, den and its key gradients are 0.
+  void ExpectBatchOneSilent(const Case& c, const std::vector<float>& out, const std::vector<float>& den,
+                            const std::vector<float>& db) {
+    const Shape& s = c.shape;
+    const int64_t per_out = s.heads * s.n_q * s.e, per_den = s.heads * s.n_q, per_db = s.heads * s.n_k * s.d;
+    for (int64_t i = 0; i < per_out; ++i) ASSERT_EQ(out[per_out + i], 0.0f) << "out of the fully padded batch";
+    for (int64_t i = 0; i < per_den; ++i) ASSERT_EQ(den[per_den + i], 0.0f) << "den of the fully padded batch";
+    for (int64_t i = 0; i < per_db; ++i) ASSERT_EQ(db[per_db + i], 0.0f) << "db of the fully padded batch";
   }
 };
 
 // d = 32 with e = 48 (two output tiles plus the ones column) and d = 64 with e = 40.
 constexpr int64_t kDims[][2] = {{32, 48}, {64, 40}};
 constexpr int64_t kLengths[] = {1, 63, 64, 65, 200};
+constexpr FeatureMap kFusedMaps[] = {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::identity};
 
 TEST_P(LinearAttentionConformance, CausalScanForwardAndBackwardMatchCpuAtChunkBoundaries) {
   uint32_t seed = 700;
   for (const auto& de : kDims)
     for (int64_t n : kLengths)
-      for (bool mask : {false, true}) Check({2, 1, n, n, de[0], de[1]}, true, mask, seed += 4);
+      for (Padding pad : {Padding::none, Padding::some}) {
+        Case c;
+        c.shape = {2, 1, n, n, de[0], de[1]};
+        c.pad = pad;
+        Check(c, seed += 4);
+      }
 }
 
-TEST_P(LinearAttentionConformance, CausalScanWithWideFeaturesAndValuesMatchesCpu) {
-  // d and e at 128 (the state's p x 32 tile at its largest in use), several heads.
-  Check({1, 2, 130, 130, 128, 96}, true, true, 800);
-  Check({1, 1, 97, 97, 16, 128}, true, false, 804);
+TEST_P(LinearAttentionConformance, WideFeaturesAndValuesUpTo256MatchCpu) {
+  // d and e at 128 (the state's p x 33 tile at its largest in use), several heads.
+  Case c;
+  c.shape = {1, 2, 130, 130, 128, 96};
+  c.pad = Padding::some;
+  Check(c, 800);
+  c.shape = {1, 1, 97, 97, 16, 128};
+  c.pad = Padding::none;
+  c.map = FeatureMap::elu1;
+  Check(c, 804);
+  // The widest head the issue asks for: d = 256 (the dA, dB scans' state is 201 x 33) and
+  // e = 256 (p = 257 in those scans: 106 KiB of shared memory, past the 48 KiB default).
+  c.shape = {1, 1, 40, 40, 256, 200};
+  c.map = FeatureMap::exp;
+  Check(c, 808);
+  c.shape = {1, 1, 40, 40, 64, 256};
+  c.causal = false;
+  c.map = FeatureMap::relu;
+  Check(c, 812);
 }
 
 TEST_P(LinearAttentionConformance, BidirectionalSelfAttentionMatchesCpu) {
   uint32_t seed = 900;
   for (const auto& de : kDims)
     for (int64_t n : kLengths)
-      for (bool mask : {false, true}) Check({2, 1, n, n, de[0], de[1]}, false, mask, seed += 4);
+      for (Padding pad : {Padding::none, Padding::some}) {
+        Case c;
+        c.shape = {2, 1, n, n, de[0], de[1]};
+        c.causal = false;
+        c.pad = pad;
+        Check(c, seed += 4);
+      }
 }
 
+// Nq != Nk, including no queries (no outputs, zero key gradients) and no keys (zero outputs).
 TEST_P(LinearAttentionConformance, CrossAttentionWithDifferentLengthsMatchesCpu) {
   uint32_t seed = 1000;
-  const int64_t pairs[][2] = {{1, 64}, {63, 200}, {200, 65}, {65, 1}};
+  const int64_t pairs[][2] = {{1, 64}, {63, 200}, {200, 65}, {65, 1}, {0, 40}, {40, 0}};
   for (const auto& nn : pairs)
-    for (bool mask : {false, true}) Check({2, 1, nn[0], nn[1], 64, 40}, false, mask, seed += 4);
+    for (Padding pad : {Padding::none, Padding::some}) {
+      Case c;
+      c.shape = {2, 1, nn[0], nn[1], 64, 40};
+      c.causal = false;
+      c.pad = pad;
+      Check(c, seed += 4);
+    }
+}
+
+// Every fused map on the causal scan, bidirectional and cross attention, with padding.
+TEST_P(LinearAttentionConformance, FusedFeatureMapsMatchCpuFeatureMapThenAttention) {
+  uint32_t seed = 1200;
+  for (FeatureMap map : kFusedMaps)
+    for (bool causal : {true, false})
+      for (int64_t n : {int64_t{1}, int64_t{65}}) {
+        Case c;
+        c.shape = {2, 2, n, causal ? n : 70, 32, 24};
+        c.causal = causal;
+        c.pad = Padding::some;
+        c.map = map;
+        Check(c, seed += 4);
+      }
+}
+
+// exp (and elu1) on q, k of magnitude up to 45: the row max keeps exp in range, nothing
+// overflows, and the gradient through the max matches the CPU's.
+TEST_P(LinearAttentionConformance, LargeMagnitudeInputsStayFiniteUnderExp) {
+  uint32_t seed = 1300;
+  for (FeatureMap map : {FeatureMap::exp, FeatureMap::elu1})
+    for (bool causal : {true, false}) {
+      Case c;
+      c.shape = {1, 2, 70, 70, 32, 40};
+      c.causal = causal;
+      c.map = map;
+      c.large = true;
+      Check(c, seed += 4);
+    }
+}
+
+// A batch row whose keys are all padded: zeros out, zero den, zero key gradients, no NaN.
+TEST_P(LinearAttentionConformance, FullyPaddedBatchRowGivesZerosNotNan) {
+  uint32_t seed = 1400;
+  for (bool causal : {true, false})
+    for (FeatureMap map : {FeatureMap::elu1, FeatureMap::exp}) {
+      Case c;
+      c.shape = {2, 2, 40, causal ? 40 : 67, 32, 48};
+      c.causal = causal;
+      c.pad = Padding::all_of_batch_1;
+      c.map = map;
+      Check(c, seed += 4);
+      c.split = 2;
+      Check(c, seed += 4);
+    }
+}
+
+// The sequence split across blocks (pass 1 segment sums, pass 2 prefix / suffix / total,
+// pass 3 scans from the segment's state), forced to several segments, including more
+// segments than chunks (clamped) and uneven last segments.
+TEST_P(LinearAttentionConformance, SequenceSplitAcrossBlocksMatchesCpu) {
+  uint32_t seed = 1500;
+  for (int split : {2, 3, 16})
+    for (bool causal : {true, false}) {
+      Case c;
+      c.shape = {1, 2, 200, causal ? 200 : 130, 32, 40};
+      c.causal = causal;
+      c.pad = Padding::some;
+      c.map = split == 3 ? FeatureMap::exp : FeatureMap::elu1;
+      c.split = split;
+      Check(c, seed += 4);
+    }
+  Case tiny;  // one chunk: a forced split has nothing to split
+  tiny.shape = {2, 1, 20, 20, 32, 48};
+  tiny.split = 4;
+  Check(tiny, seed += 4);
+}
+
+// N = 500 with d in {32, 64, 128}, d != e: split automatic (here: B*H*tiles is far below the
+// 132 SMs the emulator reports, so 500 rows run as 4 segments) and forced off.
+TEST_P(LinearAttentionConformance, LongSequencesWithEveryFeatureDimMatchCpu) {
+  if (OneOrderOnly()) GTEST_SKIP() << "the long shapes run in the forward order (the small ones cover every order)";
+  uint32_t seed = 1600;
+  const int64_t de[][2] = {{32, 64}, {64, 32}, {128, 80}};
+  int round = 0;
+  for (const auto& p : de)
+    for (bool causal : {true, false}) {
+      Case c;
+      c.shape = {1, 1, 500, causal ? 500 : 300, p[0], p[1]};
+      c.causal = causal;
+      c.pad = round % 2 ? Padding::some : Padding::none;
+      c.map = kFusedMaps[round++ % 4];
+      c.split = round % 3 == 0 ? 1 : 0;
+      Check(c, seed += 4);
+    }
 }
 
 TEST_P(LinearAttentionConformance, RecurrentStepMatchesCpuStepByStep) {
   const int64_t batch = 2, heads = 2, d = 32, e = 48, steps = 5;
-  const cpu::LinearAttentionDims dims{batch, heads, 1, 1, d, e};
-  std::vector<float> want_state(batch * heads * cpu::linear_attention_state_floats(d, e), 0.0f);
-  auto state = dev(want_state);
-  for (int64_t t = 0; t < steps; ++t) {
-    const auto a = Random(batch * heads * d, 0.05f, 1.0f, 1100 + 3 * t);
-    const auto b = Random(batch * heads * d, 0.05f, 1.0f, 1101 + 3 * t);
-    const auto v = Random(batch * heads * e, -1.0f, 1.0f, 1102 + 3 * t);
-    // Batch 1 pads its first two tokens: its outputs stay zero until its first real key.
-    const std::vector<float> pad = {0.0f, t < 2 ? 1.0f : 0.0f};
-    cpu::LinearAttentionConfig cfg;
-    cfg.key_padding_mask = pad.data();
-    std::vector<float> want_out(batch * heads * e);
-    cpu::linear_attention_step(dims, cfg, a.data(), b.data(), v.data(), want_state.data(), want_out.data());
-    auto da = dev(a), db = dev(b), dv = dev(v), dpad = dev(pad);
-    cfg.key_padding_mask = dpad.get();
-    auto got = out(want_out.size());
-    TARN_ON(target(), linear_attention_step, dims, cfg, da.get(), db.get(), dv.get(), state.get(), got.get());
-    EXPECT_TRUE(AllClose(got.host(), want_out, kLaRtol, kLaAtol)) << "step " << t;
-    EXPECT_TRUE(AllClose(state.host(), want_state, kLaRtol, kLaAtol)) << "state after step " << t;
+  for (FeatureMap map : kFusedMaps) {
+    const cpu::LinearAttentionDims dims{batch, heads, 1, 1, d, e};
+    std::vector<float> want_state(batch * heads * cpu::linear_attention_state_floats(d, e), 0.0f);
+    auto state = dev(want_state);
+    float lo, hi;
+    InputRange(map, false, lo, hi);
+    for (int64_t t = 0; t < steps; ++t) {
+      const auto a = Random(batch * heads * d, lo, hi, 1100 + 3 * t);
+      const auto b = Random(batch * heads * d, lo, hi, 1101 + 3 * t);
+      const auto v = Random(batch * heads * e, -1.0f, 1.0f, 1102 + 3 * t);
+      // Batch 1 pads its first two tokens: its outputs stay zero until its first real key.
+      const std::vector<float> pad = {0.0f, t < 2 ? 1.0f : 0.0f};
+      cpu::LinearAttentionConfig cfg;
+      cfg.key_padding_mask = pad.data();
+      cfg.feature_map = map;
+      std::vector<float> want_out(batch * heads * e);
+      cpu::linear_attention_step(dims, cfg, a.data(), b.data(), v.data(), want_state.data(), want_out.data());
+      auto da = dev(a), db = dev(b), dv = dev(v), dpad = dev(pad);
+      cfg.key_padding_mask = dpad.get();
+      auto got = out(want_out.size());
+      TARN_ON(target(), linear_attention_step, dims, cfg, da.get(), db.get(), dv.get(), state.get(), got.get());
+      const std::string what = std::string(cpu::feature_map_name(map)) + " step " + std::to_string(t);
+      EXPECT_TRUE(AllClose(got.host(), want_out, kLaRtol, kLaAtol)) << what;
+      EXPECT_TRUE(AllClose(state.host(), want_state, kLaRtol, kLaAtol)) << "state after " << what;
+    }
   }
 }
 
-TEST_P(LinearAttentionConformance, FeatureMapsOtherThanIdentityAreRejected) {
+// Gradients passed as null are skipped (their scans do not run) and the others are unchanged:
+// da alone, then db and dv alone, against the CPU's full backward.
+TEST_P(LinearAttentionConformance, BackwardComputesOnlyTheRequestedGradients) {
+  const int64_t B = 1, H = 2, N = 70, d = 32, e = 40;
+  const cpu::LinearAttentionDims dims{B, H, N, N, d, e};
+  for (bool causal : {true, false}) {
+    cpu::LinearAttentionConfig cfg;
+    cfg.causal = causal;
+    cfg.feature_map = FeatureMap::exp;
+    const auto a = Random(B * H * N * d, -2.0f, 2.0f, 1700), b = Random(B * H * N * d, -2.0f, 2.0f, 1701);
+    const auto v = Random(B * H * N * e, -1.0f, 1.0f, 1702), dout = Random(B * H * N * e, -1.0f, 1.0f, 1703);
+    std::vector<float> o(B * H * N * e), den(B * H * N), da(a.size()), db(b.size()), dv(v.size());
+    std::vector<float> ws(cpu::linear_attention_forward_workspace_floats(dims, cfg));
+    cpu::linear_attention_forward(dims, cfg, a.data(), b.data(), v.data(), o.data(), den.data(), ws.data(),
+                                  ws.size());
+    ws.assign(cpu::linear_attention_backward_workspace_floats(dims, cfg), 0.0f);
+    cpu::linear_attention_backward(dims, cfg, a.data(), b.data(), v.data(), o.data(), den.data(), dout.data(),
+                                   da.data(), db.data(), dv.data(), ws.data(), ws.size());
+    auto ga = dev(a), gb = dev(b), gv = dev(v), go = dev(o), gden = dev(den), gdout = dev(dout);
+    const size_t n = TARN_ON(target(), linear_attention_backward_workspace_floats, dims, cfg);
+    auto gws = out(n);
+    auto got_da = out(a.size()), got_db = out(b.size()), got_dv = out(v.size());
+    TARN_ON(target(), linear_attention_backward, dims, cfg, ga.get(), gb.get(), gv.get(), go.get(), gden.get(),
+            gdout.get(), got_da.get(), nullptr, nullptr, gws.get(), n);
+    EXPECT_TRUE(AllClose(got_da.host(), da, kLaRtol, kLaAtol)) << "da alone, causal=" << causal;
+    for (float x : got_db.host()) ASSERT_TRUE(std::isnan(x)) << "db written though not requested";
+    TARN_ON(target(), linear_attention_backward, dims, cfg, ga.get(), gb.get(), gv.get(), go.get(), gden.get(),
+            gdout.get(), nullptr, got_db.get(), got_dv.get(), gws.get(), n);
+    EXPECT_TRUE(AllClose(got_db.host(), db, kLaRtol, kLaAtol)) << "db without da, causal=" << causal;
+    EXPECT_TRUE(AllClose(got_dv.host(), dv, kLaRtol, kLaAtol)) << "dv without da, causal=" << causal;
+  }
+}
+
+TEST_P(LinearAttentionConformance, FavorIsRejectedSinceItIsNotRowLocal) {
   const cpu::LinearAttentionDims dims{1, 1, 4, 4, 8, 8};
   cpu::LinearAttentionConfig cfg;
-  cfg.feature_map = cpu::FeatureMap::elu1;
+  cfg.feature_map = FeatureMap::favor;
   EXPECT_THROW(TARN_ON(target(), linear_attention_forward_workspace_floats, dims, cfg), tarn::Error);
+  EXPECT_THROW(TARN_ON(target(), linear_attention_backward_workspace_floats, dims, cfg), tarn::Error);
 }
 
 TEST_P(LinearAttentionConformance, WorkspaceGrowsLinearlyInSequenceLength) {
   // The backward recomputes its states (DESIGN.md section 2): its scratch is G, (B, H, N, e + 1),
-  // whatever d and the chunk size, so doubling N doubles it.
-  for (bool causal : {true, false}) {
-    cpu::LinearAttentionConfig cfg;
-    cfg.causal = causal;
-    for (int64_t n : {int64_t{64}, int64_t{1000}, int64_t{100000}}) {
-      const cpu::LinearAttentionDims dims{2, 3, n, n, 64, 40};
-      const cpu::LinearAttentionDims twice{2, 3, 2 * n, 2 * n, 64, 40};
-      const size_t fwd = TARN_ON(target(), linear_attention_forward_workspace_floats, dims, cfg);
-      const size_t bwd = TARN_ON(target(), linear_attention_backward_workspace_floats, dims, cfg);
-      EXPECT_EQ(bwd, static_cast<size_t>(2 * 3 * n * 41));
-      EXPECT_EQ(TARN_ON(target(), linear_attention_forward_workspace_floats, twice, cfg), 2 * fwd);
-      EXPECT_EQ(TARN_ON(target(), linear_attention_backward_workspace_floats, twice, cfg), 2 * bwd);
+  // plus, when the sequence is split, segments * d * (e + 1) per (batch, head), with at most one
+  // segment per 4 chunks of 32 rows: linear in N whatever the split.
+  for (int split : {1, 0, 1000})
+    for (bool causal : {true, false}) {
+      const ForcedSplit forced(target(), split);
+      cpu::LinearAttentionConfig cfg;
+      cfg.causal = causal;
+      for (int64_t n : {int64_t{64}, int64_t{1000}, int64_t{100000}}) {
+        const cpu::LinearAttentionDims dims{2, 3, n, n, 64, 40};
+        const size_t fwd = TARN_ON(target(), linear_attention_forward_workspace_floats, dims, cfg);
+        const size_t bwd = TARN_ON(target(), linear_attention_backward_workspace_floats, dims, cfg);
+        const size_t g = static_cast<size_t>(2 * 3 * n * 41);
+        const size_t chunks = static_cast<size_t>((n + 31) / 32);
+        const size_t states_bound = static_cast<size_t>(2 * 3 * 64 * 41) * chunks;
+        if (split == 1) {
+          EXPECT_EQ(bwd, g);
+          EXPECT_EQ(fwd, g);
+        }
+        EXPECT_GE(bwd, g);
+        EXPECT_LE(bwd, g + states_bound) << "n=" << n << " split=" << split;
+        EXPECT_LE(fwd, g + states_bound) << "n=" << n << " split=" << split;
+      }
     }
-  }
+}
+
+TEST_P(LinearAttentionConformance, NegativeSplitIsRejected) {
+  EXPECT_THROW(TARN_ON(target(), linear_attention_set_sequence_split, -1), tarn::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, LinearAttentionConformance, ::testing::ValuesIn(kAllTargets), TargetName);
