@@ -3,7 +3,8 @@
 // and cuRAND (key = seed, counter = (block, stream)): output i of stream (seed, stream) is word
 // i % 4 of the bijection applied to block i / 4, so a kernel thread can draw any element on
 // its own and get the bits that tarn::philox_at(seed, stream, i) gives on the CPU.
-// tests/cuda/philox_test.cpp checks the two against each other.
+// tests/cuda/conformance_optim_test.cpp checks the two against each other, and
+// tests/cuda/curand_reference_test.cpp both against cuRAND's own Philox.
 #include <cstdint>
 
 #if defined(__CUDACC__)

@@ -12,7 +12,7 @@
 //   kernel,shape,median_us,gbytes,gbps,fraction_of_bandwidth,gflop,tflops,fraction_of_fp32_peak
 // where gbytes is the call's compulsory traffic (each input read once, each output written once)
 // and the peaks come from the device: memory clock x bus width x 2 (DDR), and SMs x FP32 lanes
-// per SM x 2 (FMA) x SM clock. Linear attention has its own bench (cuda_linear_attention_bench).
+// per SM x 2 (FMA) x SM clock. Attention has its own bench (cuda_attention_bench).
 // Exit status 1 when a kernel disagrees with the CPU.
 #include <algorithm>
 #include <cmath>
