@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/check.h"
-#include "kernels/cuda_runtime.h"
+#include "kernels/backend.h"
 
 namespace tarn {
 namespace {
@@ -108,8 +108,6 @@ void* host_alloc(size_t bytes, int) {
   return p;
 }
 void host_free(void* p, int) { std::free(p); }
-void* cuda_alloc(size_t bytes, int device) { return kernels::cuda::device_malloc(bytes, device); }
-void cuda_free(void* p, int device) { kernels::cuda::device_free(p, device); }
 
 }  // namespace
 
@@ -123,11 +121,17 @@ Allocator& allocator_for(Device d) {
   static CachingAllocator* cuda[kMaxDevices] = {};
   std::lock_guard<std::mutex> lock(mu);
   if (!cuda[d.index]) {
-    TARN_CHECK(kernels::cuda::backend_built(),
-               "device ", d.str(), ": this tarn was built without the CUDA backend (configure with -DTARN_CUDA=ON)");
-    TARN_CHECK(d.index < kernels::cuda::device_count(), "device ", d.str(), ": not present (",
-               kernels::cuda::device_count(), " CUDA devices visible)");
-    cuda[d.index] = new CachingAllocator(cuda_alloc, cuda_free, d.index);
+    // The CUDA table's raw calls (kernels/backend.h): real device memory, or host memory
+    // under the emulated backend a test installed. Throws "no CUDA device ..." without one.
+    const kernels::Backend* backend = nullptr;
+    try {
+      backend = &kernels::cuda_backend();
+    } catch (const Error& e) {
+      throw Error(str_cat("device ", d.str(), ": ", e.what()));
+    }
+    const int count = kernels::cuda_device_count();
+    TARN_CHECK(d.index < count, "device ", d.str(), ": not present (", count, " CUDA devices visible)");
+    cuda[d.index] = new CachingAllocator(backend->allocate, backend->deallocate, d.index);
   }
   return *cuda[d.index];
 }

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "framework/backend.h"
 #include "kernels/memory.h"
 
 namespace tarn {
@@ -13,9 +14,12 @@ thread_local bool g_grad_enabled = true;
 // dst += src. Gradients only meet on the device they were computed on.
 void accumulate_into(Tensor& dst, const Tensor& src, const char* where) {
   check_same_shape(where, dst, src);
-  TARN_CHECK(dst.device().is_cpu() && src.device().is_cpu(),
-             where, ": gradient accumulation on ", dst.device().str(), " is not supported yet");
-  kernels::cpu::accumulate(dst.f32(), src.f32(), dst.numel());
+  TARN_CHECK(dst.device() == src.device(), where, ": gradients on ", dst.device().str(), " and ",
+             src.device().str(), " meet (every input of an op must live on one device)");
+  if (dst.device().is_cpu())
+    kernels::cpu::accumulate(dst.f32(), src.f32(), dst.numel());
+  else
+    backend_for(dst.device()).accumulate(dst.device_f32(), src.device_f32(), dst.numel());
 }
 
 // A gradient waiting to be consumed. `owned` says whether we may add into it in place: a

@@ -1,5 +1,7 @@
 #include "framework/module.h"
 
+#include <map>
+
 namespace tarn {
 namespace {
 std::string join(const std::string& prefix, const std::string& name) {
@@ -58,6 +60,24 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (Tensor* t : parameters()) t->zero_grad();
+}
+
+void Module::to(Device device) {
+  // Keyed by the data pointer, so that tied tensors (two handles on one buffer) stay tied.
+  std::map<const void*, Tensor> moved;
+  auto move = [&](Tensor* t, bool parameter) {
+    if (!t->defined() || t->device() == device) return;
+    const void* key = t->data<char>();
+    auto it = moved.find(key);
+    if (it == moved.end()) {
+      Tensor copy = t->to(device);
+      if (parameter) copy.set_requires_grad(true);
+      it = moved.emplace(key, copy).first;
+    }
+    *t = it->second;
+  };
+  for (const auto& [name, t] : named_parameters()) move(t, true);
+  for (const auto& [name, t] : named_buffers()) move(t, false);
 }
 
 }  // namespace tarn

@@ -26,6 +26,9 @@ class Module {
   void eval() { train(false); }
   bool training() const { return training_; }
   void zero_grad();
+  // Moves every parameter and buffer to `device` (a copy; gradients are dropped). Tensors that
+  // shared storage still share it afterwards; parameters stay leaves that require grad.
+  void to(Device device);
 
  protected:
   // Registers `t` (made a leaf that requires grad) under `name`.

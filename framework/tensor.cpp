@@ -5,7 +5,7 @@
 
 #include "framework/allocator.h"
 #include "framework/autograd.h"
-#include "kernels/cuda_runtime.h"
+#include "framework/backend.h"
 #include "kernels/memory.h"
 
 namespace tarn {
@@ -49,6 +49,12 @@ float* Tensor::f32() const {
   TARN_CHECK(defined(), "tensor: access to an undefined tensor");
   TARN_CHECK(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
   TARN_CHECK(device().is_cpu(), "tensor: host access to a tensor on ", device().str());
+  return data<float>();
+}
+
+float* Tensor::device_f32() const {
+  TARN_CHECK(defined(), "tensor: access to an undefined tensor");
+  TARN_CHECK(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
   return data<float>();
 }
 
@@ -124,25 +130,22 @@ void Tensor::copy_from(const Tensor& src) {
     else
       std::memcpy(data<char>(), src.data<char>(), bytes);
   } else if (from.is_cpu()) {
-    kernels::cuda::copy_host_to_device(data<char>(), src.data<char>(), bytes, to.index);
+    backend_for(to).copy_host_to_device(data<char>(), src.data<char>(), bytes, to.index);
   } else if (to.is_cpu()) {
-    kernels::cuda::copy_device_to_host(data<char>(), src.data<char>(), bytes, from.index);
+    backend_for(from).copy_device_to_host(data<char>(), src.data<char>(), bytes, from.index);
   } else {
     TARN_CHECK(from.index == to.index, "copy_from: peer copies (", from.str(), " to ", to.str(),
                ") go through the host");
-    kernels::cuda::copy_device_to_device(data<char>(), src.data<char>(), bytes, to.index);
+    backend_for(to).copy_device_to_device(data<char>(), src.data<char>(), bytes, to.index);
   }
 }
 
 void Tensor::fill(float value) {
   TARN_CHECK(dtype_ == DType::f32, "fill: only f32 tensors, got ", dtype_name(dtype_));
-  if (device().is_cpu()) {
+  if (device().is_cpu())
     kernels::cpu::fill(data<float>(), numel(), value);
-  } else if (value == 0.0f) {
-    kernels::cuda::memset_zero(data<char>(), nbytes(), device().index);
-  } else {
-    copy_from(Tensor::full(shape_, value));
-  }
+  else
+    backend_for(device()).fill(data<float>(), numel(), value);
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {

@@ -60,6 +60,9 @@ class Tensor {
     return reinterpret_cast<T*>(static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_));
   }
   float* f32() const;  // checks dtype f32 and device cpu
+  // The f32 buffer in the tensor's own device memory (host memory on the CPU): for handing to
+  // the kernels of that device (kernels/backend.h), never for reading on the host.
+  float* device_f32() const;
   float item() const;  // the value of a one-element CPU tensor
   std::vector<float> to_vector() const;  // copies to host
   const std::shared_ptr<Storage>& storage() const { return storage_; }

@@ -76,14 +76,14 @@ Tensor favor_unstabilised(const Tensor& x, const Tensor& w) {
 
 }  // namespace
 
-Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length) {
+Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Device device) {
   if (pad.empty()) return Tensor();
   TARN_CHECK(static_cast<int64_t>(pad.size()) == batch * length, "padding mask: ", pad.size(), " flags for (",
              batch, ", ", length, ")");
   Tensor t = Tensor::empty({batch, length});
   float* p = t.f32();
   for (size_t i = 0; i < pad.size(); ++i) p[i] = pad[i] ? 1.0f : 0.0f;
-  return t;
+  return t.to(device);  // built on the host, copied once
 }
 
 void reorder(AttentionCache& cache, const std::vector<int64_t>& indices) {
@@ -162,13 +162,14 @@ FeatureMap MultiHeadAttention::fused_map() const {
 }
 
 Tensor MultiHeadAttention::query_features(const Tensor& q) const {
-  if (map_ == FeatureMap::favor) return feature_map(q, map_, FeatureRole::query, favor_.w);
+  if (map_ == FeatureMap::favor) return feature_map(q, map_, FeatureRole::query, favor_.w.to(q.device()));
   return feature_map(q, map_, FeatureRole::query);
 }
 
 Tensor MultiHeadAttention::key_features(const Tensor& k) const {
   if (map_ == FeatureMap::favor)
-    return causal_ ? favor_unstabilised(k, favor_.w) : feature_map(k, map_, FeatureRole::key, favor_.w);
+    return causal_ ? favor_unstabilised(k, favor_.w.to(k.device()))
+                   : feature_map(k, map_, FeatureRole::key, favor_.w.to(k.device()));
   return feature_map(k, map_, FeatureRole::key);
 }
 
@@ -177,7 +178,7 @@ Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k
                                                 const PaddingMask& pad) const {
   Tensor scores = matmul(scale(q, scaling_), k, false, true);  // (B, H, Nq, Nk)
   const Tensor bias = softmax_mask_bias(q.size(0), q.size(2), k.size(2), pad, causal_);
-  if (bias.defined()) scores = add(scores, bias);
+  if (bias.defined()) scores = add(scores, bias.to(scores.device()));
   return matmul(dropout_->apply(softmax(scores), attention_dropout_, true), v);
 }
 
@@ -200,14 +201,14 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     } else {
       SoftmaxAttentionOptions opt;
       opt.causal = causal_;
-      opt.key_padding_mask = padding_tensor(pad, batch, nk);
+      opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
       opt.scale = scaling_;
       ctx = softmax_attention(q, k, v, opt);
     }
   } else {
     LinearAttentionOptions opt;
     opt.causal = causal_;
-    opt.key_padding_mask = padding_tensor(pad, batch, nk);
+    opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
     opt.eps = config_.eps;
     opt.chunk = static_cast<int>(config_.chunk);
     opt.fused_feature_map = fused_map();
@@ -222,10 +223,10 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
   AttentionCache c;
   if (config_.is_linear()) {
-    c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s;
+    c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s.to(q_proj.weight.device());
   } else {
-    c.key = Tensor::zeros({batch, heads_, 0, head_dim_});
-    c.value = Tensor::zeros({batch, heads_, 0, head_dim_});
+    c.key = Tensor::zeros({batch, heads_, 0, head_dim_}, q_proj.weight.device());
+    c.value = Tensor::zeros({batch, heads_, 0, head_dim_}, q_proj.weight.device());
   }
   return c;
 }
@@ -277,11 +278,11 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   if (!config_.is_linear()) {
     c.key = k;
     c.value = v;
-    c.key_padding = padding_tensor(pad, batch, nk);
+    c.key_padding = padding_tensor(pad, batch, nk, k.device());
   } else {
     // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero: once per source batch.
     Tensor b = key_features(k);
-    if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad));
+    if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
     c.state = matmul(b, append_ones(v), true, false);
   }
   return c;

@@ -55,7 +55,7 @@ AttentionCache clone(const AttentionCache& cache);
 
 // (B, N) flags -> (B, N) f32 tensor, 1 = padded, as the attention ops take it; undefined when
 // `pad` is empty.
-Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length);
+Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Device device = Device::cpu());
 
 class MultiHeadAttention : public Module {
  public:

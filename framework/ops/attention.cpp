@@ -9,6 +9,7 @@
 
 #include "framework/autograd.h"
 #include "framework/log/log.h"
+#include "framework/ops/attention_composed.h"
 #include "framework/ops/elementwise_internal.h"
 #include "kernels/softmax_attention.h"
 
@@ -16,23 +17,28 @@ namespace tarn {
 
 namespace kc = kernels::cpu;
 using ops_internal::check_cpu_f32;
+using ops_internal::check_f32;
+using ops_internal::check_same_device;
 
 namespace {
 
-Tensor workspace(size_t floats) { return Tensor::empty(Shape{static_cast<int64_t>(floats)}); }
+Tensor workspace(size_t floats, Device device = Device::cpu()) {
+  return Tensor::empty(Shape{static_cast<int64_t>(floats)}, device);
+}
 
 void check_rank4(const char* op, const char* name, const Tensor& t) {
-  check_cpu_f32(op, t);
+  check_f32(op, t);
   TARN_CHECK(t.dim() == 4, op, ": ", name, " must be (B, H, N, dim), got shape ", t.shape().str());
 }
 
-// (B, Nk) f32 mask, or null when undefined.
-const float* mask_data(const char* op, const Tensor& mask, int64_t batch, int64_t n_k) {
+// (B, Nk) f32 mask on the inputs' device `at`, or null when undefined.
+const float* mask_data(const char* op, const Tensor& mask, int64_t batch, int64_t n_k, const Tensor& at) {
   if (!mask.defined()) return nullptr;
-  check_cpu_f32(op, mask);
+  check_f32(op, mask);
+  check_same_device(op, at, mask);
   TARN_CHECK(mask.shape() == Shape({batch, n_k}), op, ": key_padding_mask must be (B, Nk) = (",
              batch, ", ", n_k, "), got shape ", mask.shape().str());
-  return mask.f32();
+  return mask.device_f32();
 }
 
 // q/a: (B,H,Nq,d), k/b: (B,H,Nk,d), v: (B,H,Nk,e).
@@ -40,6 +46,8 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_rank4(op, "queries", q);
   check_rank4(op, "keys", k);
   check_rank4(op, "values", v);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
   TARN_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && k.size(0) == v.size(0) &&
                  k.size(1) == v.size(1),
              op, ": batch and head extents differ: queries ", q.shape().str(), ", keys ",
@@ -84,7 +92,8 @@ Tensor draw_favor_projection(Philox& rng, int64_t m, int64_t d) {
 
 void FavorProjection::draw() {
   Philox gen(rng);
-  w = draw_favor_projection(gen, m, d);
+  const Device device = w.defined() ? w.device() : Device::cpu();  // drawn on the host, kept where w was
+  w = draw_favor_projection(gen, m, d).to(device);
   rng = gen.state();
   steps = 0;
 }
@@ -100,12 +109,22 @@ bool FavorProjection::step() {
 
 // ---- feature maps ----
 
+namespace {
+
+// Whether linear attention on `device` applies `kind` in its kernel; when it does not, the
+// op applies it first with feature_map(). The one place that decides it.
+bool kernel_fuses(Device device, FeatureMap kind) { return backend_for(device).linear_attention_fuses(kind); }
+
+}  // namespace
+
 Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Tensor& projection) {
-  check_cpu_f32("feature_map", x);
+  check_f32("feature_map", x);
   TARN_CHECK(x.dim() >= 2, "feature_map: x must be (..., N, d), got shape ", x.shape().str());
   const int64_t d = x.shape().back();
   const int64_t rows = d ? x.numel() / d : 0;
   if (kind == FeatureMap::identity) warn_identity_once();
+  if (!x.device().is_cpu() && kind != FeatureMap::favor)
+    return ops_internal::feature_map_off_host(x, kind, role, projection);
   if (kind != FeatureMap::favor) {
     Tensor y = Tensor::empty(x.shape());
     kc::feature_map_forward(kind, rows, d, x.f32(), y.f32());
@@ -117,7 +136,8 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
                   });
   }
   TARN_CHECK(projection.defined(), "feature_map: favor needs its (m, d) projection");
-  check_cpu_f32("feature_map", projection);
+  check_f32("feature_map", projection);
+  check_same_device("feature_map", x, projection);
   TARN_CHECK(projection.dim() == 2 && projection.size(1) == d, "feature_map: favor projection must be (m, ",
              d, ") for inputs ", x.shape().str(), ", got ", projection.shape().str());
   const int64_t n = x.size(-2);
@@ -127,14 +147,17 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
                                                : kc::FavorStabilizer::none;
   std::vector<int64_t> out_shape = x.shape().vec();
   out_shape.back() = g.m;
-  Tensor y = Tensor::empty(Shape(out_shape));
-  kc::favor_forward(g, stab, x.f32(), projection.f32(), y.f32());
+  const Device dev = x.device();
+  const kernels::Backend& k = backend_for(dev);
+  Tensor y = Tensor::empty(Shape(out_shape), dev);
+  k.favor_forward(g, stab, x.device_f32(), projection.device_f32(), y.device_f32());
   return record("feature_map_favor", y, {x},
                 [x, y, w = projection, g, stab](const Tensor& dy, const NeedsGrad&) -> Grads {
-                  Tensor dx = Tensor::empty(x.shape());
-                  Tensor ws = workspace(kc::favor_backward_workspace_floats(g));
-                  kc::favor_backward(g, stab, x.f32(), w.f32(), y.f32(), dy.f32(), dx.f32(),
-                                     ws.f32(), ws.numel());
+                  const kernels::Backend& kb = ops_internal::kernels_for("feature_map", x, dy);
+                  Tensor dx = Tensor::empty(x.shape(), x.device());
+                  Tensor ws = workspace(kb.favor_backward_workspace_floats(g), x.device());
+                  kb.favor_backward(g, stab, x.device_f32(), w.device_f32(), y.device_f32(), dy.device_f32(),
+                                    dx.device_f32(), ws.device_f32(), ws.numel());
                   return {dx};
                 });
 }
@@ -145,33 +168,44 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
                         const LinearAttentionOptions& opt) {
   const char* op = "linear_attention";
   check_qkv(op, a, b, v, opt.causal);
+  if (!kernel_fuses(a.device(), opt.fused_feature_map)) {
+    LinearAttentionOptions features = opt;
+    features.fused_feature_map = FeatureMap::identity;
+    return linear_attention(feature_map(a, opt.fused_feature_map, FeatureRole::query),
+                            feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
+  }
+  const kernels::Backend& k = backend_for(a.device());
+  const Device dev = a.device();
   const kc::LinearAttentionDims dims{a.size(0), a.size(1), a.size(2), b.size(2), a.size(3), v.size(3)};
   kc::LinearAttentionConfig cfg;
   cfg.causal = opt.causal;
-  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k);
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, a);
   cfg.eps = opt.eps;
   cfg.chunk = opt.chunk;
   cfg.feature_map = opt.fused_feature_map;
-  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e});
-  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q});
+  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
+  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {
-    Tensor ws = workspace(kc::linear_attention_forward_workspace_floats(dims, cfg));
-    kc::linear_attention_forward(dims, cfg, a.f32(), b.f32(), v.f32(), out.f32(), den.f32(),
-                                 ws.f32(), ws.numel());
+    Tensor ws = workspace(k.linear_attention_forward_workspace_floats(dims, cfg), dev);
+    k.linear_attention_forward(dims, cfg, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(),
+                               den.device_f32(), ws.device_f32(), ws.numel());
   }
   return record(op, out, {a, b, v},
                 [a, b, v, out, den, mask = opt.key_padding_mask, dims, cfg](
                     const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const kernels::Backend& kb = ops_internal::kernels_for("linear_attention", a, dy);
+                  const Device dev = a.device();
                   kc::LinearAttentionConfig c = cfg;
-                  c.key_padding_mask = mask.defined() ? mask.f32() : nullptr;
-                  Tensor da = needs[0] ? Tensor::empty(a.shape()) : Tensor();
-                  Tensor db = needs[1] ? Tensor::empty(b.shape()) : Tensor();
-                  Tensor dv = needs[2] ? Tensor::empty(v.shape()) : Tensor();
-                  Tensor ws = workspace(kc::linear_attention_backward_workspace_floats(dims, c));
-                  kc::linear_attention_backward(
-                      dims, c, a.f32(), b.f32(), v.f32(), out.f32(), den.f32(), dy.f32(),
-                      da.defined() ? da.f32() : nullptr, db.defined() ? db.f32() : nullptr,
-                      dv.defined() ? dv.f32() : nullptr, ws.f32(), ws.numel());
+                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
+                  Tensor da = needs[0] ? Tensor::empty(a.shape(), dev) : Tensor();
+                  Tensor db = needs[1] ? Tensor::empty(b.shape(), dev) : Tensor();
+                  Tensor dv = needs[2] ? Tensor::empty(v.shape(), dev) : Tensor();
+                  Tensor ws = workspace(kb.linear_attention_backward_workspace_floats(dims, c), dev);
+                  kb.linear_attention_backward(
+                      dims, c, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(),
+                      den.device_f32(), dy.device_f32(), da.defined() ? da.device_f32() : nullptr,
+                      db.defined() ? db.device_f32() : nullptr, dv.defined() ? dv.device_f32() : nullptr,
+                      ws.device_f32(), ws.numel());
                   return {da, db, dv};
                 });
 }
@@ -186,9 +220,16 @@ Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const
                              const Tensor& v, const LinearAttentionStepOptions& opt) {
   const char* op = "linear_attention_step";
   for (const Tensor* t : {&a, &b, &v}) {
-    check_cpu_f32(op, *t);
+    check_f32(op, *t);
+    check_same_device(op, a, *t);
     TARN_CHECK(t->dim() == 3 || (t->dim() == 4 && t->size(2) == 1), op,
                ": expected (B, H, dim) or (B, H, 1, dim), got shape ", t->shape().str());
+  }
+  if (!kernel_fuses(a.device(), opt.fused_feature_map)) {
+    LinearAttentionStepOptions features = opt;
+    features.fused_feature_map = FeatureMap::identity;
+    return linear_attention_step(state, feature_map(a, opt.fused_feature_map, FeatureRole::query),
+                                 feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
   }
   const int64_t B = a.size(0), H = a.size(1), d = a.shape().back(), e = v.shape().back();
   TARN_CHECK(b.size(0) == B && b.size(1) == H && b.shape().back() == d && v.size(0) == B &&
@@ -198,16 +239,18 @@ Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const
   TARN_CHECK(state.s.defined() && state.s.shape() == Shape({B, H, d, e + 1}), op,
              ": state must be (B, H, d, e+1) = (", B, ", ", H, ", ", d, ", ", e + 1, "), got ",
              state.s.defined() ? state.s.shape().str() : std::string("undefined"));
+  check_same_device(op, a, state.s);
+  const kernels::Backend& k = backend_for(a.device());
   kc::LinearAttentionConfig cfg;
   cfg.eps = opt.eps;
   cfg.feature_map = opt.fused_feature_map;
   cfg.key_padding_mask = mask_data(op, opt.key_padding_mask.defined()
                                            ? opt.key_padding_mask.view(Shape{B, 1})
                                            : Tensor(),
-                                   B, 1);
-  Tensor out = Tensor::empty(Shape{B, H, e});
-  kc::linear_attention_step({B, H, 1, 1, d, e}, cfg, a.f32(), b.f32(), v.f32(), state.s.f32(),
-                            out.f32());
+                                   B, 1, a);
+  Tensor out = Tensor::empty(Shape{B, H, e}, a.device());
+  k.linear_attention_step({B, H, 1, 1, d, e}, cfg, a.device_f32(), b.device_f32(), v.device_f32(),
+                          state.s.device_f32(), out.device_f32());
   ++state.steps;
   return out;
 }
@@ -218,31 +261,43 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                          const SoftmaxAttentionOptions& opt) {
   const char* op = "softmax_attention";
   check_qkv(op, q, k, v, opt.causal);
+  if (opt.key_padding_mask.defined()) {
+    check_f32(op, opt.key_padding_mask);
+    check_same_device(op, q, opt.key_padding_mask);
+  }
+  const kernels::Backend& kt = backend_for(q.device());
+  // Head dimensions beyond what the device's blocked kernel tiles: matmul + softmax instead.
+  if (q.size(3) > kt.softmax_attention_max_dim || v.size(3) > kt.softmax_attention_max_dim)
+    return ops_internal::softmax_attention_composed(q, k, v, opt);
+  const Device dev = q.device();
   const kc::SoftmaxAttentionDims dims{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   kc::SoftmaxAttentionConfig cfg;
   cfg.causal = opt.causal;
-  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k);
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, q);
   cfg.scale = opt.scale;
-  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e});
-  Tensor lse = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q});
+  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
+  Tensor lse = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {
-    Tensor ws = workspace(kc::softmax_attention_forward_workspace_floats(dims, cfg));
-    kc::softmax_attention_forward(dims, cfg, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(),
-                                  ws.f32(), ws.numel());
+    Tensor ws = workspace(kt.softmax_attention_forward_workspace_floats(dims, cfg), dev);
+    kt.softmax_attention_forward(dims, cfg, q.device_f32(), k.device_f32(), v.device_f32(), out.device_f32(),
+                                 lse.device_f32(), ws.device_f32(), ws.numel());
   }
   return record(op, out, {q, k, v},
                 [q, k, v, out, lse, mask = opt.key_padding_mask, dims, cfg](
                     const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const kernels::Backend& kb = ops_internal::kernels_for("softmax_attention", q, dy);
+                  const Device dev = q.device();
                   kc::SoftmaxAttentionConfig c = cfg;
-                  c.key_padding_mask = mask.defined() ? mask.f32() : nullptr;
-                  Tensor dq = needs[0] ? Tensor::empty(q.shape()) : Tensor();
-                  Tensor dk = needs[1] ? Tensor::empty(k.shape()) : Tensor();
-                  Tensor dv = needs[2] ? Tensor::empty(v.shape()) : Tensor();
-                  Tensor ws = workspace(kc::softmax_attention_backward_workspace_floats(dims, c));
-                  kc::softmax_attention_backward(
-                      dims, c, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dy.f32(),
-                      dq.defined() ? dq.f32() : nullptr, dk.defined() ? dk.f32() : nullptr,
-                      dv.defined() ? dv.f32() : nullptr, ws.f32(), ws.numel());
+                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
+                  Tensor dq = needs[0] ? Tensor::empty(q.shape(), dev) : Tensor();
+                  Tensor dk = needs[1] ? Tensor::empty(k.shape(), dev) : Tensor();
+                  Tensor dv = needs[2] ? Tensor::empty(v.shape(), dev) : Tensor();
+                  Tensor ws = workspace(kb.softmax_attention_backward_workspace_floats(dims, c), dev);
+                  kb.softmax_attention_backward(
+                      dims, c, q.device_f32(), k.device_f32(), v.device_f32(), out.device_f32(), lse.device_f32(),
+                      dy.device_f32(), dq.defined() ? dq.device_f32() : nullptr,
+                      dk.defined() ? dk.device_f32() : nullptr, dv.defined() ? dv.device_f32() : nullptr,
+                      ws.device_f32(), ws.numel());
                   return {dq, dk, dv};
                 });
 }

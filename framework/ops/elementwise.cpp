@@ -10,33 +10,35 @@ namespace {
 
 using kernels::cpu::Binary;
 using kernels::cpu::Unary;
-using ops_internal::check_cpu_f32;
+using ops_internal::kernels_for;
 using ops_internal::sum_to_shape;
 
 // out = a op b with a and b broadcast to out's shape. Same shapes go straight to the flat
 // loop; everything else through the kernel's axis merging, which turns the bias case
 // ((..., D) op (D)) into its row loop and a scalar operand into a constant inner loop.
-void launch(Binary op, const Tensor& a, const Tensor& b, const Tensor& out) {
+void launch(const kernels::Backend& k, Binary op, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
-  if (a.shape() == b.shape()) return kernels::cpu::binary(op, a.f32(), b.f32(), out.f32(), out.numel());
+  if (a.shape() == b.shape())
+    return k.binary(op, a.device_f32(), b.device_f32(), out.device_f32(), out.numel());
   int64_t as[Shape::kMaxDims], bs[Shape::kMaxDims], extents[Shape::kMaxDims];
   ops_internal::broadcast_strides(a.shape(), out.shape(), as);
   ops_internal::broadcast_strides(b.shape(), out.shape(), bs);
   for (int d = 0; d < out.dim(); ++d) extents[d] = out.shape()[d];
-  kernels::cpu::binary_broadcast(op, a.f32(), as, b.f32(), bs, out.f32(), extents, out.dim());
+  k.binary_broadcast(op, a.device_f32(), as, b.device_f32(), bs, out.device_f32(), extents, out.dim());
 }
 
 Tensor apply(Binary op, const Tensor& a, const Tensor& b, const Shape& shape) {
-  Tensor out = Tensor::empty(shape);
-  launch(op, a, b, out);
+  const kernels::Backend& k = kernels_for("binary op", a, b);
+  Tensor out = Tensor::empty(shape, a.device());
+  launch(k, op, a, b, out);
   return out;
 }
 
 Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) {
-  check_cpu_f32(name, a);
-  check_cpu_f32(name, b);
+  const kernels::Backend& k = kernels_for(name, a, b);
   const Shape shape = broadcast_shape(name, a.shape(), b.shape());
-  Tensor out = apply(op, a, b, shape);
+  Tensor out = Tensor::empty(shape, a.device());
+  launch(k, op, a, b, out);
   const Shape sa = a.shape(), sb = b.shape();
   switch (op) {
     case Binary::add:
@@ -75,18 +77,19 @@ Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) 
 enum class Saves { none, input, output };
 
 Tensor unary_op(const char* name, Unary op, const Tensor& x, float s, Saves saves) {
-  check_cpu_f32(name, x);
-  Tensor y = Tensor::empty(x.shape());
-  kernels::cpu::unary(op, x.f32(), y.f32(), x.numel(), s);
+  const kernels::Backend& k = kernels_for(name, x);
+  Tensor y = Tensor::empty(x.shape(), x.device());
+  k.unary(op, x.device_f32(), y.device_f32(), x.numel(), s);
   if (op == Unary::add_scalar)  // the gradient passes through unchanged
     return record(name, y, {x}, [](const Tensor& dy, const NeedsGrad&) -> Grads { return {dy}; });
   // Saving the output means saving y itself (not the recorded handle, which would own the node).
   Tensor saved = saves == Saves::input ? x.detach() : saves == Saves::output ? y : Tensor();
-  return record(name, y, {x}, [op, s, saves, saved](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dx = Tensor::empty(dy.shape());
-    const float* in = saves == Saves::input ? saved.f32() : nullptr;
-    const float* out = saves == Saves::output ? saved.f32() : nullptr;
-    kernels::cpu::unary_backward(op, in, out, dy.f32(), dx.f32(), dy.numel(), s);
+  return record(name, y, {x}, [name, op, s, saves, saved](const Tensor& dy, const NeedsGrad&) -> Grads {
+    const kernels::Backend& kb = kernels_for(name, dy);
+    Tensor dx = Tensor::empty(dy.shape(), dy.device());
+    const float* in = saves == Saves::input ? saved.device_f32() : nullptr;
+    const float* out = saves == Saves::output ? saved.device_f32() : nullptr;
+    kb.unary_backward(op, in, out, dy.device_f32(), dx.device_f32(), dy.numel(), s);
     return {dx};
   });
 }

@@ -1,16 +1,58 @@
 #pragma once
 // Helpers shared by the op files in framework/ops (private: not part of the op API).
+#include <cstdint>
+#include <vector>
+
+#include "framework/backend.h"
 #include "framework/tensor.h"
 
 namespace tarn::ops_internal {
 
-// The CPU kernels read f32 host memory; say which op was handed something else.
+// The CPU-only kernels (feature maps, FAVOR+) read f32 host memory; say which op was handed
+// something else.
 inline void check_cpu_f32(const char* op, const Tensor& t) {
   TARN_CHECK(t.defined(), op, ": input is an undefined tensor");
   TARN_CHECK(t.device().is_cpu(), op, ": the CPU kernel got a tensor on ", t.device().str(), " (shape ",
              t.shape().str(), ")");
   TARN_CHECK(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
              t.shape().str(), ")");
+}
+
+inline void check_f32(const char* op, const Tensor& t) {
+  TARN_CHECK(t.defined(), op, ": input is an undefined tensor");
+  TARN_CHECK(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
+             t.shape().str(), ")");
+}
+
+// Inputs of one op must share a device: name the op and both devices otherwise.
+inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  TARN_CHECK(a.device() == b.device(), op, ": inputs on different devices: ", a.device().str(), " (shape ",
+             a.shape().str(), ") and ", b.device().str(), " (shape ", b.shape().str(), ")");
+}
+
+// The kernel table of the device the (defined, f32) inputs live on: an op's one branch.
+inline const kernels::Backend& kernels_for(const char* op, const Tensor& t) {
+  check_f32(op, t);
+  return backend_for(t.device());
+}
+inline const kernels::Backend& kernels_for(const char* op, const Tensor& a, const Tensor& b) {
+  check_f32(op, a);
+  check_f32(op, b);
+  check_same_device(op, a, b);
+  return backend_for(a.device());
+}
+
+// Token ids (targets, embedding ids) where the kernels of `device` read them: the host vector
+// itself on the CPU, else a device copy kept alive by `holder` (4-byte elements in an f32
+// buffer: Tensor has no integer dtype, and the kernels only see raw pointers).
+inline const int32_t* ids_on(Device device, const std::vector<int32_t>& ids, Tensor& holder) {
+  if (device.is_cpu()) return ids.data();
+  static_assert(sizeof(int32_t) == sizeof(float), "ids travel in an f32 buffer");
+  holder = Tensor::empty(Shape{static_cast<int64_t>(ids.size())}, device);
+  if (!ids.empty())
+    backend_for(device).copy_host_to_device(holder.device_f32(), ids.data(), ids.size() * sizeof(int32_t),
+                                            device.index);
+  return reinterpret_cast<const int32_t*>(holder.device_f32());
 }
 
 // Row-major element strides of `s` as seen from an output of shape `out` it broadcasts to

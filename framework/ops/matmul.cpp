@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "framework/autograd.h"
+#include "framework/ops/elementwise_internal.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 
@@ -16,10 +17,9 @@ struct GemmShape {
 };
 
 GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  ops_internal::check_same_device(op, a, b);
   TARN_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands need at least 2 dimensions, got ", a.shape().str(),
              " and ", b.shape().str());
-  TARN_CHECK(a.device() == b.device(), op, ": operands on ", a.device().str(), " and ", b.device().str());
-  TARN_CHECK(a.device().is_cpu(), op, ": CUDA matmul is not built yet");
   const int ra = a.dim(), rb = b.dim();
   GemmShape g{};
   g.M = ta ? a.size(-1) : a.size(-2);
@@ -48,12 +48,14 @@ GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool ta, 
 // The product without autograd: used by the forward and by both gradients.
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const GemmShape g = gemm_shape("matmul", a, b, ta, tb);
+  const kernels::Backend& k = ops_internal::kernels_for("matmul", a, b);
   Tensor c = Tensor::empty(g.out, a.device());
   if (g.shared_b && !ta && g.batch > 1) {  // fold the batch into M: one large sgemm
-    kernels::cpu::gemm_batched(false, tb, 1, g.batch * g.M, g.N, g.K, 1.0f, a.f32(), 0, b.f32(), 0, 0.0f, c.f32(), 0);
+    k.gemm_batched(false, tb, 1, g.batch * g.M, g.N, g.K, 1.0f,
+                   a.device_f32(), 0, b.device_f32(), 0, 0.0f, c.device_f32(), 0);
   } else {
-    kernels::cpu::gemm_batched(ta, tb, g.batch, g.M, g.N, g.K, 1.0f, a.f32(), g.M * g.K, b.f32(),
-                               g.shared_b ? 0 : g.K * g.N, 0.0f, c.f32(), g.M * g.N);
+    k.gemm_batched(ta, tb, g.batch, g.M, g.N, g.K, 1.0f, a.device_f32(), g.M * g.K, b.device_f32(),
+                   g.shared_b ? 0 : g.K * g.N, 0.0f, c.device_f32(), g.M * g.N);
   }
   return c;
 }
@@ -62,13 +64,18 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor shared_b_grad(const Tensor& a, const Tensor& dc, const Shape& b_shape, bool ta, bool tb) {
   const int64_t K = ta ? a.size(-2) : a.size(-1), M = ta ? a.size(-1) : a.size(-2), N = dc.size(-1);
   const int64_t batch = a.numel() / (M * K);
+  const kernels::Backend& k = ops_internal::kernels_for("matmul", a, dc);
   Tensor db = Tensor::empty(b_shape, a.device());
   if (!ta) {  // rows of a and dc line up across the batch: one sgemm over batch*M rows
-    if (!tb) kernels::cpu::gemm_batched(true, false, 1, K, N, batch * M, 1.0f, a.f32(), 0, dc.f32(), 0, 0.0f, db.f32(), 0);
-    else kernels::cpu::gemm_batched(true, false, 1, N, K, batch * M, 1.0f, dc.f32(), 0, a.f32(), 0, 0.0f, db.f32(), 0);
+    if (!tb) k.gemm_batched(true, false, 1, K, N, batch * M, 1.0f,
+                            a.device_f32(), 0, dc.device_f32(), 0, 0.0f, db.device_f32(), 0);
+    else k.gemm_batched(true, false, 1, N, K, batch * M, 1.0f,
+                        dc.device_f32(), 0, a.device_f32(), 0, 0.0f, db.device_f32(), 0);
   } else {
-    if (!tb) kernels::cpu::gemm_batched(false, false, batch, K, N, M, 1.0f, a.f32(), M * K, dc.f32(), M * N, 0.0f, db.f32(), 0);
-    else kernels::cpu::gemm_batched(true, true, batch, N, K, M, 1.0f, dc.f32(), M * N, a.f32(), M * K, 0.0f, db.f32(), 0);
+    if (!tb) k.gemm_batched(false, false, batch, K, N, M, 1.0f,
+                            a.device_f32(), M * K, dc.device_f32(), M * N, 0.0f, db.device_f32(), 0);
+    else k.gemm_batched(true, true, batch, N, K, M, 1.0f,
+                        dc.device_f32(), M * N, a.device_f32(), M * K, 0.0f, db.device_f32(), 0);
   }
   return db;
 }
@@ -88,8 +95,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         g[0] = gemm(b, dc, tb, true);
       } else {  // dA_i = B' dC_iᵀ with B' shared: a stride-0 left operand
         const int64_t K = a.size(-2), M = a.size(-1), N = dc.size(-1), batch = a.numel() / (M * K);
+        const kernels::Backend& k = ops_internal::kernels_for("matmul", b, dc);
         g[0] = Tensor::empty(a.shape(), a.device());
-        kernels::cpu::gemm_batched(tb, true, batch, K, M, N, 1.0f, b.f32(), 0, dc.f32(), M * N, 0.0f, g[0].f32(),
+        k.gemm_batched(tb, true, batch, K, M, N, 1.0f,
+                       b.device_f32(), 0, dc.device_f32(), M * N, 0.0f, g[0].device_f32(),
                                    K * M);
       }
     }
@@ -109,32 +118,42 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   std::vector<int64_t> out_dims = x.shape().vec();
   out_dims.back() = out;
   Tensor y = Tensor::empty(Shape(out_dims), x.device());
+  const kernels::Backend& k = ops_internal::kernels_for("linear", x, weight);
   float beta = 0.0f;
   if (bias.defined()) {
     TARN_CHECK(bias.dim() == 1 && bias.size(0) == out, "linear: bias ", bias.shape().str(), " does not match weight ",
                weight.shape().str());
-    const float* pb = bias.f32();
-    float* py = y.f32();
+    ops_internal::kernels_for("linear", x, bias);
+    if (x.device().is_cpu()) {
+      const float* pb = bias.f32();
+      float* py = y.f32();
 #pragma omp parallel for if (rows * out > (1 << 15))
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < out; ++j) py[r * out + j] = pb[j];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < out; ++j) py[r * out + j] = pb[j];
+    } else {  // the bias in every row: a copy with a zero source stride
+      k.copy_rows(bias.device_f32(), 0, y.device_f32(), out, rows, out);
+    }
     beta = 1.0f;
   }
-  kernels::cpu::gemm_batched(false, true, 1, rows, out, in, 1.0f, x.f32(), 0, weight.f32(), 0, beta, y.f32(), 0);
+  k.gemm_batched(false, true, 1, rows, out, in, 1.0f, x.device_f32(), 0, weight.device_f32(), 0, beta,
+                 y.device_f32(), 0);
 
   return record("linear", y, {x, weight, bias}, [x, weight, rows, in, out](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+    const kernels::Backend& k = ops_internal::kernels_for("linear", x, dy);
     Grads g(3);
     if (needs[0]) {  // dx = dy W
       g[0] = Tensor::empty(x.shape(), x.device());
-      kernels::cpu::gemm_batched(false, false, 1, rows, in, out, 1.0f, dy.f32(), 0, weight.f32(), 0, 0.0f, g[0].f32(), 0);
+      k.gemm_batched(false, false, 1, rows, in, out, 1.0f,
+                     dy.device_f32(), 0, weight.device_f32(), 0, 0.0f, g[0].device_f32(), 0);
     }
     if (needs[1]) {  // dW = dyᵀ x
       g[1] = Tensor::empty(weight.shape(), weight.device());
-      kernels::cpu::gemm_batched(true, false, 1, out, in, rows, 1.0f, dy.f32(), 0, x.f32(), 0, 0.0f, g[1].f32(), 0);
+      k.gemm_batched(true, false, 1, out, in, rows, 1.0f,
+                     dy.device_f32(), 0, x.device_f32(), 0, 0.0f, g[1].device_f32(), 0);
     }
     if (needs[2]) {  // db = the column sums of dy (deterministic at any thread count)
       g[2] = Tensor::empty(Shape{out}, dy.device());
-      kernels::cpu::sum_axis(dy.f32(), g[2].f32(), 1, rows, out);
+      k.sum_axis(dy.device_f32(), g[2].device_f32(), 1, rows, out, 1.0f);
     }
     return g;
   });

@@ -13,7 +13,7 @@ namespace tarn {
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, const CrossEntropyOptions& opt,
                      int64_t* count) {
   constexpr const char* kOp = "cross_entropy";
-  ops_internal::check_cpu_f32(kOp, logits);
+  const kernels::Backend& k = ops_internal::kernels_for(kOp, logits);
   TARN_CHECK(logits.dim() >= 1, kOp, ": logits need a vocabulary axis, got shape ", logits.shape().str());
   const int64_t vocab = logits.shape().back();
   const int64_t rows = vocab ? logits.numel() / vocab : 0;
@@ -29,24 +29,29 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, 
                " and is not the ignore_index ", opt.ignore_index);
   }
 
-  Tensor lse = Tensor::empty(Shape{rows});
-  const kernels::cpu::CrossEntropySum total = kernels::cpu::cross_entropy_forward(
-      logits.f32(), targets.data(), rows, vocab, opt.ignore_index, opt.label_smoothing, lse.f32());
+  const Device dev = logits.device();
+  auto saved_targets = std::make_shared<const std::vector<int32_t>>(targets);
+  Tensor device_targets;  // the targets in device memory (CUDA only), kept for the backward
+  const int32_t* ptargets = ops_internal::ids_on(dev, *saved_targets, device_targets);
+  Tensor lse = Tensor::empty(Shape{rows}, dev);
+  const kernels::cpu::CrossEntropySum total = k.cross_entropy_forward(
+      logits.device_f32(), ptargets, rows, vocab, opt.ignore_index, opt.label_smoothing, lse.device_f32());
   if (count) *count = total.count;
   // Every row ignored: the mean of nothing is taken as 0 (with a zero gradient) rather than
   // PyTorch's NaN, so that an all-padding batch cannot poison the parameters.
   const double mean = total.count ? total.loss / static_cast<double>(total.count) : 0.0;
-  Tensor loss = Tensor::scalar(static_cast<float>(mean));
+  Tensor loss = Tensor::full(Shape{}, static_cast<float>(mean), dev);
 
-  auto saved_targets = std::make_shared<const std::vector<int32_t>>(targets);
   Tensor x = logits.detach();
   const int64_t counted = total.count;
   return record(kOp, loss, {logits},
-                [x, lse, saved_targets, counted, rows, vocab, opt](const Tensor& dy, const NeedsGrad&) -> Grads {
-                  Tensor dx = Tensor::empty(x.shape());
+                [x, lse, saved_targets, device_targets, ptargets, counted, rows, vocab, opt](
+                    const Tensor& dy, const NeedsGrad&) -> Grads {
+                  const kernels::Backend& kb = ops_internal::kernels_for("cross_entropy", x);
+                  Tensor dx = Tensor::empty(x.shape(), x.device());
                   const float scale = counted ? dy.item() / static_cast<float>(counted) : 0.0f;
-                  kernels::cpu::cross_entropy_backward(x.f32(), saved_targets->data(), lse.f32(), rows, vocab,
-                                                       opt.ignore_index, opt.label_smoothing, scale, dx.f32());
+                  kb.cross_entropy_backward(x.device_f32(), ptargets, lse.device_f32(), rows, vocab,
+                                            opt.ignore_index, opt.label_smoothing, scale, dx.device_f32());
                   return {dx};
                 });
 }

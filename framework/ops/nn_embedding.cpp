@@ -11,7 +11,7 @@ namespace tarn {
 
 Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Shape& ids_shape) {
   constexpr const char* kOp = "embedding";
-  ops_internal::check_cpu_f32(kOp, weight);
+  const kernels::Backend& k = ops_internal::kernels_for(kOp, weight);
   TARN_CHECK(weight.dim() == 2, kOp, ": weight must be (vocab, dim), got shape ", weight.shape().str());
   TARN_CHECK(static_cast<int64_t>(ids.size()) == ids_shape.numel(), kOp, ": ", ids.size(),
              " ids do not fill ids shape ", ids_shape.str());
@@ -24,14 +24,19 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
 
   std::vector<int64_t> out_dims = ids_shape.vec();
   out_dims.push_back(dim);
-  Tensor out = Tensor::empty(Shape(out_dims));
-  kernels::cpu::embedding_forward(weight.f32(), ids.data(), out.f32(), n, vocab, dim);
-
+  const Device dev = weight.device();
+  Tensor out = Tensor::empty(Shape(out_dims), dev);
   auto saved_ids = std::make_shared<const std::vector<int32_t>>(ids);
+  Tensor device_ids;  // the ids in device memory (CUDA only), kept for the backward
+  const int32_t* pids = ops_internal::ids_on(dev, *saved_ids, device_ids);
+  k.embedding_forward(weight.device_f32(), pids, out.device_f32(), n, vocab, dim);
+
   const Shape ws = weight.shape();
-  return record(kOp, out, {weight}, [saved_ids, ws, n, vocab, dim](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dw = Tensor::empty(ws);
-    kernels::cpu::embedding_backward(dy.f32(), saved_ids->data(), dw.f32(), n, vocab, dim);
+  return record(kOp, out, {weight},
+                [saved_ids, device_ids, pids, ws, n, vocab, dim](const Tensor& dy, const NeedsGrad&) -> Grads {
+    const kernels::Backend& kb = ops_internal::kernels_for("embedding", dy);
+    Tensor dw = Tensor::empty(ws, dy.device());
+    kb.embedding_backward(dy.device_f32(), pids, dw.device_f32(), n, vocab, dim);
     return {dw};
   });
 }

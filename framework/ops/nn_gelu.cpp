@@ -7,14 +7,15 @@
 namespace tarn {
 
 Tensor gelu(const Tensor& x, GeluKind kind) {
-  ops_internal::check_cpu_f32("gelu", x);
+  const kernels::Backend& kb = ops_internal::kernels_for("gelu", x);
   const kernels::cpu::Gelu k = kind == GeluKind::exact ? kernels::cpu::Gelu::exact : kernels::cpu::Gelu::tanh;
-  Tensor y = Tensor::empty(x.shape());
-  kernels::cpu::gelu_forward(k, x.f32(), y.f32(), x.numel());
+  Tensor y = Tensor::empty(x.shape(), x.device());
+  kb.gelu_forward(k, x.device_f32(), y.device_f32(), x.numel());
   Tensor xd = x.detach();
   return record("gelu", y, {x}, [xd, k](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dx = Tensor::empty(dy.shape());
-    kernels::cpu::gelu_backward(k, xd.f32(), dy.f32(), dx.f32(), dy.numel());
+    const kernels::Backend& kd = ops_internal::kernels_for("gelu", xd, dy);
+    Tensor dx = Tensor::empty(dy.shape(), dy.device());
+    kd.gelu_backward(k, xd.device_f32(), dy.device_f32(), dx.device_f32(), dy.numel());
     return {dx};
   });
 }

@@ -8,19 +8,22 @@
 namespace tarn {
 namespace {
 
-using RowKernel = void (*)(const float*, float*, int64_t, int64_t);
-using RowBackward = void (*)(const float*, const float*, float*, int64_t, int64_t);
+using RowKernel = decltype(kernels::Backend::softmax_forward);
+using RowBackward = decltype(kernels::Backend::softmax_backward);
 
-Tensor row_op(const char* name, const Tensor& x, RowKernel forward, RowBackward backward) {
-  ops_internal::check_cpu_f32(name, x);
+// forward / backward: which of the table's row kernels (softmax or log_softmax).
+Tensor row_op(const char* name, const Tensor& x, RowKernel kernels::Backend::*forward,
+              RowBackward kernels::Backend::*backward) {
+  const kernels::Backend& k = ops_internal::kernels_for(name, x);
   TARN_CHECK(x.dim() >= 1, name, ": needs at least one axis, got shape ", x.shape().str());
   const int64_t cols = x.shape().back();
   const int64_t rows = cols ? x.numel() / cols : 0;
-  Tensor y = Tensor::empty(x.shape());
-  forward(x.f32(), y.f32(), rows, cols);
-  return record(name, y, {x}, [y, rows, cols, backward](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dx = Tensor::empty(dy.shape());
-    backward(y.f32(), dy.f32(), dx.f32(), rows, cols);
+  Tensor y = Tensor::empty(x.shape(), x.device());
+  (k.*forward)(x.device_f32(), y.device_f32(), rows, cols);
+  return record(name, y, {x}, [name, y, rows, cols, backward](const Tensor& dy, const NeedsGrad&) -> Grads {
+    const kernels::Backend& kb = ops_internal::kernels_for(name, y, dy);
+    Tensor dx = Tensor::empty(dy.shape(), dy.device());
+    (kb.*backward)(y.device_f32(), dy.device_f32(), dx.device_f32(), rows, cols);
     return {dx};
   });
 }
@@ -28,11 +31,11 @@ Tensor row_op(const char* name, const Tensor& x, RowKernel forward, RowBackward 
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
-  return row_op("softmax", x, kernels::cpu::softmax_forward, kernels::cpu::softmax_backward);
+  return row_op("softmax", x, &kernels::Backend::softmax_forward, &kernels::Backend::softmax_backward);
 }
 
 Tensor log_softmax(const Tensor& x) {
-  return row_op("log_softmax", x, kernels::cpu::log_softmax_forward, kernels::cpu::log_softmax_backward);
+  return row_op("log_softmax", x, &kernels::Backend::log_softmax_forward, &kernels::Backend::log_softmax_backward);
 }
 
 }  // namespace tarn

@@ -12,7 +12,7 @@
 namespace tarn {
 namespace {
 
-using ops_internal::check_cpu_f32;
+using ops_internal::kernels_for;
 
 // x seen as (outer, n, inner) around `axis`.
 struct AxisSplit {
@@ -39,29 +39,31 @@ Shape reduced_shape(const Shape& s, int axis, bool keepdim) {
 }
 
 Tensor reduce_axis(const char* name, const Tensor& x, int axis_arg, bool keepdim, bool average) {
-  check_cpu_f32(name, x);
+  const kernels::Backend& k = kernels_for(name, x);
   const int axis = x.shape().axis(axis_arg, name);
   const AxisSplit sp = split_at(x.shape(), axis);
   const float alpha = average ? (sp.n > 0 ? 1.0f / static_cast<float>(sp.n) : NAN) : 1.0f;
-  Tensor y = Tensor::empty(reduced_shape(x.shape(), axis, keepdim));
-  kernels::cpu::sum_axis(x.f32(), y.f32(), sp.outer, sp.n, sp.inner, alpha);
+  Tensor y = Tensor::empty(reduced_shape(x.shape(), axis, keepdim), x.device());
+  k.sum_axis(x.device_f32(), y.device_f32(), sp.outer, sp.n, sp.inner, alpha);
   const Shape xs = x.shape();
-  return record(name, y, {x}, [xs, sp, alpha](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dx = Tensor::empty(xs);
-    kernels::cpu::broadcast_axis(dy.f32(), dx.f32(), sp.outer, sp.n, sp.inner, alpha);
+  return record(name, y, {x}, [name, xs, sp, alpha](const Tensor& dy, const NeedsGrad&) -> Grads {
+    const kernels::Backend& kb = kernels_for(name, dy);
+    Tensor dx = Tensor::empty(xs, dy.device());
+    kb.broadcast_axis(dy.device_f32(), dx.device_f32(), sp.outer, sp.n, sp.inner, alpha);
     return {dx};
   });
 }
 
 Tensor reduce_all(const char* name, const Tensor& x, bool average) {
-  check_cpu_f32(name, x);
+  const kernels::Backend& k = kernels_for(name, x);
   const int64_t n = x.numel();
-  const double total = kernels::cpu::sum_all(x.f32(), n);
+  const double total = k.sum_all(x.device_f32(), n);
   const float alpha = average ? 1.0f / static_cast<float>(n) : 1.0f;  // n == 0: inf * 0 = NaN, as 0/0
-  Tensor y = Tensor::scalar(static_cast<float>(average ? total / static_cast<double>(n) : total));
+  // The total came back to the host (sum_all returns it); the result lives with x.
+  Tensor y = Tensor::full(Shape{}, static_cast<float>(average ? total / static_cast<double>(n) : total), x.device());
   const Shape xs = x.shape();
   return record(name, y, {x}, [xs, alpha](const Tensor& dy, const NeedsGrad&) -> Grads {
-    return {Tensor::full(xs, alpha * dy.item())};
+    return {Tensor::full(xs, alpha * dy.item(), dy.device())};
   });
 }
 
@@ -76,10 +78,11 @@ namespace ops_internal {
 
 Tensor sum_to_shape(const Tensor& g, const Shape& target, float alpha) {
   const Shape& gs = g.shape();
+  const kernels::Backend& k = kernels_for("sum_to_shape", g);
   if (gs == target) {
     if (alpha == 1.0f) return g;
-    Tensor out = Tensor::empty(target);
-    kernels::cpu::unary(kernels::cpu::Unary::scale, g.f32(), out.f32(), g.numel(), alpha);
+    Tensor out = Tensor::empty(target, g.device());
+    k.unary(kernels::cpu::Unary::scale, g.device_f32(), out.device_f32(), g.numel(), alpha);
     return out;
   }
   // Label each of g's axes kept (K) or summed (S, where target has extent 1 or no axis), drop
@@ -109,8 +112,8 @@ Tensor sum_to_shape(const Tensor& g, const Shape& target, float alpha) {
     int64_t outer = 1, inner = 1;
     for (size_t k = 0; k < j; ++k) outer *= groups[k].extent;
     for (size_t k = j + 1; k < groups.size(); ++k) inner *= groups[k].extent;
-    Tensor next = Tensor::empty(Shape{outer * inner});
-    kernels::cpu::sum_axis(cur.f32(), next.f32(), outer, groups[j].extent, inner, first ? alpha : 1.0f);
+    Tensor next = Tensor::empty(Shape{outer * inner}, g.device());
+    k.sum_axis(cur.device_f32(), next.device_f32(), outer, groups[j].extent, inner, first ? alpha : 1.0f);
     first = false;
     cur = next;
     groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(j));
@@ -121,8 +124,8 @@ Tensor sum_to_shape(const Tensor& g, const Shape& target, float alpha) {
   }
   if (first) {  // only extent-1 axes differed (e.g. (3, 1) to (3,)): nothing to sum
     if (alpha == 1.0f) return g.view(target);
-    Tensor out = Tensor::empty(target);
-    kernels::cpu::unary(kernels::cpu::Unary::scale, g.f32(), out.f32(), g.numel(), alpha);
+    Tensor out = Tensor::empty(target, g.device());
+    k.unary(kernels::cpu::Unary::scale, g.device_f32(), out.device_f32(), g.numel(), alpha);
     return out;
   }
   return cur.view(target);

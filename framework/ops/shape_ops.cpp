@@ -10,7 +10,7 @@
 namespace tarn {
 namespace {
 
-using ops_internal::check_cpu_f32;
+using ops_internal::kernels_for;
 
 // Product of the extents before / after `axis`.
 int64_t outer_of(const Shape& s, int axis) {
@@ -36,9 +36,10 @@ std::string order_str(const std::vector<int>& order) {
 Tensor permuted(const Tensor& x, const std::vector<int>& order) {
   std::vector<int64_t> dims(order.size());
   for (size_t k = 0; k < order.size(); ++k) dims[k] = x.shape()[order[k]];
-  Tensor y = Tensor::empty(Shape(dims));
+  const kernels::Backend& k = kernels_for("permute", x);
+  Tensor y = Tensor::empty(Shape(dims), x.device());
   const std::vector<int64_t> extents = x.shape().vec();
-  kernels::cpu::permute(x.f32(), y.f32(), extents.data(), order.data(), x.dim());
+  k.permute(x.device_f32(), y.device_f32(), extents.data(), order.data(), x.dim());
   return y;
 }
 
@@ -61,7 +62,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor permute(const Tensor& x, const std::vector<int>& order) {
-  check_cpu_f32("permute", x);
+  kernels_for("permute", x);
   const int n = x.dim();
   std::vector<int> resolved(order.size());
   std::vector<bool> seen(static_cast<size_t>(n), false);
@@ -93,7 +94,11 @@ Tensor transpose(const Tensor& x, int axis0, int axis1) {
 Tensor concat(const std::vector<Tensor>& xs, int axis_arg) {
   constexpr const char* kOp = "concat";
   TARN_CHECK(!xs.empty(), kOp, ": no tensors given");
-  for (const Tensor& x : xs) check_cpu_f32(kOp, x);
+  const kernels::Backend& k = kernels_for(kOp, xs[0]);
+  for (const Tensor& x : xs) {
+    ops_internal::check_f32(kOp, x);
+    ops_internal::check_same_device(kOp, xs[0], x);
+  }
   const Shape& first = xs[0].shape();
   const int axis = first.axis(axis_arg, kOp);
   int64_t total = 0;
@@ -107,27 +112,28 @@ Tensor concat(const std::vector<Tensor>& xs, int axis_arg) {
   }
   Shape out_shape = first;
   out_shape[axis] = total;
-  Tensor y = Tensor::empty(out_shape);
+  Tensor y = Tensor::empty(out_shape, xs[0].device());
   const int64_t outer = outer_of(first, axis), inner = inner_of(first, axis);
   std::vector<int64_t> offsets;  // start of each input along the axis
   int64_t at = 0;
   for (const Tensor& x : xs) {
     offsets.push_back(at);
     const int64_t len = x.shape()[axis] * inner;
-    kernels::cpu::copy_rows(x.f32(), len, y.f32() + at * inner, total * inner, outer, len);
+    k.copy_rows(x.device_f32(), len, y.device_f32() + at * inner, total * inner, outer, len);
     at += x.shape()[axis];
   }
   std::vector<Shape> shapes;
   for (const Tensor& x : xs) shapes.push_back(x.shape());
   return record(kOp, y, xs,
                 [shapes, offsets, axis, outer, inner, total](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const kernels::Backend& kb = kernels_for("concat", dy);
                   Grads g(shapes.size());
                   for (size_t i = 0; i < shapes.size(); ++i) {
                     if (!needs[i]) continue;
-                    g[i] = Tensor::empty(shapes[i]);
+                    g[i] = Tensor::empty(shapes[i], dy.device());
                     const int64_t len = shapes[i][axis] * inner;
-                    kernels::cpu::copy_rows(dy.f32() + offsets[i] * inner, total * inner, g[i].f32(), len, outer,
-                                            len);
+                    kb.copy_rows(dy.device_f32() + offsets[i] * inner, total * inner, g[i].device_f32(), len, outer,
+                                 len);
                   }
                   return g;
                 });
@@ -135,23 +141,32 @@ Tensor concat(const std::vector<Tensor>& xs, int axis_arg) {
 
 Tensor slice(const Tensor& x, int axis_arg, int64_t begin, int64_t end) {
   constexpr const char* kOp = "slice";
-  check_cpu_f32(kOp, x);
+  const kernels::Backend& k = kernels_for(kOp, x);
   const int axis = x.shape().axis(axis_arg, kOp);
   const int64_t extent = x.shape()[axis];
   TARN_CHECK(0 <= begin && begin <= end && end <= extent, kOp, ": [", begin, ", ", end, ") is out of range for axis ",
              axis, " of shape ", x.shape().str());
   Shape out_shape = x.shape();
   out_shape[axis] = end - begin;
-  Tensor y = Tensor::empty(out_shape);
+  Tensor y = Tensor::empty(out_shape, x.device());
   const int64_t outer = outer_of(x.shape(), axis), inner = inner_of(x.shape(), axis);
   const int64_t len = (end - begin) * inner;
-  kernels::cpu::copy_rows(x.f32() + begin * inner, extent * inner, y.f32(), len, outer, len);
+  k.copy_rows(x.device_f32() + begin * inner, extent * inner, y.device_f32(), len, outer, len);
   const Shape xs = x.shape();
   return record(kOp, y, {x}, [xs, outer, inner, extent, begin, len](const Tensor& dy, const NeedsGrad&) -> Grads {
-    Tensor dx = Tensor::zeros(xs);
-    kernels::cpu::copy_rows(dy.f32(), len, dx.f32() + begin * inner, extent * inner, outer, len);
+    const kernels::Backend& kb = kernels_for("slice", dy);
+    Tensor dx = Tensor::zeros(xs, dy.device());
+    kb.copy_rows(dy.device_f32(), len, dx.device_f32() + begin * inner, extent * inner, outer, len);
     return {dx};
   });
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  TARN_CHECK(x.defined(), "to_device: undefined tensor");
+  if (x.device() == device) return x;
+  const Device from = x.device();
+  return record("to_device", x.to(device), {x},
+                [from](const Tensor& dy, const NeedsGrad&) -> Grads { return {dy.to(from)}; });
 }
 
 }  // namespace tarn

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "framework/backend.h"
 #include "kernels/optim.h"
 
 namespace tarn {
@@ -51,19 +52,19 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const A
   for (const auto& [name, p] : params) {
     TARN_CHECK(p && p->defined(), "AdamW: parameter ", name, " is undefined");
     TARN_CHECK(seen.insert(name).second, "AdamW: parameter name ", name, " appears twice");
-    TARN_CHECK(p->dtype() == DType::f32 && p->device().is_cpu(), "AdamW: parameter ", name,
-               " must be f32 on the CPU (this build's optimizer kernel), got ", dtype_name(p->dtype()), " on ",
-               p->device().str());
+    TARN_CHECK(p->dtype() == DType::f32, "AdamW: parameter ", name, " must be f32, got ", dtype_name(p->dtype()),
+               " on ", p->device().str());
     // A tied weight listed under two names is one parameter, updated once (as PyTorch's
     // named_parameters() drops duplicates); it keeps the first name.
-    const auto [owner, fresh] = owners.try_emplace(p->f32(), name);
+    const auto [owner, fresh] = owners.try_emplace(p->device_f32(), name);
     if (!fresh) {
       const Slot& first = slot(owner->second);
       TARN_CHECK(first.param->shape() == p->shape(), "AdamW: parameters ", first.name, " ",
                  first.param->shape().str(), " and ", name, " ", p->shape().str(), " share storage with different shapes");
       continue;
     }
-    slots_.push_back({name, p, Tensor::zeros(p->shape()), Tensor::zeros(p->shape()), 0, decays(name)});
+    slots_.push_back({name, p, Tensor::zeros(p->shape(), p->device()), Tensor::zeros(p->shape(), p->device()), 0,
+                      decays(name)});
   }
 }
 
@@ -73,8 +74,12 @@ void AdamW::step() {
     const Tensor g = s.param->grad();
     if (!g.defined()) continue;
     check_same_shape("AdamW gradient", *s.param, g);
-    TARN_CHECK(g.dtype() == DType::f32 && g.device().is_cpu(), "AdamW: gradient of ", s.name,
-               " must be f32 on the CPU, got ", dtype_name(g.dtype()), " on ", g.device().str());
+    TARN_CHECK(g.dtype() == DType::f32 && g.device() == s.param->device(), "AdamW: gradient of ", s.name,
+               " must be f32 on ", s.param->device().str(), " (the parameter's device), got ", dtype_name(g.dtype()),
+               " on ", g.device().str());
+    TARN_CHECK(s.exp_avg.device() == s.param->device(), "AdamW: the moments of ", s.name, " are on ",
+               s.exp_avg.device().str(), " but the parameter is on ", s.param->device().str(),
+               " (move the model before building the optimizer)");
   }
   ++step_count_;
   for (Slot& s : slots_) {
@@ -88,7 +93,9 @@ void AdamW::step() {
     h.eps = options_.eps;
     h.weight_decay = s.decay ? options_.weight_decay : 0.0f;
     h.step = s.step;
-    kernels::cpu::adamw_step(s.param->f32(), g.f32(), s.exp_avg.f32(), s.exp_avg_sq.f32(), s.param->numel(), h);
+    backend_for(g.device())
+        .adamw_step(s.param->device_f32(), g.device_f32(), s.exp_avg.device_f32(), s.exp_avg_sq.device_f32(),
+                    s.param->numel(), h);
   }
 }
 

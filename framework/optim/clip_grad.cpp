@@ -3,6 +3,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "framework/backend.h"
 #include "kernels/optim.h"
 
 namespace tarn {
@@ -26,7 +27,7 @@ double global_grad_norm(const std::vector<Tensor*>& params) {
   for (const Tensor* p : params) {
     const Tensor g = p->grad();
     if (!g.defined()) continue;
-    sum += kernels::cpu::sum_squares(g.f32(), g.numel());
+    sum += backend_for(g.device()).sum_squares(g.device_f32(), g.numel());
   }
   return std::sqrt(sum);
 }
@@ -45,8 +46,8 @@ float clip_grad_norm(const std::vector<Tensor*>& params, float max_norm) {
   std::unordered_set<const float*> scaled;
   for (const Tensor* p : params) {
     const Tensor g = p->grad();
-    if (!g.defined() || !scaled.insert(g.f32()).second) continue;
-    kernels::cpu::scale_inplace(g.f32(), g.numel(), factor);
+    if (!g.defined() || !scaled.insert(g.device_f32()).second) continue;
+    backend_for(g.device()).scale_inplace(g.device_f32(), g.numel(), factor);
   }
   return static_cast<float>(norm);
 }

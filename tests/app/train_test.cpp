@@ -6,7 +6,9 @@
 #include <filesystem>
 
 #include "framework/io/checkpoint_dir.h"
+#include "framework/config/config_error.h"
 #include "framework/io/safetensors.h"
+#include "kernels/backend.h"
 #include "tests/app/app_test_util.h"
 #include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/trainer.h"
@@ -106,6 +108,18 @@ TEST(Train, RestartSetsThePreviousRunAsideSoResumeCannotPickItUp) {
     kept = kept || (e.path().filename().string().rfind("previous_", 0) == 0 &&
                     std::filesystem::exists(e.path() / "step_6" / "COMPLETE"));
   EXPECT_TRUE(kept) << "the previous run's checkpoint was not kept aside";
+}
+
+TEST(Train, CudaDeviceWithoutAGpuIsAConfigErrorSayingSo) {
+  if (kernels::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  const std::string dir = make_tiny_corpus("no_cuda_device");
+  try {
+    train(options(dir, 2, {"training.device=cuda"}));
+    ADD_FAILURE() << "training on cuda without a device did not fail";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("training.device"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Train, BadRecipeValueIsAConfigErrorBeforeAnyWork) {

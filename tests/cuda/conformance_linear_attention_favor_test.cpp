@@ -63,7 +63,9 @@ class FavorConformance : public Conformance {
     auto got_y = out(want_y.size());
     TARN_ON(target(), favor_forward, g, stab, dx_in.get(), dw.get(), got_y.get());
     EXPECT_TRUE(AllClose(got_y.host(), want_y, kFavorRtol, kFavorAtol)) << "y, " << what;
-    if (stab != FavorStabilizer::none) EXPECT_TRUE(AllFinite(got_y.host())) << "y, " << what;
+    if (stab != FavorStabilizer::none) {
+      EXPECT_TRUE(AllFinite(got_y.host())) << "y, " << what;
+    }
 
     // Backward from the CPU's y, so that it is compared on its own.
     auto y_in = dev(want_y);
@@ -77,7 +79,9 @@ class FavorConformance : public Conformance {
     for (float v : want_dx) scale = std::max(scale, double(std::fabs(v)));
     EXPECT_TRUE(AllClose(got_dx.host(), want_dx, kFavorRtol, kFavorRtol * static_cast<float>(scale)))
         << "dx, " << what;
-    if (stab != FavorStabilizer::none) EXPECT_TRUE(AllFinite(got_dx.host())) << "dx, " << what;
+    if (stab != FavorStabilizer::none) {
+      EXPECT_TRUE(AllFinite(got_dx.host())) << "dx, " << what;
+    }
   }
 };
 

@@ -193,7 +193,9 @@ class LinearAttentionConformance : public Conformance {
                bool cancels = false) {
     EXPECT_TRUE(AllFinite(got)) << what;
     EXPECT_TRUE(AllClose(got, want, kLaRtol, kLaAtol)) << what;
-    if (!cancels) EXPECT_LE(NormRelativeError(got, want), kLaNormRtol) << what;
+    if (!cancels) {
+      EXPECT_LE(NormRelativeError(got, want), kLaNormRtol) << what;
+    }
   }
 
   // A batch row whose keys are all padded reads nothing: out, den and its key gradients are 0.

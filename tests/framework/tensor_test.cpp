@@ -60,6 +60,7 @@ TEST(Tensor, CudaDeviceWithoutBackendOrGpuIsAClearError) {
     GTEST_SKIP() << "a CUDA device is present";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
 }
 

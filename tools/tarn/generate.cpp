@@ -53,7 +53,7 @@ std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& mod
   std::vector<bool> done(b, false);
   std::vector<int32_t> next(b, c.decoder_start_token_id);
   for (int64_t t = 0; t < max_length; ++t) {
-    const Tensor logits = model.decode_step(state, next);  // (B, V)
+    const Tensor logits = model.decode_step(state, next).to(Device::cpu());  // (B, V), read on the host
     const int64_t v = logits.size(-1);
     const float* p = logits.f32();
     bool all = true;
@@ -89,7 +89,7 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
   for (int64_t t = 0; t < o.max_length && !live.empty(); ++t) {
     std::vector<int32_t> last;
     for (const Hyp& h : live) last.push_back(h.tokens.empty() ? c.decoder_start_token_id : h.tokens.back());
-    const Tensor logits = model.decode_step(state, last);
+    const Tensor logits = model.decode_step(state, last).to(Device::cpu());  // read on the host
     const int64_t v = logits.size(-1);
     struct Cand {
       double logp;

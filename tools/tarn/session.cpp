@@ -8,7 +8,9 @@
 #include "data/corpus_reader.h"
 #include "data/denoising_dataset.h"
 #include "data/pair_dataset.h"
+#include "framework/config/config_error.h"
 #include "framework/log/log.h"
+#include "kernels/backend.h"
 #include "kernels/blas_info.h"
 #include "kernels/parallel.h"
 
@@ -132,6 +134,23 @@ std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok
   log::info("data", role, " ", path, ": ", read.summary(), "; ", summary);
   TARN_CHECK(out->size() > 0, role, " data ", path, ": no usable example");
   return out;
+}
+
+Device training_device(const Recipe& recipe) {
+  const std::string& name = recipe.training.device;
+  const Device device = Device::parse(name);
+  if (device.is_cpu()) return device;
+  const ConfigOrigin where = recipe.where("training.device");
+  try {
+    kernels::cuda_backend();  // throws "no CUDA device: ..." with the reason
+  } catch (const Error& e) {
+    throw ConfigError(where, "training.device", "\"" + name + "\": " + e.what());
+  }
+  const int count = kernels::cuda_device_count();
+  if (device.index >= count)
+    throw ConfigError(where, "training.device",
+                      str_cat("\"", name, "\": no CUDA device ", device.index, " (", count, " visible)"));
+  return device;
 }
 
 }  // namespace tarn::app

@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "framework/config/recipe.h"
+#include "framework/device.h"
 #include "layers/config.h"
 
 namespace tarn::app {
@@ -19,6 +20,10 @@ void configure_threads(const Recipe& recipe);
 
 // data.tokenizer.model when set; else <model_prefix>.model, trained on data.train if missing.
 Tokenizer open_tokenizer(const Recipe& recipe);
+
+// training.device as a Device, checked against what this build and machine have: a CUDA device
+// without a CUDA backend or GPU is a ConfigError that says so (exit code 2), not a crash.
+Device training_device(const Recipe& recipe);
 
 // The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);

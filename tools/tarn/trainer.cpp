@@ -90,6 +90,7 @@ class Trainer {
 
   TrainOptions opt_;
   Recipe recipe_;
+  Device device_;
   std::optional<Tokenizer> tok_;
   std::unique_ptr<Dataset> train_set_, valid_set_, test_set_;
   std::unique_ptr<BartForConditionalGeneration> model_;
@@ -110,12 +111,9 @@ class Trainer {
 void Trainer::setup() {
   recipe_ = load_recipe(opt_.recipe_path, opt_.overrides);
   for (const std::string& w : recipe_.warnings) log::warn("config", w);
+  device_ = training_device(recipe_);  // before any data work: a missing GPU is reported at once
   check_recipe_files(recipe_);
   log::set_color(recipe_.logging.color);
-  if (recipe_.training.device != "cpu")
-    throw ConfigError(recipe_.where("training.device"), "training.device",
-                      "\"" + recipe_.training.device +
-                          "\": this build trains on the CPU only (the CUDA trainer is not written yet); use cpu");
   configure_threads(recipe_);
 
   tok_ = open_tokenizer(recipe_);
@@ -126,8 +124,9 @@ void Trainer::setup() {
 
   const BartConfig cfg = model_config(recipe_, tok_->vocab_size());
   model_ = std::make_unique<BartForConditionalGeneration>(cfg, seed);
+  model_->to(device_);  // initialised on the host (Philox), then copied: the same weights on every device
   model_->train();
-  log::info("model", cfg.str(), "; ", log::thousands(model_->parameter_count()), " parameters");
+  log::info("model", cfg.str(), "; ", log::thousands(model_->parameter_count()), " parameters on ", device_.str());
 
   AdamWOptions ao;
   ao.lr = static_cast<float>(recipe_.optimizer.lr);
@@ -200,7 +199,7 @@ bool Trainer::step() {
     }
     // Each micro-batch's mean weighted by its share of the step's tokens: the step's gradient
     // is that of the mean over all of them.
-    loss.backward(Tensor::scalar(static_cast<float>(n) / static_cast<float>(counted)));
+    loss.backward(Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device()));
     loss_sum += l * static_cast<double>(n);
     if (smoothing > 0) {
       NoGradGuard no_grad;

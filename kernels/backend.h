@@ -1,0 +1,109 @@
+#pragma once
+// One table of kernel entry points per device kind, so that an op picks its kernels with one
+// branch on its inputs' device (framework/ops) instead of naming kernels::cpu:: or cuda::.
+// Every kernel has the same raw-pointer signature on every device (kernels/cuda_kernels.h
+// mirrors the CPU headers); the table's field types are taken from those declarations, so a
+// signature that drifts apart on one device stops the table from compiling.
+//
+// Three tables exist:
+//   cpu_backend()          kernels::cpu (always)
+//   cuda::backend()        the nvcc build (tarn_kernels_cuda; only with TARN_WITH_CUDA)
+//   cuda_emu::backend()    the same .cu sources against the CUDA emulator (tarn_kernels_emu,
+//                          tests only): "device" memory is host memory
+// cuda_backend() answers for CUDA devices: the table a test installed (the emulated one), else
+// the nvcc build when a device is present, else it throws "no CUDA device ...". framework/
+// never links the emulator: tests register it with install_cuda_backend().
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_softmax_attention.h"
+#include "kernels/feature_maps.h"
+
+namespace tarn::kernels {
+
+// The kernels a table carries, as X(name): X is applied to each (kernels/cuda/api.inc and the
+// linear-attention declarations of kernels/cuda_kernels.h, kernels/cuda_softmax_attention.h).
+#define TARN_BACKEND_KERNELS(X)                                                                      \
+  X(binary)                                                                                          \
+  X(binary_row)                                                                                      \
+  X(binary_broadcast)                                                                                \
+  X(unary)                                                                                           \
+  X(unary_backward)                                                                                  \
+  X(sum_axis)                                                                                        \
+  X(sum_all)                                                                                         \
+  X(broadcast_axis)                                                                                  \
+  X(softmax_forward)                                                                                 \
+  X(log_softmax_forward)                                                                             \
+  X(softmax_backward)                                                                                \
+  X(log_softmax_backward)                                                                            \
+  X(cross_entropy_forward)                                                                           \
+  X(cross_entropy_backward)                                                                          \
+  X(layer_norm_forward)                                                                              \
+  X(layer_norm_backward)                                                                             \
+  X(gelu_forward)                                                                                    \
+  X(gelu_backward)                                                                                   \
+  X(dropout_apply)                                                                                   \
+  X(embedding_forward)                                                                               \
+  X(embedding_backward)                                                                              \
+  X(gemm_batched)                                                                                    \
+  X(copy_rows)                                                                                       \
+  X(permute)                                                                                         \
+  X(adamw_step)                                                                                      \
+  X(sum_squares)                                                                                     \
+  X(scale_inplace)                                                                                   \
+  X(linear_attention_forward_workspace_floats)                                                       \
+  X(linear_attention_forward)                                                                        \
+  X(linear_attention_backward_workspace_floats)                                                      \
+  X(linear_attention_backward)                                                                       \
+  X(linear_attention_step)                                                                           \
+  X(favor_forward)                                                                                   \
+  X(favor_backward_workspace_floats)                                                                 \
+  X(favor_backward)                                                                                  \
+  X(softmax_attention_forward_workspace_floats)                                                      \
+  X(softmax_attention_forward)                                                                       \
+  X(softmax_attention_backward_workspace_floats)                                                     \
+  X(softmax_attention_backward)
+
+struct Backend {
+  const char* name;  // "cpu", "cuda", "cuda (emulated)"
+
+  // Memory. `device` is the CUDA ordinal (ignored on the CPU); copies are synchronous.
+  void* (*allocate)(size_t bytes, int device);
+  void (*deallocate)(void* ptr, int device);
+  void (*copy_host_to_device)(void* dst, const void* src, size_t bytes, int device);
+  void (*copy_device_to_host)(void* dst, const void* src, size_t bytes, int device);
+  void (*copy_device_to_device)(void* dst, const void* src, size_t bytes, int device);
+  void (*fill)(float* dst, int64_t n, float value);
+  void (*accumulate)(float* dst, const float* src, int64_t n);  // dst += src
+
+  // Whether linear_attention_{forward,backward,step} apply this feature map themselves
+  // (LinearAttentionConfig::feature_map); identity always is.
+  bool (*linear_attention_fuses)(cpu::FeatureMap kind);
+  // Largest head dimension (d and e) softmax_attention_{forward,backward} take; above it the
+  // framework composes attention from matmul and softmax.
+  int64_t softmax_attention_max_dim;
+
+#define TARN_BACKEND_FIELD(name) decltype(&cuda::name) name;
+  TARN_BACKEND_KERNELS(TARN_BACKEND_FIELD)
+#undef TARN_BACKEND_FIELD
+};
+
+const Backend& cpu_backend();
+
+// The table for CUDA devices (see above). Throws a message that says why there is none.
+const Backend& cuda_backend();
+// Number of usable CUDA devices: the installed table's (1 for the emulator), else the driver's.
+int cuda_device_count();
+// Installs `backend` for every CUDA device (nullptr restores the default). Call it before the
+// first CUDA tensor exists: the allocator keeps the memory functions of the first use.
+void install_cuda_backend(const Backend* backend);
+
+namespace cuda {
+const Backend& backend();  // tarn_kernels_cuda (kernels/cuda/backend.cu)
+}
+namespace cuda_emu {
+const Backend& backend();  // tarn_kernels_emu (kernels/cuda/backend.cu against the emulator)
+}
+
+}  // namespace tarn::kernels

@@ -1,0 +1,79 @@
+// The CUDA table of kernels/backend.h. Built twice like every kernels/cuda/*.cu: by nvcc into
+// tarn::kernels::cuda::backend() and against the emulator into cuda_emu::backend(), whose
+// "device" memory is host memory (tests install it with install_cuda_backend).
+#include "kernels/backend.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_softmax_attention.h"
+
+namespace tarn::kernels::TARN_CUDA_NS {
+namespace {
+
+void* allocate(size_t bytes, int device) {
+  void* p = nullptr;
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();  // out of memory: the caching allocator frees its cache and retries
+    return nullptr;
+  }
+  return p;
+}
+
+void deallocate(void* p, int device) {
+  if (!p) return;
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaFree(p));
+}
+
+void copy_host_to_device(void* dst, const void* src, size_t bytes, int device) {
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_device_to_host(void* dst, const void* src, size_t bytes, int device) {
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void copy_device_to_device(void* dst, const void* src, size_t bytes, int device) {
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+// A fill is a zeroing memset plus, for other values, an in-place add (no kernel of its own).
+void fill(float* dst, int64_t n, float value) {
+  if (n <= 0) return;
+  TARN_CUDA_CALL(cudaMemset(dst, 0, static_cast<size_t>(n) * sizeof(float)));
+  if (value != 0.0f) TARN_CUDA_NS::unary(Unary::add_scalar, dst, dst, n, value);  // qualified: no ADL to cpu::
+}
+
+void accumulate(float* dst, const float* src, int64_t n) {
+  if (n > 0) TARN_CUDA_NS::binary(Binary::add, dst, src, dst, n);
+}
+
+// The CUDA linear-attention kernels apply every row-local map themselves (cuda_kernels.h);
+// favor goes through favor_forward first, as on the CPU.
+bool fuses(cpu::FeatureMap kind) { return cpu::feature_map_is_row_local(kind); }
+
+// kernels/cuda_softmax_attention.h: 1 <= d, e <= 128.
+constexpr int64_t kSoftmaxAttentionMaxDim = 128;
+
+#if defined(__CUDACC__)
+constexpr const char* kName = "cuda";
+#else
+constexpr const char* kName = "cuda (emulated)";
+#endif
+
+const Backend kTable = {
+    kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
+    fill, accumulate, fuses, kSoftmaxAttentionMaxDim,
+#define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
+    TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
+#undef TARN_BACKEND_ENTRY
+};
+
+}  // namespace
+
+const Backend& backend() { return kTable; }
+
+}  // namespace tarn::kernels::TARN_CUDA_NS

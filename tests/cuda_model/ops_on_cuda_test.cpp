@@ -1,0 +1,277 @@
+// Framework ops on cuda:0 tensors (the emulated CUDA backend) against the same ops on the CPU:
+// forward values, gradients of every input, and the device everything lands on.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/ops/attention.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/matmul.h"
+#include "framework/ops/nn.h"
+#include "framework/ops/reduce.h"
+#include "framework/ops/shape_ops.h"
+#include "framework/optim/adamw.h"
+#include "framework/optim/clip_grad.h"
+#include "tests/common/gradcheck.h"
+#include "tests/cuda_model/emulated_cuda.h"
+
+namespace tarn {
+namespace {
+
+using testing::emulated_cuda;
+using testing::max_relative_difference;
+using testing::random_tensor;
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct Input {
+  Shape shape;
+  float lo = -1.0f, hi = 1.0f;
+  bool grad = true;
+};
+
+// Runs fn on CPU leaves and on cuda:0 copies of them, seeds both backwards with the same
+// random gradient, and compares the outputs and every input's gradient.
+void expect_cuda_matches_cpu(const std::string& what, const std::vector<Input>& inputs, const Fn& fn,
+                             double tol = 1e-5) {
+  SCOPED_TRACE(what);
+  const Device cuda = emulated_cuda();
+  std::vector<Tensor> on_cpu, on_cuda;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor h = random_tensor(inputs[i].shape, 100 + i, inputs[i].lo, inputs[i].hi);
+    Tensor c = h.clone(), g = h.to(cuda);
+    if (inputs[i].grad) {
+      c.set_requires_grad(true);
+      g.set_requires_grad(true);
+    }
+    on_cpu.push_back(c);
+    on_cuda.push_back(g);
+  }
+  const Tensor y_cpu = fn(on_cpu), y_cuda = fn(on_cuda);
+  ASSERT_EQ(y_cuda.device(), cuda) << "output left the device";
+  ASSERT_EQ(y_cuda.shape(), y_cpu.shape());
+  EXPECT_LE(max_relative_difference(y_cuda.to_vector(), y_cpu.to_vector()), tol) << "forward";
+  if (!y_cpu.requires_grad()) return;
+  const Tensor seed = random_tensor(y_cpu.shape(), 7);
+  y_cpu.backward(seed);
+  y_cuda.backward(seed.to(cuda));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].grad) continue;
+    const Tensor gc = on_cpu[i].grad(), gg = on_cuda[i].grad();
+    ASSERT_TRUE(gc.defined() && gg.defined()) << "input " << i << " has no gradient";
+    EXPECT_EQ(gg.device(), cuda) << "gradient of input " << i;
+    EXPECT_LE(max_relative_difference(gg.to_vector(), gc.to_vector()), tol) << "gradient of input " << i;
+  }
+}
+
+TEST(OpsOnCuda, ElementwiseAndBroadcastMatchTheCpu) {
+  expect_cuda_matches_cpu("add bias", {{{3, 5, 7}}, {{7}}}, [](auto& x) { return add(x[0], x[1]); });
+  expect_cuda_matches_cpu("sub broadcast", {{{3, 1, 7}}, {{5, 1}}}, [](auto& x) { return sub(x[0], x[1]); });
+  expect_cuda_matches_cpu("mul broadcast", {{{4, 6}}, {{4, 1}}}, [](auto& x) { return mul(x[0], x[1]); });
+  expect_cuda_matches_cpu("div", {{{4, 6}}, {{4, 6}, 0.5f, 2.0f}}, [](auto& x) { return div(x[0], x[1]); });
+  expect_cuda_matches_cpu("unary chain", {{{33, 5}, 0.1f, 2.0f}}, [](auto& x) {
+    return tanh(relu(add_scalar(scale(sqrt(log(exp(neg(neg(x[0]))))), 1.5f), -0.7f)));
+  });
+}
+
+TEST(OpsOnCuda, ReductionsMatchTheCpu) {
+  expect_cuda_matches_cpu("sum axis", {{{3, 17, 5}}}, [](auto& x) { return sum(x[0], 1); });
+  expect_cuda_matches_cpu("mean keepdim", {{{3, 17, 5}}}, [](auto& x) { return mean(x[0], -1, true); });
+  expect_cuda_matches_cpu("sum_all", {{{301}}}, [](auto& x) { return sum_all(x[0]); });
+  expect_cuda_matches_cpu("mean_all", {{{7, 9}}}, [](auto& x) { return mean_all(x[0]); });
+}
+
+TEST(OpsOnCuda, MatmulsMatchTheCpu) {
+  expect_cuda_matches_cpu("2-D", {{{5, 7}}, {{7, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
+  expect_cuda_matches_cpu("batched, transposed b", {{{2, 3, 5, 7}}, {{2, 3, 4, 7}}},
+                          [](auto& x) { return matmul(x[0], x[1], false, true); });
+  expect_cuda_matches_cpu("batched, transposed a", {{{2, 7, 5}}, {{2, 7, 3}}},
+                          [](auto& x) { return matmul(x[0], x[1], true, false); });
+  expect_cuda_matches_cpu("shared b", {{{2, 3, 5, 7}}, {{7, 4}}}, [](auto& x) { return matmul(x[0], x[1]); });
+  expect_cuda_matches_cpu("shared b, transposed a", {{{3, 7, 5}}, {{7, 4}}},
+                          [](auto& x) { return matmul(x[0], x[1], true, false); });
+  expect_cuda_matches_cpu("linear with bias", {{{2, 5, 7}}, {{6, 7}}, {{6}}},
+                          [](auto& x) { return linear(x[0], x[1], x[2]); });
+}
+
+TEST(OpsOnCuda, NeuralNetworkOpsMatchTheCpu) {
+  expect_cuda_matches_cpu("softmax", {{{6, 37}}}, [](auto& x) { return softmax(x[0]); });
+  expect_cuda_matches_cpu("log_softmax", {{{6, 37}}}, [](auto& x) { return log_softmax(x[0]); });
+  expect_cuda_matches_cpu("layer_norm", {{{2, 5, 19}}, {{19}}, {{19}}},
+                          [](auto& x) { return layer_norm(x[0], x[1], x[2]); });
+  expect_cuda_matches_cpu("gelu exact", {{{3, 41}, -3.0f, 3.0f}}, [](auto& x) { return gelu(x[0]); });
+  expect_cuda_matches_cpu("gelu tanh", {{{3, 41}, -3.0f, 3.0f}},
+                          [](auto& x) { return gelu(x[0], GeluKind::tanh); });
+  expect_cuda_matches_cpu("dropout (same Philox mask)", {{{5, 33}}},
+                          [](auto& x) { return dropout(x[0], 0.3f, true, 42, 3); });
+  const std::vector<int32_t> ids = {3, 0, 7, 3, 9, 1};
+  expect_cuda_matches_cpu("embedding (repeated ids)", {{{10, 6}}},
+                          [&](auto& x) { return embedding(x[0], ids, Shape{2, 3}); });
+  const std::vector<int32_t> targets = {1, -100, 4, 4, 0, 12};
+  CrossEntropyOptions ce;
+  ce.ignore_index = -100;
+  ce.label_smoothing = 0.1f;
+  expect_cuda_matches_cpu("cross_entropy", {{{2, 3, 13}, -3.0f, 3.0f}},
+                          [&](auto& x) { return cross_entropy(x[0], targets, ce); });
+}
+
+TEST(OpsOnCuda, ShapeOpsMatchTheCpu) {
+  expect_cuda_matches_cpu("reshape + permute", {{{2, 3, 4, 5}}},
+                          [](auto& x) { return permute(reshape(x[0], {6, 4, 5}), {2, 0, 1}); });
+  expect_cuda_matches_cpu("transpose", {{{2, 3, 5}}}, [](auto& x) { return transpose(x[0], 0, 2); });
+  expect_cuda_matches_cpu("slice", {{{4, 9, 3}}}, [](auto& x) { return slice(x[0], 1, 2, 7); });
+  expect_cuda_matches_cpu("concat", {{{2, 3, 4}}, {{2, 5, 4}}}, [](auto& x) { return concat({x[0], x[1]}, 1); });
+  expect_cuda_matches_cpu("to_device and back", {{{3, 4}}}, [](auto& x) {
+    return to_device(exp(to_device(x[0], Device::cpu())), x[0].device());
+  });
+}
+
+// (B, H, N, d) inputs with a padding mask that hides the last key of the second sequence.
+Tensor padding_mask(int64_t batch, int64_t n, Device device) {
+  std::vector<float> m(static_cast<size_t>(batch * n), 0.0f);
+  m.back() = 1.0f;
+  return Tensor::from_vector(m, Shape{batch, n}).to(device);
+}
+
+TEST(OpsOnCuda, LinearAttentionMatchesTheCpuForEveryFeatureMap) {
+  for (FeatureMap map : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::identity}) {
+    for (bool causal : {false, true}) {
+      LinearAttentionOptions opt;
+      opt.causal = causal;
+      opt.chunk = 4;  // several chunks in N = 11
+      opt.fused_feature_map = map;
+      expect_cuda_matches_cpu(
+          std::string("linear attention, map ") + kernels::cpu::feature_map_name(map) + (causal ? ", causal" : ""),
+          {{{2, 2, 11, 5}}, {{2, 2, 11, 5}}, {{2, 2, 11, 3}}},
+          [&](auto& x) {
+            LinearAttentionOptions o = opt;
+            o.key_padding_mask = padding_mask(2, 11, x[0].device());
+            return linear_attention(x[0], x[1], x[2], o);
+          },
+          1e-4);
+    }
+  }
+}
+
+TEST(OpsOnCuda, FavorFeatureMapMatchesTheCpu) {
+  Philox rng(5, 0);
+  const Tensor w = draw_favor_projection(rng, 8, 5);
+  expect_cuda_matches_cpu("favor keys", {{{2, 2, 7, 5}}}, [&](auto& x) {
+    return feature_map(x[0], FeatureMap::favor, FeatureRole::key, w.to(x[0].device()));
+  });
+}
+
+TEST(OpsOnCuda, SoftmaxAttentionMatchesTheCpuKernel) {
+  for (bool causal : {false, true}) {
+    expect_cuda_matches_cpu(
+        causal ? "softmax attention, causal" : "softmax attention, cross (Nq != Nk)",
+        {{{2, 2, causal ? 9 : 6, 5}}, {{2, 2, 9, 5}}, {{2, 2, 9, 4}}},
+        [&](auto& x) {
+          SoftmaxAttentionOptions o;
+          o.causal = causal;
+          o.key_padding_mask = padding_mask(2, 9, x[0].device());
+          return softmax_attention(x[0], x[1], x[2], o);
+        },
+        1e-4);
+  }
+}
+
+// Head dimensions above the CUDA kernel's tiles (128) take the matmul + softmax composition.
+TEST(OpsOnCuda, SoftmaxAttentionWithWideHeadsMatchesTheCpuKernel) {
+  expect_cuda_matches_cpu(
+      "softmax attention, d = 130, causal",
+      {{{1, 2, 5, 130}, -0.3f, 0.3f}, {{1, 2, 5, 130}, -0.3f, 0.3f}, {{1, 2, 5, 3}}},
+      [&](auto& x) {
+        SoftmaxAttentionOptions o;
+        o.causal = true;
+        o.key_padding_mask = padding_mask(1, 5, x[0].device());
+        return softmax_attention(x[0], x[1], x[2], o);
+      },
+      1e-4);
+}
+
+TEST(OpsOnCuda, RecurrentLinearAttentionStepMatchesTheCpu) {
+  const Device cuda = emulated_cuda();
+  LinearAttentionStepOptions opt;
+  opt.fused_feature_map = FeatureMap::elu1;
+  LinearAttentionState s_cpu = LinearAttentionState::zeros(2, 3, 4, 5);
+  LinearAttentionState s_cuda{s_cpu.s.to(cuda), 0};
+  for (int step = 0; step < 3; ++step) {
+    const Tensor a = random_tensor({2, 3, 4}, 10 + step), b = random_tensor({2, 3, 4}, 20 + step),
+                 v = random_tensor({2, 3, 5}, 30 + step);
+    const Tensor o_cpu = linear_attention_step(s_cpu, a, b, v, opt);
+    const Tensor o_cuda = linear_attention_step(s_cuda, a.to(cuda), b.to(cuda), v.to(cuda), opt);
+    EXPECT_EQ(o_cuda.device(), cuda);
+    EXPECT_LE(max_relative_difference(o_cuda.to_vector(), o_cpu.to_vector()), 1e-4) << "step " << step;
+  }
+  EXPECT_LE(max_relative_difference(s_cuda.s.to_vector(), s_cpu.s.to_vector()), 1e-4);
+}
+
+TEST(OpsOnCuda, AdamWAndClippingUpdateCudaParametersAsOnTheCpu) {
+  const Device cuda = emulated_cuda();
+  Tensor w_cpu = random_tensor({7, 5}, 1), b_cpu = random_tensor({7}, 2);
+  Tensor w_cuda = w_cpu.to(cuda), b_cuda = b_cpu.to(cuda);
+  for (Tensor* t : {&w_cpu, &b_cpu, &w_cuda, &b_cuda}) t->set_requires_grad(true);
+  AdamWOptions o;
+  o.lr = 0.05f;
+  o.weight_decay = 0.1f;
+  AdamW opt_cpu({{"fc.weight", &w_cpu}, {"fc.bias", &b_cpu}}, o);
+  AdamW opt_cuda({{"fc.weight", &w_cuda}, {"fc.bias", &b_cuda}}, o);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = random_tensor({4, 5}, 50 + step, -3.0f, 3.0f);
+    sum_all(linear(x, w_cpu, b_cpu)).backward();
+    sum_all(linear(x.to(cuda), w_cuda, b_cuda)).backward();
+    const float n_cpu = clip_grad_norm(std::vector<Tensor*>{&w_cpu, &b_cpu}, 1.0f);
+    const float n_cuda = clip_grad_norm(std::vector<Tensor*>{&w_cuda, &b_cuda}, 1.0f);
+    EXPECT_NEAR(n_cuda, n_cpu, 1e-5f * n_cpu) << "step " << step;
+    EXPECT_GT(n_cpu, 1.0f) << "the test should clip";
+    opt_cpu.step();
+    opt_cuda.step();
+    opt_cpu.zero_grad();
+    opt_cuda.zero_grad();
+  }
+  EXPECT_EQ(w_cuda.device(), cuda);
+  EXPECT_LE(max_relative_difference(w_cuda.to_vector(), w_cpu.to_vector()), 1e-5);
+  EXPECT_LE(max_relative_difference(b_cuda.to_vector(), b_cpu.to_vector()), 1e-5);
+  EXPECT_LE(max_relative_difference(opt_cuda.state().params.at("fc.weight").exp_avg_sq.to_vector(),
+                                    opt_cpu.state().params.at("fc.weight").exp_avg_sq.to_vector()),
+            1e-5);
+}
+
+TEST(OpsOnCuda, GradientsOfASharedInputAccumulateOnTheDevice) {
+  expect_cuda_matches_cpu("x used three times", {{{4, 5}}},
+                          [](auto& x) { return add(mul(x[0], x[0]), exp(x[0])); });
+}
+
+TEST(OpsOnCuda, InputsOnTwoDevicesAreAnErrorNamingTheOpAndBothDevices) {
+  const Device cuda = emulated_cuda();
+  const Tensor a = Tensor::ones({2, 3}), b = Tensor::ones({2, 3}, cuda);
+  for (const auto& [op, fn] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"add", [&] { add(a, b); }},
+           {"matmul", [&] { matmul(a, b, false, true); }},
+           {"concat", [&] { concat({a, b}, 0); }}}) {
+    try {
+      fn();
+      ADD_FAILURE() << op << " accepted inputs on cpu and cuda:0";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(op), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(OpsOnCuda, HostAccessToDeviceDataIsRefusedButCopiesWork) {
+  const Device cuda = emulated_cuda();
+  const Tensor t = Tensor::full({3}, 2.5f, cuda);
+  EXPECT_THROW(t.f32(), Error);
+  EXPECT_EQ(t.to_vector(), std::vector<float>(3, 2.5f));
+  EXPECT_FLOAT_EQ(sum_all(t).item(), 7.5f);
+}
+
+}  // namespace
+}  // namespace tarn

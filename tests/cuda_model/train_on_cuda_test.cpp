@@ -1,0 +1,85 @@
+// `tarn train` with training.device: cuda on the emulated CUDA backend: the tiny recipe's
+// per-step losses match the CPU run's, and a checkpoint written from the device resumes onto
+// the device, continues as the uninterrupted CPU run does, and exports.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "framework/io/checkpoint_dir.h"
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "tests/app/app_test_util.h"
+#include "tests/cuda_model/emulated_cuda.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/export.h"
+#include "tools/tarn/trainer.h"
+
+namespace tarn::app {
+namespace {
+
+using testing::emulated_cuda;
+using testing::max_relative_difference;
+
+TrainOptions options(const std::string& dir, int64_t steps, const std::string& device) {
+  TrainOptions o;
+  o.recipe_path = testing::tiny_recipe();
+  o.overrides = testing::tiny_overrides(dir, steps);
+  // Small batches and no mid-run validation or checkpoints: the emulator runs every CUDA
+  // thread as a fiber, so a few short steps are what fits a unit test.
+  for (const char* s : {"training.tokens_per_batch=256", "validation.every_steps=0", "validation.max_batches=1",
+                        "checkpoints.every_steps=0", "logging.every_steps=1", "model.dropout=0.1",
+                        "optimizer.warmup_steps=0", "optimizer.lr=3e-3"})
+    o.overrides.push_back(s);
+  o.overrides.push_back("training.device=" + device);
+  return o;
+}
+
+// The "loss" of every train line of a run's metrics file, in order.
+std::vector<float> train_losses(const std::string& dir) {
+  std::ifstream in(dir + "/run/metrics.jsonl");
+  std::vector<float> losses;
+  for (std::string line; std::getline(in, line);) {
+    const json::Value v = json::parse(line, "metrics.jsonl");
+    if (v.find("kind")->as_string("kind") == "train")
+      losses.push_back(static_cast<float>(v.find("loss")->as_double("loss")));
+  }
+  return losses;
+}
+
+std::vector<float> checkpoint_values(const std::string& dir, int64_t step) {
+  const Checkpoint c = open_checkpoint(checkpoint_dir(dir + "/run", step));
+  std::vector<float> all;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    for (const auto& [name, t] : load_safetensors(c.path(file)).tensors) {
+      const std::vector<float> v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  return all;
+}
+
+TEST(TrainOnCuda, LossesMatchTheCpuRunAndADeviceCheckpointResumesOnTheDevice) {
+  emulated_cuda();
+  const std::string cpu = testing::make_tiny_corpus("cuda_model_cpu");
+  const std::string gpu = testing::make_tiny_corpus("cuda_model_gpu");
+  train(options(cpu, 3, "cpu"));
+  const TrainSummary first = train(options(gpu, 2, "cuda"));  // stops at 2 with a checkpoint
+  EXPECT_EQ(first.steps, 2);
+  const TrainSummary resumed = train(options(gpu, 3, "cuda:0"));  // resumes onto the device
+  EXPECT_EQ(resumed.steps_this_run, 1);
+
+  const std::vector<float> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
+  ASSERT_EQ(l_cpu.size(), 3u);
+  ASSERT_EQ(l_gpu.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(l_gpu[i], l_cpu[i], 1e-4 * l_cpu[i]) << "step " << i + 1;
+  EXPECT_NE(l_cpu[0], l_cpu[2]) << "the run should move";
+  // Weights and moments of the final checkpoints (written from host copies of device tensors).
+  EXPECT_LE(max_relative_difference(checkpoint_values(gpu, 3), checkpoint_values(cpu, 3)), 1e-3);
+  // The device run's checkpoint exports as any other (the exporter loads it on the host).
+  const ExportResult exported = export_checkpoint(checkpoint_dir(gpu + "/run", 3), gpu + "/export");
+  EXPECT_GT(exported.parameters, 0);
+}
+
+}  // namespace
+}  // namespace tarn::app
