@@ -28,9 +28,8 @@
 //                       (forward q, k, v -> out, lse or den; backward q, k, v, out, lse or den,
 //                       dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32).
 //   of_roofline         max(bytes / HBM bandwidth, FLOP / peak) / time: 1 is the roofline. Peaks
-//                       from the device: f32 FMA 2 x SMs x 128 x clock, bf16 dense tensor cores
-//                       SMs x clock x 4096 FLOP (sm_90; 2048 on sm_80), HBM 2 x memory clock x
-//                       bus width. of_h100 uses the issue's H100 figures instead: 3.35 TB/s,
+//                       from the device (tools/bench/common/gpu_peaks.h): f32 FMA, bf16 dense
+//                       tensor cores, HBM. of_h100 uses the issue's H100 figures instead: 3.35 TB/s,
 //                       67 TFLOP/s f32 FMA, 989 TFLOP/s bf16 dense.
 // The issue's target: B*H = 128, N = 4096, d = 64 at >= 50% of the roofline; printed at the end.
 #include <algorithm>
@@ -51,6 +50,7 @@
 #include "kernels/cuda_softmax_attention.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
+#include "tools/bench/common/gpu_peaks.h"
 
 #if __has_include("kernels/cuda_linear_attention_bf16.h")
 #include "kernels/cuda_linear_attention_bf16.h"
@@ -81,7 +81,6 @@ namespace rt = tarn::kernels::cuda;
 constexpr double kH100Hbm = 3.35e12;  // bytes/s
 constexpr double kH100F32 = 67e12;  // FLOP/s, f32 FMA
 constexpr double kH100Bf16 = 989e12;  // FLOP/s, bf16 dense tensor cores
-constexpr int kF32LanesPerSm = 128;  // FP32 FMA lanes per SM on sm_80 / sm_90
 constexpr int kLinearChunk = 64;  // C of the linear FLOP count (as the CPU bench)
 constexpr size_t kPatternFloats = 1 << 20;  // random values, repeated to fill big tensors
 
@@ -515,25 +514,19 @@ double run_bytes(Algo a, const Shape& s) {
 }
 
 int time_all(const Options& o) {
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  int clock_khz = 0, mem_clock_khz = 0, bus_bits = 0;
-  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
-  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  const tarn::bench::GpuPeaks dev = tarn::bench::query_gpu_peaks(0);
   Peaks pk;
-  pk.f32 = 2.0 * prop.multiProcessorCount * kF32LanesPerSm * clock_khz * 1e3;
-  const int bf16_per_sm_clock = prop.major >= 9 ? 4096 : prop.major == 8 && prop.minor == 0 ? 2048 : 1024;
-  pk.bf16 = double(prop.multiProcessorCount) * bf16_per_sm_clock * clock_khz * 1e3;
-  pk.hbm = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0);
+  pk.f32 = dev.f32_flops;
+  pk.bf16 = dev.bf16_flops;
+  pk.hbm = dev.bytes_per_s;
   std::printf(
-      "# device: %s (sm_%d%d), %d SMs at %.2f GHz, L2 %d MiB, %.1f GiB; peaks from these: f32 FMA %.1f "
+      "# device: %s (sm_%d%d), %d SMs at %.2f GHz, L2 %lld MiB, %.1f GiB; peaks from these: f32 FMA %.1f "
       "TFLOP/s, bf16 dense %.0f TFLOP/s, HBM %.2f TB/s\n",
-      prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz / 1e6, prop.l2CacheSize >> 20,
-      prop.totalGlobalMem / double(1 << 30), pk.f32 / 1e12, pk.bf16 / 1e12, pk.hbm / 1e12);
+      dev.name.c_str(), dev.major, dev.minor, dev.sms, dev.clock_hz / 1e9, dev.l2_bytes >> 20,
+      dev.memory_bytes / double(1 << 30), pk.f32 / 1e12, pk.bf16 / 1e12, pk.hbm / 1e12);
   std::printf("# H100 (issue 7): HBM 3.35 TB/s, f32 FMA 67 TFLOP/s, bf16 dense 989 TFLOP/s\n");
 
-  const size_t flush_bytes = std::max<size_t>(size_t(2) * prop.l2CacheSize, size_t(64) << 20);
+  const size_t flush_bytes = std::max<size_t>(size_t(2) * dev.l2_bytes, size_t(64) << 20);
   void* flush = rt::device_malloc(flush_bytes, 0);
 
   std::vector<int64_t> ns;

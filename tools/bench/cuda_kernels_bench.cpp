@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "tools/bench/common/gpu_peaks.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
@@ -658,32 +659,14 @@ int check_all(Api api) {
 
 #if defined(TARN_WITH_CUDA)
 
-// FP32 lanes (FMA units) per SM: 64 on sm_70 / sm_80 (V100, A100), 128 on sm_86, 89, 90, 100.
-int fp32_lanes_per_sm(int major, int minor) { return (major == 7 || (major == 8 && minor == 0)) ? 64 : 128; }
-
 int time_all(const Size& size, int repeats) {
-  // (cudaDeviceProp lost clockRate and memoryClockRate in CUDA 13: the attributes remain.)
-  auto attribute = [](cudaDeviceAttr what, const char* name) {
-    int value = 0;
-    const cudaError_t err = cudaDeviceGetAttribute(&value, what, 0);
-    TARN_CHECK(err == cudaSuccess, "cudaDeviceGetAttribute(", name, ") failed: ", cudaGetErrorString(err));
-    return value;
-  };
-  const int sms = attribute(cudaDevAttrMultiProcessorCount, "cudaDevAttrMultiProcessorCount");
-  const int clock_khz = attribute(cudaDevAttrClockRate, "cudaDevAttrClockRate");
-  const int mem_clock_khz = attribute(cudaDevAttrMemoryClockRate, "cudaDevAttrMemoryClockRate");
-  const int bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, "cudaDevAttrGlobalMemoryBusWidth");
-  const int l2_bytes = attribute(cudaDevAttrL2CacheSize, "cudaDevAttrL2CacheSize");
-  const int major = attribute(cudaDevAttrComputeCapabilityMajor, "cudaDevAttrComputeCapabilityMajor");
-  const int minor = attribute(cudaDevAttrComputeCapabilityMinor, "cudaDevAttrComputeCapabilityMinor");
-  cudaDeviceProp prop{};
-  const cudaError_t prop_err = cudaGetDeviceProperties(&prop, 0);
-  TARN_CHECK(prop_err == cudaSuccess, "cudaGetDeviceProperties failed: ", cudaGetErrorString(prop_err));
-  const double peak_flops = 2.0 * sms * fp32_lanes_per_sm(major, minor) * clock_khz * 1e3;
-  const double peak_bytes = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0);
+  const tarn::bench::GpuPeaks dev = tarn::bench::query_gpu_peaks(0);
+  const double peak_flops = dev.f32_flops;
+  const double peak_bytes = dev.bytes_per_s;
   std::printf("# device: %s (sm_%d%d), %d SMs at %.0f MHz: f32 FMA peak %.1f TFLOP/s; memory %.0f GB/s; L2 %.0f MiB\n",
-              prop.name, major, minor, sms, clock_khz / 1e3, peak_flops / 1e12, peak_bytes / 1e9, l2_bytes / 1048576.0);
-  const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(l2_bytes), size_t{64} << 20);
+              dev.name.c_str(), dev.major, dev.minor, dev.sms, dev.clock_hz / 1e6, peak_flops / 1e12,
+              peak_bytes / 1e9, dev.l2_bytes / 1048576.0);
+  const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(dev.l2_bytes), size_t{64} << 20);
   std::printf("# each call: L2 flushed (a %zu MiB memset), then timed with CUDA events; median of %d\n",
               flush_bytes >> 20, repeats);
   void* flush = kc::cuda::device_malloc(flush_bytes, 0);
