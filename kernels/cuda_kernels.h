@@ -34,8 +34,9 @@ namespace tarn::kernels::cuda_emu {
 // SM count: query the workspace for the device that runs the call.
 //
 // linear_attention_set_sequence_split(n): n >= 1 forces n segments (clamped to the chunks of
-// 32 rows; 1 = never split), 0 restores the automatic choice. Process-wide; for tests and
-// benchmarks. Query the workspace after setting it.
+// 32 rows; 1 = never split), 0 restores the automatic choice. Process-wide, for the f32 kernels
+// and the bf16 ones of kernels/cuda_linear_attention_bf16.h alike; for tests and benchmarks.
+// Query the workspace after setting it.
 //
 // linear_attention_favor.cu (kernels/feature_maps.h): the FAVOR+ feature map, x (slices, rows,
 // d) -> y (slices, rows, m), the projection through gemm_batched (cuBLAS; the emulated build

@@ -10,7 +10,7 @@
 //   - The feature map is fused: q and k are the RAW queries and keys, phi(q), phi(k) are applied
 //     on load and backward returns dq, dk (phi' chained in). identity, elu1, relu and exp
 //     (exp(x - max x) per row, the max differentiated through as on the CPU) are supported;
-//     favor is rejected (apply favor_forward first and pass identity).
+//     favor is rejected (apply favor_forward_bf16, below, first and pass identity).
 //   - The chunk is fixed (64 rows): cfg.chunk is ignored. Any n_q, n_k (tail chunks padded with
 //     zeros); 1 <= d, e <= 256 (tiles are padded with zeros to multiples of 16, so d and e that
 //     are multiples of 16 waste nothing).
@@ -18,6 +18,16 @@
 //     masked chunk product and the state S), products and S accumulate in f32. Each rounding is
 //     2^-9 relative; out and den come within a few 1e-3 of their size, the gradients within
 //     what bf16 roundings of the inputs move them (tests/cuda/conformance_linear_attention_bf16_test.cpp).
+//   - Small B * H (fewer blocks than twice the SMs): the sequence is split across blocks as in
+//     the f32 kernels, and linear_attention_set_sequence_split (kernels/cuda_kernels.h) forces
+//     the segment count of both (clamped to the chunks of 64 rows). The split depends on the
+//     device's SM count: query the workspace for the device that runs the call, after setting it.
+//
+// favor (kernels/cuda/linear_attention_bf16_favor.cu): favor_forward_bf16 maps bf16 x (slices,
+// rows, d) to bf16 features y (slices, rows, m) with the f32 projection w (m, d) and the same
+// stabilisers as kernels/feature_maps.h, computed in f32 (the f32 favor_forward on the widened
+// inputs) and rounded to bf16 once; favor_backward_bf16 takes the forward's bf16 y and dy and
+// writes bf16 dx. Then the attention kernels above with feature_map identity.
 //
 // Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
 // tarn::kernels::cuda_emu (the emulator, tests). Buffer pointers are device memory, dims and cfg
@@ -25,6 +35,7 @@
 #include <cstddef>
 
 #include "kernels/emu/bf16.h"
+#include "kernels/feature_maps.h"
 #include "kernels/linear_attention.h"
 
 // Workspaces, in floats of device memory (the caller allocates at least this many):
@@ -38,6 +49,10 @@
 // backward: from dout (B,H,Nq,e) and the forward's out and den, dq (B,H,Nq,d), dk (B,H,Nk,d),
 //   dv (B,H,Nk,e), each may be null when not wanted; overwritten, not accumulated. Padded keys
 //   get dk = dv = 0.
+//   When the sequence is split across blocks, both add B * H * segments * d * (e + 1) floats
+//   of segment states (at most one segment per 2 chunks of 64 rows: still linear in N).
+// favor workspaces (f32 copies of the operands): forward slices * rows * (d + m), backward
+// slices * rows * 2 (d + m) plus favor_backward_workspace_floats.
 #define TARN_CUDA_LINEAR_ATTENTION_BF16_API                                                                         \
   using cpu::LinearAttentionConfig;                                                                                 \
   using cpu::LinearAttentionDims;                                                                                   \
@@ -52,7 +67,14 @@
                                       const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,           \
                                       const ::tarn::bf16* out, const float* den, const ::tarn::bf16* dout,           \
                                       ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,        \
-                                      size_t workspace_floats);
+                                      size_t workspace_floats);                                                     \
+  size_t favor_forward_bf16_workspace_floats(const cpu::FavorDims& dims);                                           \
+  void favor_forward_bf16(const cpu::FavorDims& dims, cpu::FavorStabilizer stab, const ::tarn::bf16* x,             \
+                          const float* w, ::tarn::bf16* y, float* workspace, size_t workspace_floats);              \
+  size_t favor_backward_bf16_workspace_floats(const cpu::FavorDims& dims);                                          \
+  void favor_backward_bf16(const cpu::FavorDims& dims, cpu::FavorStabilizer stab, const ::tarn::bf16* x,            \
+                           const float* w, const ::tarn::bf16* y, const ::tarn::bf16* dy, ::tarn::bf16* dx,         \
+                           float* workspace, size_t workspace_floats);
 
 namespace tarn::kernels::cuda {
 TARN_CUDA_LINEAR_ATTENTION_BF16_API

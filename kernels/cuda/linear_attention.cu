@@ -34,6 +34,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/feature_maps.cuh"
+#include "kernels/cuda/linear_attention_shared.cuh"
 #include "kernels/cuda_kernels.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -50,17 +51,8 @@ constexpr int kTileQ = 33;
 constexpr int kScanThreads = 128;  // threads per scan block
 constexpr int kScanWarps = kScanThreads / device::kWarp;
 constexpr size_t kDefaultSmem = 48 * 1024;  // dynamic shared memory without opting in
-// Automatic splitting: aim for this many blocks per SM, and give every segment at least this
-// many chunks (shorter segments cost more in passes 1 and 2 than they gain).
-constexpr int64_t kTargetBlocksPerSm = 2;
+// Automatic splitting (linear_attention_shared.cuh): every segment at least this many chunks.
 constexpr int64_t kMinChunksPerSegment = 4;
-constexpr int64_t kMaxSegments = 64;
-
-enum ScanMode : int { kForwardScan = 0, kReverseScan = 1, kFull = 2 };
-enum ScanPhase : int {
-  kScan = 0,          // the scan (or bidirectional emit), from zero or from its segment's state
-  kSegmentState = 1,  // pass 1: each segment's Y^T W into the segment states
-};
 
 // The forced segment count of linear_attention_set_sequence_split (0: automatic).
 std::atomic<int> g_forced_segments{0};
@@ -157,14 +149,6 @@ static_assert(kChunk % kScanWarps == 0, "P's columns split evenly over the warps
 inline size_t scan_smem_floats(int p, int ldp) {
   return static_cast<size_t>(2 * kChunk * ldp + kChunk * kLdq + kChunk * kLdc + p * kLdq + kChunk * kLdq +
                              3 * kChunk);
-}
-
-// The chunks [first, last) of segment z of `segments` over a rows-long sequence.
-__device__ __forceinline__ void segment_chunks(int64_t rows, int z, int segments, int64_t& first, int64_t& last) {
-  const int64_t chunks = (rows + kChunk - 1) / kChunk;
-  const int64_t per = (chunks + segments - 1) / segments;
-  first = z * per < chunks ? z * per : chunks;
-  last = first + per < chunks ? first + per : chunks;
 }
 
 // x: (B,H,nx,p) y: (B,H,ny,p) w: (B,H,ny,>=q) out: (B,H,nx,q); grid (q tiles, slices,
@@ -297,7 +281,7 @@ __global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, Sc
 
     if (sh.phase == kSegmentState) {  // pass 1: this segment's sum, unscanned
       int64_t first, last;
-      segment_chunks(y.rows, z, segments, first, last);
+      segment_chunks(y.rows, kChunk, z, segments, first, last);
       accumulate(first, last);
       __syncthreads();  // an empty segment has no barrier between the zeroing and this read
       for (int idx = tid; idx < p * wq; idx += nt) {
@@ -309,7 +293,7 @@ __global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, Sc
     }
 
     int64_t first, last;
-    segment_chunks(x.rows, z, segments, first, last);
+    segment_chunks(x.rows, kChunk, z, segments, first, last);
     if (sh.mode == kFull) {
       // Bidirectional: the whole S' (from pass 2's total when split), then this segment's rows.
       if (!states) accumulate(0, (y.rows + kChunk - 1) / kChunk);
@@ -345,107 +329,12 @@ __global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, Sc
   }
 }
 
-// Pass 2 of a split scan, per element of the (p, q) states of one slice: the segments' sums
-// become the state each segment starts from. states: (slices, segments, p*q).
-__global__ void linear_attention_segment_prefix_kernel(float* states, int64_t slices, int segments, int64_t pq,
-                                                       int mode) {
-  for (int64_t idx = device::global_index(); idx < slices * pq; idx += device::global_stride()) {
-    float* s = states + (idx / pq) * segments * pq + idx % pq;
-    if (mode == kFull) {  // every segment emits from the total
-      float total = 0.0f;
-      for (int z = 0; z < segments; ++z) total += s[z * pq];
-      for (int z = 0; z < segments; ++z) s[z * pq] = total;
-    } else {  // exclusive prefix (forward) or suffix (reverse) sums
-      float run = 0.0f;
-      for (int t = 0; t < segments; ++t) {
-        const int z = mode == kReverseScan ? segments - 1 - t : t;
-        const float own = s[z * pq];
-        s[z * pq] = run;
-        run += own;
-      }
-    }
-  }
-}
-
 // The exp map's backward on rows of a gradient the scan wrote as dL/dphi: in place to dL/dx,
 // recomputing phi from the raw rows x (rows, d). One warp per row.
 __global__ void linear_attention_exp_backward_kernel(const float* x, float* g, int64_t rows, int d) {
   const int64_t warp = device::global_index() / device::kWarp;
   const int64_t warps = device::global_stride() / device::kWarp;
   for (int64_t i = warp; i < rows; i += warps) fmap::exp_row_backward_in_place(x + i * d, g + i * d, d);
-}
-
-// out = U[:, :e] / (U[:, e] + eps), den = U[:, e]; u: (rows, e + 1), out: (rows, e).
-__global__ void linear_attention_normalize_kernel(const float* u, float* out, float* den, int64_t rows, int e,
-                                                  float eps) {
-  const int64_t total = rows * (e + 1);
-  for (int64_t idx = device::global_index(); idx < total; idx += device::global_stride()) {
-    const int64_t i = idx / (e + 1);
-    const int m = static_cast<int>(idx % (e + 1));
-    const float dn = u[i * (e + 1) + e];
-    if (m == e)
-      den[i] = dn;
-    else
-      out[i * e + m] = u[idx] / (dn + eps);
-  }
-}
-
-// g: (rows, e + 1) = [dO / (den + eps) | -(dO . out) / (den + eps)], one warp per row.
-__global__ void linear_attention_g_kernel(const float* dout, const float* out, const float* den, float* g,
-                                          int64_t rows, int e, float eps) {
-  const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t i = warp; i < rows; i += warps) {
-    const float inv = 1.0f / (den[i] + eps);
-    const float* dr = dout + i * e;
-    const float* orow = out + i * e;
-    float* gr = g + i * (e + 1);
-    float dot = 0.0f;
-    for (int m = lane; m < e; m += device::kWarp) {
-      dot += dr[m] * orow[m];
-      gr[m] = dr[m] * inv;
-    }
-    dot = device::warp_reduce(dot, device::Sum());
-    if (lane == 0) gr[e] = -dot * inv;
-  }
-}
-
-void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
-             ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
-  TARN_CHECK(dims.d > 0 && dims.e > 0, op, ": feature dim d=", dims.d, " and value dim e=", dims.e,
-             " must be positive");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
-             " Nk=", dims.n_k);
-  TARN_CHECK(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cpu::feature_map_is_row_local(cfg.feature_map), op, ": the ", cpu::feature_map_name(cfg.feature_map),
-             " feature map cannot be fused; apply it first (favor_forward) and pass identity");
-}
-
-int sm_count() {
-  static const int count = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess)
-      n = 1;
-    cudaGetLastError();  // a failed query is not an error of the next launch
-    return n;
-  }();
-  return count;
-}
-
-// Segments of the sequence for a scan over `rows` rows with `blocks` blocks per segment: the
-// forced count when a test set one, else enough to give kTargetBlocksPerSm blocks per SM when
-// B*H*tiles is small, with at least kMinChunksPerSegment chunks each. Never more than the chunks.
-int64_t plan_segments(int64_t rows, int64_t blocks) {
-  const int64_t chunks = std::max<int64_t>(1, (rows + kChunk - 1) / kChunk);
-  const int forced = g_forced_segments.load();
-  if (forced > 0) return std::min<int64_t>(forced, chunks);
-  const int64_t want_blocks = kTargetBlocksPerSm * sm_count();
-  if (blocks <= 0 || blocks >= want_blocks) return 1;
-  const int64_t want = (want_blocks + blocks - 1) / blocks;
-  return std::max<int64_t>(1, std::min({want, chunks / kMinChunksPerSegment, kMaxSegments}));
 }
 
 int64_t column_tiles(int64_t q) { return (q + kTileQ - 1) / kTileQ; }
@@ -455,7 +344,8 @@ int64_t column_tiles(int64_t q) { return (q + kTileQ - 1) / kTileQ; }
 int64_t call_segments(const LinearAttentionDims& dims) {
   const int64_t slices = dims.batch * dims.heads;
   const int64_t tiles = std::min(column_tiles(dims.e), column_tiles(dims.d));
-  return plan_segments(std::max(dims.n_q, dims.n_k), slices * tiles);
+  const int64_t chunks = (std::max(dims.n_q, dims.n_k) + kChunk - 1) / kChunk;
+  return plan_segments(chunks, kMinChunksPerSegment, slices * tiles);
 }
 
 // Floats of segment states: (slices, segments, p, q) with p * q <= d * (e + 1) for every scan.
@@ -481,9 +371,7 @@ void scan(const Operand& x, const Operand& y, const Operand& w, int p, int q, in
   if (split) {
     const ScanShape pass1{p, ldp, q, heads, slices, mode, kSegmentState};
     tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass1, out, states);
-    const int64_t pq = static_cast<int64_t>(p) * q;
-    tarn::launch(linear_attention_segment_prefix_kernel, device::grid_for(slices * pq), device::kBlock, 0, nullptr,
-                 states, slices, static_cast<int>(segments), pq, static_cast<int>(mode));
+    segment_prefix(states, slices, segments, static_cast<int64_t>(p) * q, mode);
   }
   const ScanShape pass3{p, ldp, q, heads, slices, mode, kScan};
   tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass3, out,
@@ -497,11 +385,6 @@ void exp_backward_rows(const float* x, float* g, int64_t rows, int d) {
                nullptr, x, g, rows, d);
 }
 
-void check_workspace(const char* op, const float* workspace, size_t have, size_t need) {
-  TARN_CHECK(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
-             need, " it needs");
-}
-
 // The output of a gradient scan w.r.t. the raw rows `raw` through the feature map: the
 // elementwise maps are chained as the scan writes, exp is left to exp_backward_rows.
 Output gradient_output(float* ptr, const float* pad, const float* raw, FeatureMap map) {
@@ -511,13 +394,15 @@ Output gradient_output(float* ptr, const float* pad, const float* raw, FeatureMa
 
 }  // namespace
 
+int linear_attention_forced_segments() { return g_forced_segments.load(); }
+
 void linear_attention_set_sequence_split(int segments) {
   TARN_CHECK(segments >= 0, "linear_attention_set_sequence_split: segments must be >= 0, got ", segments);
   g_forced_segments.store(segments);
 }
 
 size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  check_args("linear_attention_forward", dims, cfg);
+  check_linear_attention_args("linear_attention_forward", dims, cfg);
   return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1)) + segment_state_floats(dims);
 }
 
@@ -525,7 +410,7 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
                               const float* b, const float* v, float* out, float* den, float* workspace,
                               size_t workspace_floats) {
   const char* op = "linear_attention_forward";
-  check_args(op, dims, cfg);
+  check_linear_attention_args(op, dims, cfg);
   const size_t need = TARN_CUDA_NS::linear_attention_forward_workspace_floats(dims, cfg);
   check_workspace(op, workspace, workspace_floats, need);
   const int64_t slices = dims.batch * dims.heads, rows = slices * dims.n_q;
@@ -538,12 +423,11 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
   const Operand wv{v, dims.n_k, e, 1, nullptr, FeatureMap::identity};
   scan(xa, yb, wv, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull,
        Output{u, nullptr, nullptr, FeatureMap::identity}, call_segments(dims), states);
-  tarn::launch(linear_attention_normalize_kernel, device::grid_for(rows * (e + 1)), device::kBlock, 0, nullptr,
-               static_cast<const float*>(u), out, den, rows, e, cfg.eps);
+  normalize_rows(static_cast<const float*>(u), out, den, rows, e, cfg.eps);
 }
 
 size_t linear_attention_backward_workspace_floats(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  check_args("linear_attention_backward", dims, cfg);
+  check_linear_attention_args("linear_attention_backward", dims, cfg);
   return static_cast<size_t>(dims.batch * dims.heads * dims.n_q * (dims.e + 1)) + segment_state_floats(dims);
 }
 
@@ -552,7 +436,7 @@ void linear_attention_backward(const LinearAttentionDims& dims, const LinearAtte
                                const float* dout, float* da, float* db, float* dv, float* workspace,
                                size_t workspace_floats) {
   const char* op = "linear_attention_backward";
-  check_args(op, dims, cfg);
+  check_linear_attention_args(op, dims, cfg);
   if (!da && !db && !dv) return;
   const size_t need = TARN_CUDA_NS::linear_attention_backward_workspace_floats(dims, cfg);
   check_workspace(op, workspace, workspace_floats, need);
@@ -561,9 +445,7 @@ void linear_attention_backward(const LinearAttentionDims& dims, const LinearAtte
   const int64_t q_rows = slices * dims.n_q;
   float* g = workspace;
   float* states = workspace + q_rows * (e + 1);
-  if (q_rows > 0)
-    tarn::launch(linear_attention_g_kernel, device::grid_for(q_rows * device::kWarp), device::kBlock, 0, nullptr,
-                 dout, out, den, g, q_rows, e, cfg.eps);
+  compute_g(dout, out, den, g, q_rows, e, cfg.eps);
   const float* pad = cfg.key_padding_mask;
   const FeatureMap map = cfg.feature_map;
   const Operand a_op{a, dims.n_q, d, 0, nullptr, map};

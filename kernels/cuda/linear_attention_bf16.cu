@@ -11,7 +11,8 @@
 // with G = [dO / (den + eps) | -(dO . out) / (den + eps)] (f32 workspace) and padded keys as
 // zero rows of phi(k). The exp map exp(x - max x) needs whole rows: a pass first writes each
 // raw row's max, which the loads subtract, and its backward goes through an f32 dA (dB) in the
-// workspace and a row pass (linear_attention_bf16_exp_backward_kernel). Each operand is loaded into shared memory as bf16, zero-padded to a
+// workspace and a row pass (linear_attention_bf16_exp_backward_kernel). Each operand is loaded
+// into shared memory as bf16, zero-padded to a
 // multiple of 16 columns (the ones column of V' and the normaliser column of G are just one
 // more column) and to whole chunks of rows. One block (4 warps) per (batch*head, tile of
 // kTileQ output columns); per chunk, in barrier-separated phases:
@@ -21,13 +22,20 @@
 //   D  O += P W, O to shared; S += Y^T W (f32 in shared memory, tensor cores accumulating onto
 //      it), then S rounded to bf16 for the next chunk's X S
 //   E  O rows written out (f32, or bf16 with phi' chained in and padded rows zeroed)
+// Small B*H (fewer blocks than twice the SMs), or a test forcing it through
+// linear_attention_set_sequence_split: the sequence is split into segments (grid z) as in the
+// f32 kernels (linear_attention.cu, linear_attention_shared.cuh): pass 1 writes each segment's
+// f32 state sum Y^T W, pass 2 turns them into exclusive prefix (forward), suffix (reverse) or
+// total (bidirectional) sums, pass 3 is the scan above started from its segment's state.
 // The state never leaves shared memory and no per-chunk states are kept: the workspace is
-// (B, H, Nq, e + 1) floats, linear in N. The state accumulates in f32 and is rounded to bf16
+// (B, H, Nq, e + 1) floats, plus segments * d * (e + 1) per (batch, head) when split (at most
+// one segment per 2 chunks): linear in N. The state accumulates in f32 and is rounded to bf16
 // only as an operand of X S, where X is bf16 already: its rounding adds an error of the size
 // X's own adds (splitting S into a bf16 pair hi + lo, two products, was tried: for twice the
 // X S work the conformance errors barely moved, the worst from 0.70 to 0.64 of its bound).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/feature_maps.cuh"
+#include "kernels/cuda/linear_attention_shared.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda_linear_attention_bf16.h"
 
@@ -45,8 +53,9 @@ constexpr int kThreads = kWarps * device::kWarp;
 constexpr int kMaxDim = 256;                     // largest d and e
 constexpr int kPadBf16 = 8;  // extra elements per shared row (16 bytes): consecutive rows start
 constexpr int kPadF32 = 4;   // in different banks, and ld stays a multiple of 16 bytes (wmma)
-
-enum ScanMode : int { kForwardScan = 0, kReverseScan = 1, kFull = 2 };
+// Automatic sequence splitting (linear_attention_shared.cuh): at least this many chunks per
+// segment (128 rows, as the f32 kernels' 4 chunks of 32).
+constexpr int64_t kMinChunksPerSegment = 2;
 
 // The public bf16 storage type as the device's bf16 (the same 16 bits).
 inline const bf16* device_bf16(const ::tarn::bf16* p) { return reinterpret_cast<const bf16*>(p); }
@@ -170,8 +179,8 @@ __device__ __forceinline__ bool tile_live(int mode, int ti, int tj) {
 // spill at 64 to 80, as it did without the hint.
 template <int kTileQ>
 __global__ void __launch_bounds__(kThreads, 2)
-    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, int mode, int64_t heads,
-                                      int64_t slices) {
+    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, int mode, int phase,
+                                      int64_t heads, int64_t slices, float* states) {
   constexpr int kQT = kTileQ / kT;                      // 16-column tiles of O and S
   constexpr int kOutPerWarp = kChunkTiles * kQT / kWarps;  // O tiles each warp owns
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
@@ -187,6 +196,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int c0 = blockIdx.x * kTileQ;
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
   const int ptiles = p / kT;
+  // Split scans (grid z = segments > 1): the segment states are (slices, segments, p_cols,
+  // q_cols), only the real columns of X, Y (ones included) and of the output.
+  const int z = blockIdx.z, segments = gridDim.z;
+  const int p_cols = y.cols + y.ones, q_cols = out.cols;
+  const int wq = q_cols - c0 < kTileQ ? q_cols - c0 : kTileQ;  // real output columns of the tile
 
   // O tile u of this warp: (row tile, column tile). Spread so that each warp gets rows near
   // and far from the diagonal (the causal mask skips tiles above it).
@@ -238,23 +252,48 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
 
   for (int64_t bh = blockIdx.y; bh < slices; bh += gridDim.y) {
-    // The previous slice read the state last before a barrier; the first reads of this one
-    // follow the barrier after the first loads.
+    float* seg_state = states ? states + (bh * segments + z) * p_cols * q_cols + c0 : nullptr;
+    // The state starts at zero, or at the segment's prefix state from pass 2. The previous slice
+    // read the state last before a barrier; the first reads of this one follow the barrier
+    // after the first loads.
     for (int idx = threadIdx.x; idx < p * kTileQ; idx += blockDim.x) {
       const int k = idx / kTileQ, m = idx % kTileQ;
-      sf[k * L.ldsf + m] = 0.0f;
-      sb[k * L.ldsb + m] = mma::to_bf16(0.0f);
+      const float s0 = phase == kScan && seg_state && k < p_cols && m < wq ? seg_state[k * q_cols + m] : 0.0f;
+      sf[k * L.ldsf + m] = s0;
+      sb[k * L.ldsb + m] = mma::to_bf16(s0);
     }
 
+    if (phase == kSegmentState) {  // pass 1: this segment's Y^T W, unscanned
+      int64_t first, last;
+      segment_chunks(y.rows, kChunk, z, segments, first, last);
+      for (int64_t c = first; c < last; ++c) {
+        load_tile(y, bh, heads, c * kChunk, 0, p, ys, L.ldx);
+        load_tile(w, bh, heads, c * kChunk, c0, kTileQ, ws, L.ldw);
+        __syncthreads();
+        update_state();
+        __syncthreads();  // the next loads overwrite ys, ws; the copy below reads sf
+      }
+      __syncthreads();  // an empty segment has no barrier between the zeroing and this read
+      for (int idx = threadIdx.x; idx < p_cols * wq; idx += blockDim.x) {
+        const int k = idx / wq, m = idx % wq;
+        seg_state[k * q_cols + m] = sf[k * L.ldsf + m];
+      }
+      __syncthreads();  // the next slice's zeroing overwrites the sf this copy reads
+      continue;
+    }
+
+    int64_t first, last;
+    segment_chunks(x.rows, kChunk, z, segments, first, last);
     if (mode == kFull) {
-      for (int64_t r0 = 0; r0 < y.rows; r0 += kChunk) {
+      // Bidirectional: the whole S (from pass 2's total when split), then this segment's rows.
+      for (int64_t r0 = 0; !states && r0 < y.rows; r0 += kChunk) {
         load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
         load_tile(w, bh, heads, r0, c0, kTileQ, ws, L.ldw);
         __syncthreads();
         update_state();
         __syncthreads();  // the next loads overwrite ys, ws; the products read sb
       }
-      for (int64_t r0 = 0; r0 < x.rows; r0 += kChunk) {
+      for (int64_t r0 = first * kChunk; r0 < last * kChunk; r0 += kChunk) {
         load_tile(x, bh, heads, r0, 0, p, xs, L.ldx);
         __syncthreads();
         mma::Accumulator o[kOutPerWarp];
@@ -266,9 +305,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       continue;
     }
 
-    const int64_t chunks = (x.rows + kChunk - 1) / kChunk;
+    const int64_t chunks = last - first;
     for (int64_t step = 0; step < chunks; ++step) {
-      const int64_t r0 = (mode == kReverseScan ? chunks - 1 - step : step) * kChunk;
+      const int64_t r0 = (mode == kReverseScan ? last - 1 - step : first + step) * kChunk;
       // A: loads.
       load_tile(x, bh, heads, r0, 0, p, xs, L.ldx);
       load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
@@ -320,43 +359,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       // E: the chunk's output rows (the next chunk's loads touch none of pf).
       write_tile(out, bh, heads, r0, c0, kTileQ, pf, L.ldpf);
     }
-  }
-}
-
-// out = U[:, :e] / (U[:, e] + eps) as bf16, den = U[:, e]; u: (rows, e + 1) f32.
-__global__ void linear_attention_bf16_normalize_kernel(const float* u, bf16* out, float* den, int64_t rows, int e,
-                                                       float eps) {
-  const int64_t total = rows * (e + 1);
-  for (int64_t idx = device::global_index(); idx < total; idx += device::global_stride()) {
-    const int64_t i = idx / (e + 1);
-    const int m = static_cast<int>(idx % (e + 1));
-    const float dn = u[i * (e + 1) + e];
-    if (m == e)
-      den[i] = dn;
-    else
-      out[i * e + m] = mma::to_bf16(u[idx] / (dn + eps));
-  }
-}
-
-// g: (rows, e + 1) f32 = [dO / (den + eps) | -(dO . out) / (den + eps)], one warp per row.
-__global__ void linear_attention_bf16_g_kernel(const bf16* dout, const bf16* out, const float* den, float* g,
-                                               int64_t rows, int e, float eps) {
-  const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t i = warp; i < rows; i += warps) {
-    const float inv = 1.0f / (den[i] + eps);
-    const bf16* dr = dout + i * e;
-    const bf16* orow = out + i * e;
-    float* gr = g + i * (e + 1);
-    float dot = 0.0f;
-    for (int m = lane; m < e; m += device::kWarp) {
-      const float dm = mma::to_float(dr[m]);
-      dot += dm * mma::to_float(orow[m]);
-      gr[m] = dm * inv;
-    }
-    dot = device::warp_reduce(dot, device::Sum());
-    if (lane == 0) gr[e] = -dot * inv;
   }
 }
 
@@ -413,17 +415,26 @@ int max_dynamic_smem() {
   return bytes;
 }
 
+// Launches a scan, split into `segments` (pass 1, pass 2, pass 3; states: their workspace) when
+// there are more than one.
 template <int kTileQ>
 void launch_scan(const Operand& x, const Operand& y, const Operand& w, const Output& out, int p, int q_padded,
-                 int64_t heads, int64_t slices, ScanMode mode) {
+                 int64_t heads, int64_t slices, ScanMode mode, int64_t segments, float* states) {
   const size_t smem = smem_layout<kTileQ>(p).bytes;
   if (smem > 48 * 1024)
     TARN_CUDA_CALL(cudaFuncSetAttribute(linear_attention_bf16_scan_kernel<kTileQ>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const bool split = segments > 1;
   const dim3 grid(static_cast<unsigned>((q_padded + kTileQ - 1) / kTileQ),
-                  static_cast<unsigned>(std::min<int64_t>(slices, device::kMaxGridY)));
+                  static_cast<unsigned>(std::min<int64_t>(slices, device::kMaxGridY)),
+                  static_cast<unsigned>(split ? segments : 1));
+  if (split) {
+    tarn::launch(linear_attention_bf16_scan_kernel<kTileQ>, grid, kThreads, smem, nullptr, x, y, w, out, p,
+                 static_cast<int>(mode), static_cast<int>(kSegmentState), heads, slices, states);
+    segment_prefix(states, slices, segments, static_cast<int64_t>(y.cols + y.ones) * out.cols, mode);
+  }
   tarn::launch(linear_attention_bf16_scan_kernel<kTileQ>, grid, kThreads, smem, nullptr, x, y, w, out, p,
-               static_cast<int>(mode), heads, slices);
+               static_cast<int>(mode), static_cast<int>(kScan), heads, slices, split ? states : nullptr);
 }
 
 // One scan: X, Y of p_cols columns (ones included), W and the output of q_cols. Every column
@@ -432,7 +443,7 @@ void launch_scan(const Operand& x, const Operand& y, const Operand& w, const Out
 // P W: kChunk t / 2), among those whose shared memory the device grants: e + 1 = 65 columns
 // (padded to 80) take three tiles of 32 rather than two of 64.
 void scan(const char* op, const Operand& x, const Operand& y, const Operand& w, const Output& out, int p_cols,
-          int q_cols, int64_t heads, int64_t slices, ScanMode mode) {
+          int q_cols, int64_t heads, int64_t slices, ScanMode mode, int64_t segments, float* states) {
   if (slices == 0 || x.rows == 0) return;
   const int p = round16(p_cols), q = round16(q_cols);
   const size_t limit = static_cast<size_t>(max_dynamic_smem());
@@ -448,37 +459,37 @@ void scan(const char* op, const Operand& x, const Operand& y, const Operand& w, 
   TARN_CHECK(tile != 0, op, ": the scan over ", p_cols, " columns needs ", bytes(16),
              " bytes of shared memory, more than the device's ", limit);
   switch (tile) {
-    case 16: launch_scan<16>(x, y, w, out, p, q, heads, slices, mode); break;
-    case 32: launch_scan<32>(x, y, w, out, p, q, heads, slices, mode); break;
-    default: launch_scan<64>(x, y, w, out, p, q, heads, slices, mode); break;
+    case 16: launch_scan<16>(x, y, w, out, p, q, heads, slices, mode, segments, states); break;
+    case 32: launch_scan<32>(x, y, w, out, p, q, heads, slices, mode, segments, states); break;
+    default: launch_scan<64>(x, y, w, out, p, q, heads, slices, mode, segments, states); break;
   }
 }
 
 void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op, ": negative dims (B=",
-             dims.batch, " H=", dims.heads, " Nq=", dims.n_q, " Nk=", dims.n_k, ")");
+  check_linear_attention_args(op, dims, cfg);
   TARN_CHECK(dims.d >= 1 && dims.d <= kMaxDim && dims.e >= 1 && dims.e <= kMaxDim, op, ": d=", dims.d, " and e=",
              dims.e, " must lie in [1, ", kMaxDim, "] for the bf16 kernels");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs n_q == n_k, got ", dims.n_q,
-             " and ", dims.n_k);
-  TARN_CHECK(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cpu::feature_map_is_row_local(cfg.feature_map), op,
-             ": the bf16 kernels fuse identity, elu1, relu and exp; apply the ", cpu::feature_map_name(cfg.feature_map),
-             " feature map first and pass identity");
-}
-
-void check_workspace(const char* op, const float* workspace, size_t have, size_t need) {
-  TARN_CHECK(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
-             need, " it needs");
 }
 
 // The workspace, in floats from its start:
 //   [0, u)        U (forward) or G (backward): (B, H, Nq, e + 1)
 //   exp map only: the raw rows' maxima of q (B, H, Nq) and k (B, H, Nk), and for backward an f32
 //                 (B, H, max(Nq, Nk), d) for dL/dphi(q), then dL/dphi(k), before the row pass
+//   split only:   the segment states, (B, H, segments, p, q) with p q <= d (e + 1) for every scan
 struct Workspace {
-  size_t u, q_max, k_max, rows, total;
+  size_t u, q_max, k_max, rows, states, total;
+  int64_t segments;
 };
+
+// The segments every scan of one call uses (the narrower of the outputs has the fewest column
+// tiles to spread; tiles of 64 columns assumed, the widest the scan picks): one plan per call,
+// so that the workspace query and the call agree.
+int64_t call_segments(const LinearAttentionDims& dims) {
+  auto tiles = [](int64_t cols) { return (cols + 63) / 64; };
+  const int64_t chunks = (std::max(dims.n_q, dims.n_k) + kChunk - 1) / kChunk;
+  return plan_segments(chunks, kMinChunksPerSegment, dims.batch * dims.heads * std::min(tiles(dims.d), tiles(dims.e)));
+}
+
 Workspace workspace_layout(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, bool backward) {
   const size_t slices = static_cast<size_t>(dims.batch * dims.heads);
   Workspace w{};
@@ -489,6 +500,8 @@ Workspace workspace_layout(const LinearAttentionDims& dims, const LinearAttentio
     w.k_max = at, at += slices * dims.n_k;
     if (backward) w.rows = at, at += slices * std::max(dims.n_q, dims.n_k) * dims.d;
   }
+  w.segments = call_segments(dims);
+  if (w.segments > 1) w.states = at, at += slices * w.segments * dims.d * (dims.e + 1);
   w.total = at;
   return w;
 }
@@ -533,9 +546,9 @@ void linear_attention_bf16_forward(const LinearAttentionDims& dims, const Linear
                    exp_map ? workspace + ws.k_max : nullptr};
   const Operand wv{device_bf16(v), nullptr, dims.n_k, e, e, 1, nullptr, id, nullptr};
   const Output u{workspace, nullptr, dims.n_q, e + 1, nullptr, id, nullptr};
-  scan(op, xq, yk, wv, u, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull);
-  tarn::launch(linear_attention_bf16_normalize_kernel, device::grid_for(rows * (e + 1)), device::kBlock, 0, nullptr,
-               static_cast<const float*>(workspace), device_bf16(out), den, rows, e, cfg.eps);
+  scan(op, xq, yk, wv, u, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull, ws.segments,
+       workspace + ws.states);
+  normalize_rows(static_cast<const float*>(workspace), device_bf16(out), den, rows, e, cfg.eps);
 }
 
 size_t linear_attention_bf16_backward_workspace_floats(const LinearAttentionDims& dims,
@@ -556,9 +569,7 @@ void linear_attention_bf16_backward(const LinearAttentionDims& dims, const Linea
   check_workspace(op, workspace, workspace_floats_given, ws.total);
   const int64_t slices = dims.batch * dims.heads, q_rows = slices * dims.n_q;
   const int d = static_cast<int>(dims.d), e = static_cast<int>(dims.e);
-  if (q_rows > 0)
-    tarn::launch(linear_attention_bf16_g_kernel, device::grid_for(q_rows * device::kWarp), device::kBlock, 0,
-                 nullptr, device_bf16(dout), device_bf16(out), den, workspace, q_rows, e, cfg.eps);
+  compute_g(device_bf16(dout), device_bf16(out), den, workspace, q_rows, e, cfg.eps);
   const FeatureMap fm = cfg.feature_map, id = FeatureMap::identity;
   const bool exp_map = fm == FeatureMap::exp;
   compute_row_maxima(dims, cfg, q, k, workspace, ws);
@@ -585,16 +596,18 @@ void linear_attention_bf16_backward(const LinearAttentionDims& dims, const Linea
                  rows, n, dims.heads, d);
   };
   if (dq) {
-    scan(op, g_op, v_op, b_op, feature_grad(q, dq, dims.n_q, nullptr), e + 1, d, dims.heads, slices, fwd);
+    scan(op, g_op, v_op, b_op, feature_grad(q, dq, dims.n_q, nullptr), e + 1, d, dims.heads, slices, fwd, ws.segments,
+         workspace + ws.states);
     exp_backward(q, dq, dims.n_q, nullptr);
   }
   if (dk) {
-    scan(op, v_op, g_op, a_op, feature_grad(k, dk, dims.n_k, pad), e + 1, d, dims.heads, slices, rev);
+    scan(op, v_op, g_op, a_op, feature_grad(k, dk, dims.n_k, pad), e + 1, d, dims.heads, slices, rev, ws.segments,
+         workspace + ws.states);
     exp_backward(k, dk, dims.n_k, pad);
   }
   if (dv)
     scan(op, b_op, a_op, g_main, Output{nullptr, device_bf16(dv), dims.n_k, e, nullptr, id, nullptr}, d, e,
-         dims.heads, slices, rev);
+         dims.heads, slices, rev, ws.segments, workspace + ws.states);
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

@@ -22,6 +22,11 @@
 // checked by breaking it on purpose: every barrier of the scan kernel, the __syncwarp before
 // the state is rounded, the diagonal mask, the padded rows of dk, the exp map's term at its
 // row's argmax).
+//
+// The sequence split across blocks (pass 1 segment sums, pass 2 prefix / suffix / total, pass 3
+// the scans from them) runs automatically wherever B * H is small (most cases here: the
+// emulator reports 132 SMs, as an H100) and is forced to 2, 3, 4 (an empty last segment) and
+// one segment per chunk by SequenceSplitAcrossBlocksMatchesCpu.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,9 +37,11 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/cuda_kernels.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/emu/bf16.h"
 #include "kernels/linear_attention.h"
+#include "tests/cuda/conformance_bf16_util.h"
 #include "tests/cuda/conformance_util.h"
 
 namespace tarn::cuda_testing {
@@ -67,24 +74,6 @@ std::vector<float> Padding(int64_t batch, int64_t n_k, bool all_keys_of_last_bat
       pad[b * n_k + j] = padded ? 1.0f : 0.0f;
     }
   return pad;
-}
-
-std::vector<float> RoundedRandom(size_t n, float lo, float hi, uint32_t seed) {
-  auto v = Random(n, lo, hi, seed);
-  for (float& x : v) x = bf16_round(x);
-  return v;
-}
-
-std::vector<bf16> ToBf16(const std::vector<float>& v) {
-  std::vector<bf16> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_from_float(v[i]);
-  return h;
-}
-
-std::vector<float> ToFloat(const std::vector<bf16>& h) {
-  std::vector<float> v(h.size());
-  for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_float(h[i]);
-  return v;
 }
 
 // The CPU op's results on one set of inputs.
@@ -156,7 +145,19 @@ constexpr float kNoiseFloors = 3.0f;
   return r;
 }
 
-constexpr bf16 kBf16Nan{0x7fc0};  // outputs start as NaN, so that an element never written shows
+// Forces the sequence split for one scope (0: automatic) and restores the automatic choice.
+class ForcedSplit {
+ public:
+  ForcedSplit(Target target, int segments) : target_(target) { Set(segments); }
+  ~ForcedSplit() { Set(0); }
+  ForcedSplit(const ForcedSplit&) = delete;
+  ForcedSplit& operator=(const ForcedSplit&) = delete;
+
+ private:
+  void Set(int segments) { TARN_ON(target_, linear_attention_set_sequence_split, segments); }
+  Target target_;
+};
+
 
 // The relative size of the jitter: bf16's unit roundoff, 2^-9, twice (a product of two rounded
 // operands).
@@ -284,6 +285,22 @@ TEST_P(LinearAttentionBf16Conformance, CrossAttentionWithDifferentLengthsMatches
     for (bool mask : {false, true}) Check({2, 1, nn[0], nn[1], 128, 32}, false, mask, FeatureMap::elu1, seed += 4);
 }
 
+TEST_P(LinearAttentionBf16Conformance, SequenceSplitAcrossBlocksMatchesCpu) {
+  uint32_t seed = 800;
+  // 300 rows: 5 chunks of 64, so 2 and 3 segments are uneven, 4 leaves the last one empty and 64
+  // is clamped to one segment per chunk.
+  for (int split : {2, 3, 4, 64}) {
+    SCOPED_TRACE("split=" + std::to_string(split));
+    const ForcedSplit forced(target(), split);
+    const FeatureMap fm = split == 3 ? FeatureMap::exp : FeatureMap::elu1;
+    Check({1, 2, 300, 300, 32, 48}, true, true, fm, seed += 4);
+    Check({1, 2, 300, 300, 48, 24}, false, true, fm, seed += 4);
+    Check({1, 1, 130, 300, 32, 16}, false, true, FeatureMap::relu, seed += 4);  // cross: Nq != Nk
+  }
+  const ForcedSplit one_chunk(target(), 4);  // one chunk: a forced split has nothing to split
+  Check({1, 1, 50, 50, 32, 32}, true, false, FeatureMap::elu1, seed += 4);
+}
+
 TEST_P(LinearAttentionBf16Conformance, QueriesWithEveryKeyPaddedGetZerosNotNan) {
   // The last batch's keys are all padded: den = 0, out = 0 and zero gradients, finite thanks to eps.
   Check({2, 1, 65, 65, 32, 64}, true, true, FeatureMap::elu1, 600, true);
@@ -309,6 +326,7 @@ TEST_P(LinearAttentionBf16Conformance, UnsupportedArgumentsAreRejected) {
 }
 
 TEST_P(LinearAttentionBf16Conformance, WorkspaceGrowsLinearlyInSequenceLength) {
+  const ForcedSplit unsplit(target(), 1);
   for (bool causal : {true, false})
     for (FeatureMap fm : {FeatureMap::elu1, FeatureMap::exp}) {
     cpu::LinearAttentionConfig cfg;
@@ -324,6 +342,36 @@ TEST_P(LinearAttentionBf16Conformance, WorkspaceGrowsLinearlyInSequenceLength) {
       EXPECT_EQ(TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, twice, cfg), 2 * bwd);
       EXPECT_EQ(TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, twice, cfg),
                 2 * TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, dims, cfg));
+    }
+  }
+}
+
+TEST_P(LinearAttentionBf16Conformance, SplitWorkspaceStaysLinearInSequenceLength) {
+  // When split, plus segments * d * (e + 1) per (batch, head), at most one segment per 2 chunks
+  // of 64 rows (automatic) or per chunk (forced): linear in N whatever the split.
+  for (int split : {0, 1000}) {
+    const ForcedSplit forced(target(), split);
+    for (bool causal : {true, false}) {
+      cpu::LinearAttentionConfig cfg;
+      cfg.causal = causal;
+      for (int64_t n : {int64_t{64}, int64_t{1000}, int64_t{100000}}) {
+        const cpu::LinearAttentionDims dims{1, 1, n, n, 64, 40};
+        const size_t g = static_cast<size_t>(n * 41);
+        const size_t states_bound = static_cast<size_t>(64 * 41) * static_cast<size_t>((n + 63) / 64);
+        for (size_t ws : {TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, dims, cfg),
+                          TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, dims, cfg)}) {
+          EXPECT_GE(ws, g) << "n=" << n << " split=" << split;
+          EXPECT_LE(ws, g + states_bound) << "n=" << n << " split=" << split;
+        }
+        if (split == 0 && n >= 1000) {  // B * H = 1: far fewer blocks than SMs on any device
+          EXPECT_GT(TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, dims, cfg), g)
+              << "n=" << n << ": the automatic choice does not split";
+        }
+        if (split == 1000 && n == 1000) {  // 16 chunks: 16 segments
+          EXPECT_EQ(TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, dims, cfg),
+                    g + static_cast<size_t>(16 * 64 * 41));
+        }
+      }
     }
   }
 }
