@@ -145,19 +145,6 @@ constexpr float kNoiseFloors = 3.0f;
   return r;
 }
 
-// Forces the sequence split for one scope (0: automatic) and restores the automatic choice.
-class ForcedSplit {
- public:
-  ForcedSplit(Target target, int segments) : target_(target) { Set(segments); }
-  ~ForcedSplit() { Set(0); }
-  ForcedSplit(const ForcedSplit&) = delete;
-  ForcedSplit& operator=(const ForcedSplit&) = delete;
-
- private:
-  void Set(int segments) { TARN_ON(target_, linear_attention_set_sequence_split, segments); }
-  Target target_;
-};
-
 
 // The relative size of the jitter: bf16's unit roundoff, 2^-9, twice (a product of two rounded
 // operands).

@@ -100,19 +100,6 @@ bool AllFinite(const std::vector<float>& x) {
   return true;
 }
 
-// Forces the sequence split for one scope (0: automatic) and restores the automatic choice.
-class ForcedSplit {
- public:
-  ForcedSplit(Target target, int segments) : target_(target) { Set(segments); }
-  ~ForcedSplit() { Set(0); }
-  ForcedSplit(const ForcedSplit&) = delete;
-  ForcedSplit& operator=(const ForcedSplit&) = delete;
-
- private:
-  void Set(int segments) { TARN_ON(target_, linear_attention_set_sequence_split, segments); }
-  Target target_;
-};
-
 struct Case {
   Shape shape;
   bool causal = true;

@@ -186,4 +186,18 @@ template <typename T>
 constexpr float kRtol = 2e-5f;
 constexpr float kAtol = 1e-6f;
 
+// Forces the linear-attention sequence split (kernels/cuda_kernels.h) for one scope, then
+// restores the automatic choice (0).
+class ForcedSplit {
+ public:
+  ForcedSplit(Target target, int segments) : target_(target) { Set(segments); }
+  ~ForcedSplit() { Set(0); }
+  ForcedSplit(const ForcedSplit&) = delete;
+  ForcedSplit& operator=(const ForcedSplit&) = delete;
+
+ private:
+  void Set(int segments) { TARN_ON(target_, linear_attention_set_sequence_split, segments); }
+  Target target_;
+};
+
 }  // namespace tarn::cuda_testing
