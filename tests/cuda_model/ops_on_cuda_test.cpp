@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/ops/attention.h"
 #include "framework/ops/elementwise.h"
@@ -271,6 +272,25 @@ TEST(OpsOnCuda, HostAccessToDeviceDataIsRefusedButCopiesWork) {
   EXPECT_THROW(t.f32(), Error);
   EXPECT_EQ(t.to_vector(), std::vector<float>(3, 2.5f));
   EXPECT_FLOAT_EQ(sum_all(t).item(), 7.5f);
+}
+
+TEST(OpsOnCuda, DeviceMemoryHasItsOwnCurrentAndPeakStatistics) {
+  const Device cuda = emulated_cuda();
+  const int64_t cpu_before = memory_stats().current_bytes;
+  reset_peak_memory(cuda);
+  const int64_t base = memory_stats(cuda).current_bytes;
+  constexpr int64_t kFloats = 1 << 20;  // 4 MiB
+  {
+    const Tensor big = Tensor::zeros({kFloats}, cuda);
+    EXPECT_GE(memory_stats(cuda).current_bytes, base + kFloats * 4);
+    EXPECT_EQ(memory_stats().current_bytes, cpu_before) << "a device tensor was counted on the host";
+  }
+  const MemoryStats after = memory_stats(cuda);
+  EXPECT_EQ(after.current_bytes, base) << "freeing the tensor must give its bytes back";
+  EXPECT_GE(after.peak_bytes, base + kFloats * 4) << "the peak must remember the 4 MiB tensor";
+  EXPECT_GE(after.cached_bytes, kFloats * 4) << "the freed block should stay cached for re-use";
+  reset_peak_memory(cuda);
+  EXPECT_EQ(memory_stats(cuda).peak_bytes, base);
 }
 
 }  // namespace
