@@ -16,7 +16,6 @@
 namespace tarn {
 
 namespace kc = kernels::cpu;
-using ops_internal::check_cpu_f32;
 using ops_internal::check_f32;
 using ops_internal::check_same_device;
 

@@ -8,16 +8,6 @@
 
 namespace tarn::ops_internal {
 
-// The CPU-only kernels (feature maps, FAVOR+) read f32 host memory; say which op was handed
-// something else.
-inline void check_cpu_f32(const char* op, const Tensor& t) {
-  TARN_CHECK(t.defined(), op, ": input is an undefined tensor");
-  TARN_CHECK(t.device().is_cpu(), op, ": the CPU kernel got a tensor on ", t.device().str(), " (shape ",
-             t.shape().str(), ")");
-  TARN_CHECK(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
-             t.shape().str(), ")");
-}
-
 inline void check_f32(const char* op, const Tensor& t) {
   TARN_CHECK(t.defined(), op, ": input is an undefined tensor");
   TARN_CHECK(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
