@@ -20,6 +20,10 @@
 // *_workspace_floats(...) floats (one share per thread it will use: at most
 // omp_get_max_threads() and B*H; 64-byte aligned is best); a smaller one that still holds
 // one share runs on fewer threads.
+// Causal with B*H < threads: each sequence is also split into segments of at least two
+// chunks run on different threads (pass 1 sums each segment's state, pass 3 scans each
+// segment from the prefix of those), and the workspace adds (segments - 1) d x (e+1) states
+// per slice (twice for backward). A workspace sized without them runs unsplit.
 #include <cstddef>
 #include <cstdint>
 
@@ -66,6 +70,11 @@ void linear_attention_backward(const LinearAttentionDims& dims,
                                const float* v, const float* out, const float* den,
                                const float* dout, float* da, float* db, float* dv,
                                float* workspace, size_t workspace_floats);
+
+// Forces the number of segments a causal sequence is split into on the CPU (process-wide,
+// for tests and benchmarks): 0 = automatic (the default), 1 = never split, n = n segments
+// (at most one per chunk) whatever B*H and the thread count. Query the workspace after it.
+void linear_attention_set_cpu_sequence_split(int segments);
 
 // ---- Recurrent mode (incremental decoding, DESIGN.md section 2) ----
 // state: (B, H, d, e+1) f32, row k = [S[k, :e] | z[k]]; start from zeros. One step with the

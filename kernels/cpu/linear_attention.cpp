@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/check.h"
 #include "kernels/cpu/linear_attention_internal.h"
@@ -16,6 +17,9 @@ using namespace linear_attention_detail;
 using simd::padded;
 
 namespace {
+
+// linear_attention_set_cpu_sequence_split: 0 = automatic, 1 = never, n = n segments.
+std::atomic<int> forced_sequence_segments{0};
 
 Geometry make_geometry(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
   Geometry g{dims.batch, dims.heads, dims.n_q, dims.n_k, dims.d, dims.e, 0, 0, 0, 0};
@@ -54,15 +58,109 @@ Slice slice_of(const Geometry& g, const LinearAttentionConfig& cfg, int64_t bh, 
   return s;
 }
 
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
+
 // Threads worth using: no more than the slices, and one for tiny problems (a decoding step,
 // a gradient check), where a parallel region costs more than it saves. The workspace
 // queries size for this many, so a small B*H on a many-core machine allocates little.
 int planned_threads(const Geometry& g) {
-  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
   const int64_t slices = g.batch * g.heads;
   const int64_t work = slices * std::max(g.n_q, g.n_k) * g.d * g.e;
   return static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>({omp_get_max_threads(), slices, work / kMinWorkPerThread})));
+}
+
+// ---- one causal sequence split across threads ----
+//
+// When B*H < threads, each causal slice's rows are cut into `segments` chunk-aligned
+// segments, as the CUDA kernels do: pass 1 sums the state each segment hands on (in
+// parallel over slices x segments), pass 2 turns those into prefix (forward scans) or suffix
+// (reverse scan) sums, pass 3 runs the ordinary scan over each segment from its starting
+// state (in parallel again). Pass 1 costs about one more B^T V' product per row, so it pays
+// only where threads would otherwise idle.
+constexpr int64_t kMinChunksPerSegment = 2;
+
+int64_t chunks_of(const Geometry& g) { return (g.n_q + g.chunk - 1) / g.chunk; }
+
+int64_t planned_segments(const Geometry& g, const LinearAttentionConfig& cfg) {
+  const int64_t slices = g.batch * g.heads, chunks = chunks_of(g);
+  if (!cfg.causal || slices == 0 || chunks < 2) return 1;
+  const int forced = forced_sequence_segments.load(std::memory_order_relaxed);
+  if (forced > 0) return std::min<int64_t>(forced, chunks);
+  const int64_t threads = omp_get_max_threads();
+  if (slices >= threads) return 1;
+  const int64_t work = slices * g.n_q * g.d * g.e;
+  const int64_t segments = std::min<int64_t>(
+      {(threads + slices - 1) / slices, chunks / kMinChunksPerSegment,
+       work / kMinWorkPerThread / slices});
+  return std::max<int64_t>(1, segments);
+}
+
+int split_threads(const Geometry& g, int64_t segments) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), g.batch * g.heads * segments)));
+}
+
+// Pass 1 keeps segments - 1 states per slice per scan direction (the last segment hands
+// nothing on forwards, the first nothing backwards); backward keeps both directions.
+int64_t split_state_floats(const Geometry& g, Pass pass, int64_t segments) {
+  const int64_t directions = pass == Pass::backward ? 2 : 1;
+  return directions * g.batch * g.heads * (segments - 1) * scan_state_floats(g);
+}
+
+size_t needed_workspace_floats(const Geometry& g, const LinearAttentionConfig& cfg, Pass pass) {
+  const int64_t segments = planned_segments(g, cfg);
+  if (segments > 1)
+    return static_cast<size_t>(per_thread_floats(g, pass) * split_threads(g, segments) +
+                               split_state_floats(g, pass, segments));
+  return static_cast<size_t>(per_thread_floats(g, pass) * planned_threads(g));
+}
+
+RowRange segment_rows(const Geometry& g, int64_t segments, int64_t k) {
+  const int64_t chunks = chunks_of(g);
+  return {std::min(g.n_q, k * chunks / segments * g.chunk),
+          std::min(g.n_q, (k + 1) * chunks / segments * g.chunk)};
+}
+
+// The split plan that fits the workspace: segments (1 = run unsplit), threads, and where the
+// segment states start (after the threads' buffers).
+struct SplitPlan {
+  int64_t segments = 1;
+  int threads = 1;
+  float* states = nullptr;
+};
+
+SplitPlan plan_split(const Geometry& g, const LinearAttentionConfig& cfg, Pass pass,
+                     float* workspace, size_t workspace_floats) {
+  SplitPlan plan;
+  const int64_t segments = planned_segments(g, cfg);
+  if (segments <= 1 || !workspace) return plan;
+  const int64_t per_thread = per_thread_floats(g, pass);
+  const int64_t states = split_state_floats(g, pass, segments);
+  const int64_t fits = (static_cast<int64_t>(workspace_floats) - states) / per_thread;
+  if (fits < 1) return plan;  // a workspace sized for the unsplit scan: run that
+  plan.segments = segments;
+  plan.threads = static_cast<int>(std::min<int64_t>(split_threads(g, segments), fits));
+  plan.states = workspace + plan.threads * per_thread;
+  return plan;
+}
+
+// A segment state in the workspace: S (dp x ep) followed by z (dp).
+struct StateSlot {
+  float *s = nullptr, *z = nullptr;
+  operator ScanState() const { return {s, z}; }
+};
+
+// The state slot j (0 .. segments - 2) of slice bh in direction `dir` (0, 1).
+StateSlot state_slot(const Geometry& g, const SplitPlan& plan, int dir, int64_t bh, int64_t j) {
+  const int64_t sf = scan_state_floats(g), per_dir = g.batch * g.heads * (plan.segments - 1);
+  float* p = plan.states + (dir * per_dir + bh * (plan.segments - 1) + j) * sf;
+  return {p, p + g.dp * g.ep};
+}
+
+// x += y, S and z together (z follows S in a slot).
+void add_state(const Geometry& g, const StateSlot& x, const StateSlot& y) {
+  for (int64_t i = 0; i < scan_state_floats(g); ++i) x.s[i] += y.s[i];
 }
 
 // Runs fn(slice index, buffers) over the B*H slices on as many threads as the workspace
@@ -86,20 +184,102 @@ void for_each_slice(const char* op, const Geometry& g, Pass pass, float* workspa
   }
 }
 
+// Forward of a split sequence (see planned_segments). Slot j of direction 0 holds, after
+// pass 2, the S' of segments 0 .. j: the start of segment j + 1.
+template <class SliceOf>
+void forward_split(const Geometry& g, const LinearAttentionConfig& cfg, const SplitPlan& plan,
+                   float* workspace, SliceOf slice_of_bh) {
+  const int64_t slices = g.batch * g.heads, segs = plan.segments;
+  const int64_t per_thread = per_thread_floats(g, Pass::forward);
+#pragma omp parallel num_threads(plan.threads)
+  {
+    Arena arena(workspace + omp_get_thread_num() * per_thread);
+    const Buffers w(arena, g, Pass::forward);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * (segs - 1); ++t) {
+      const int64_t bh = t / (segs - 1), k = t % (segs - 1);
+      const StateSlot sum = state_slot(g, plan, 0, bh, k);
+      causal_key_value_sum(g, cfg, slice_of_bh(bh), w, segment_rows(g, segs, k), sum.s,
+                           sum.z);
+    }
+#pragma omp for
+    for (int64_t bh = 0; bh < slices; ++bh)
+      for (int64_t j = 1; j < segs - 1; ++j)
+        add_state(g, state_slot(g, plan, 0, bh, j), state_slot(g, plan, 0, bh, j - 1));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * segs; ++t) {
+      const int64_t bh = t / segs, k = t % segs;
+      const ScanState before = k > 0 ? state_slot(g, plan, 0, bh, k - 1) : StateSlot{};
+      causal_forward_slice(g, cfg, slice_of_bh(bh), w, segment_rows(g, segs, k), before);
+    }
+  }
+}
+
+// Backward of a split sequence: direction 0 as in forward_split for the dA scan; slot j of
+// direction 1 holds, after pass 2, the R' of segments j + 1 .. last: the start of segment j
+// of the reverse scan.
+template <class SliceOf>
+void backward_split(const Geometry& g, const LinearAttentionConfig& cfg, const SplitPlan& plan,
+                    float* workspace, SliceOf slice_of_bh) {
+  const int64_t slices = g.batch * g.heads, segs = plan.segments;
+  const int64_t per_thread = per_thread_floats(g, Pass::backward);
+#pragma omp parallel num_threads(plan.threads)
+  {
+    Arena arena(workspace + omp_get_thread_num() * per_thread);
+    const Buffers w(arena, g, Pass::backward);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * segs; ++t) {
+      const int64_t bh = t / segs, k = t % segs;
+      const Slice s = slice_of_bh(bh);
+      const RowRange rows = segment_rows(g, segs, k);
+      if (s.da && k < segs - 1) {
+        const StateSlot sum = state_slot(g, plan, 0, bh, k);
+        causal_key_value_sum(g, cfg, s, w, rows, sum.s, sum.z);
+      }
+      if ((s.db || s.dv) && k > 0) {
+        const StateSlot sum = state_slot(g, plan, 1, bh, k - 1);
+        causal_query_grad_sum(g, cfg, s, w, rows, sum.s, sum.z);
+      }
+    }
+#pragma omp for
+    for (int64_t bh = 0; bh < slices; ++bh) {
+      const Slice s = slice_of_bh(bh);
+      for (int64_t j = 1; s.da && j < segs - 1; ++j)
+        add_state(g, state_slot(g, plan, 0, bh, j), state_slot(g, plan, 0, bh, j - 1));
+      for (int64_t j = segs - 3; (s.db || s.dv) && j >= 0; --j)
+        add_state(g, state_slot(g, plan, 1, bh, j), state_slot(g, plan, 1, bh, j + 1));
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * segs; ++t) {
+      const int64_t bh = t / segs, k = t % segs;
+      const Slice s = slice_of_bh(bh);
+      const RowRange rows = segment_rows(g, segs, k);
+      const ScanState before = k > 0 ? state_slot(g, plan, 0, bh, k - 1) : StateSlot{};
+      const ScanState after = k < segs - 1 ? state_slot(g, plan, 1, bh, k) : StateSlot{};
+      if (s.da) causal_backward_da(g, cfg, s, w, rows, before);
+      if (s.db || s.dv) causal_backward_db_dv(g, cfg, s, w, rows, after);
+    }
+  }
+}
+
 }  // namespace
+
+void linear_attention_set_cpu_sequence_split(int segments) {
+  TARN_CHECK(segments >= 0, "linear_attention_set_cpu_sequence_split: segments must be >= 0, got ",
+             segments);
+  forced_sequence_segments.store(segments, std::memory_order_relaxed);
+}
 
 size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims,
                                                  const LinearAttentionConfig& cfg) {
   check_args("linear_attention_forward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::forward) * planned_threads(g));
+  return needed_workspace_floats(make_geometry(dims, cfg), cfg, Pass::forward);
 }
 
 size_t linear_attention_backward_workspace_floats(const LinearAttentionDims& dims,
                                                   const LinearAttentionConfig& cfg) {
   check_args("linear_attention_backward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::backward) * planned_threads(g));
+  return needed_workspace_floats(make_geometry(dims, cfg), cfg, Pass::backward);
 }
 
 void linear_attention_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,
@@ -107,13 +287,22 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
                               float* den, float* workspace, size_t workspace_floats) {
   check_args("linear_attention_forward", dims, cfg);
   const Geometry g = make_geometry(dims, cfg);
+  auto slice_at = [&](int64_t bh) {
+    Slice s = slice_of(g, cfg, bh, a, b, v);
+    s.out_w = out + bh * g.n_q * g.e;
+    s.den_w = den + bh * g.n_q;
+    return s;
+  };
+  const SplitPlan plan = plan_split(g, cfg, Pass::forward, workspace, workspace_floats);
+  if (plan.segments > 1) {
+    forward_split(g, cfg, plan, workspace, slice_at);
+    return;
+  }
   for_each_slice("linear_attention_forward", g, Pass::forward, workspace, workspace_floats,
                  [&](int64_t bh, const Buffers& w) {
-                   Slice s = slice_of(g, cfg, bh, a, b, v);
-                   s.out_w = out + bh * g.n_q * g.e;
-                   s.den_w = den + bh * g.n_q;
+                   const Slice s = slice_at(bh);
                    if (cfg.causal)
-                     causal_forward_slice(g, cfg, s, w);
+                     causal_forward_slice(g, cfg, s, w, {0, g.n_q}, {});
                    else
                      bidirectional_forward_slice(g, cfg, s, w);
                  });
@@ -127,21 +316,30 @@ void linear_attention_backward(const LinearAttentionDims& dims,
   check_args("linear_attention_backward", dims, cfg);
   const Geometry g = make_geometry(dims, cfg);
   if (!da && !db && !dv) return;
+  auto slice_at = [&](int64_t bh) {
+    Slice s = slice_of(g, cfg, bh, a, b, v);
+    s.out = out + bh * g.n_q * g.e;
+    s.den = den + bh * g.n_q;
+    s.dout = dout + bh * g.n_q * g.e;
+    s.da = da ? da + bh * g.n_q * g.d : nullptr;
+    s.db = db ? db + bh * g.n_k * g.d : nullptr;
+    s.dv = dv ? dv + bh * g.n_k * g.e : nullptr;
+    return s;
+  };
+  const SplitPlan plan = plan_split(g, cfg, Pass::backward, workspace, workspace_floats);
+  if (plan.segments > 1) {
+    backward_split(g, cfg, plan, workspace, slice_at);
+    return;
+  }
   for_each_slice("linear_attention_backward", g, Pass::backward, workspace, workspace_floats,
                  [&](int64_t bh, const Buffers& w) {
-                   Slice s = slice_of(g, cfg, bh, a, b, v);
-                   s.out = out + bh * g.n_q * g.e;
-                   s.den = den + bh * g.n_q;
-                   s.dout = dout + bh * g.n_q * g.e;
-                   s.da = da ? da + bh * g.n_q * g.d : nullptr;
-                   s.db = db ? db + bh * g.n_k * g.d : nullptr;
-                   s.dv = dv ? dv + bh * g.n_k * g.e : nullptr;
+                   const Slice s = slice_at(bh);
                    if (!cfg.causal) {
                      bidirectional_backward_slice(g, cfg, s, w);
                      return;
                    }
-                   if (s.da) causal_backward_da(g, cfg, s, w);
-                   if (s.db || s.dv) causal_backward_db_dv(g, cfg, s, w);
+                   if (s.da) causal_backward_da(g, cfg, s, w, {0, g.n_q}, {});
+                   if (s.db || s.dv) causal_backward_db_dv(g, cfg, s, w, {0, g.n_q}, {});
                  });
 }
 

@@ -82,13 +82,35 @@ void masked_g_vt(const Geometry& g, const Buffers& w, int64_t r, int64_t rp);
 
 // ---- per-slice passes ----
 
-// linear_attention_causal.cpp
+// linear_attention_causal.cpp. Each scan runs over the chunk-aligned rows [begin, end) of
+// the slice (all of them unsplit; one segment of them when a sequence is split across
+// threads) and starts from the carried state of the rows outside it that it depends on:
+// S' = sum b_j v'_j^T of the earlier rows for the forward scans, R' = sum a_i g'_i^T of the
+// later rows for the reverse scan, both as S (dp x ep) and z (dp, the ones column); null
+// for zeros.
+struct RowRange {
+  int64_t begin, end;
+};
+struct ScanState {
+  const float* s = nullptr;
+  const float* z = nullptr;
+};
+// Floats of one ScanState in a workspace (S then z, 64-byte aligned).
+inline int64_t scan_state_floats(const Geometry& g) { return g.dp * g.ep + g.dp; }
+
 void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
-                          const Buffers& w);
+                          const Buffers& w, RowRange rows, ScanState start);
 void causal_backward_da(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
-                        const Buffers& w);
+                        const Buffers& w, RowRange rows, ScanState start);
 void causal_backward_db_dv(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
-                           const Buffers& w);
+                           const Buffers& w, RowRange rows, ScanState start);
+// Pass 1 of a split sequence: the state a segment of rows hands on (overwrites S and z), the
+// forward scans' S' (needs s.b, s.v, s.pad) and the reverse scan's R' (s.a, s.out, s.den,
+// s.dout).
+void causal_key_value_sum(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                          const Buffers& w, RowRange rows, float* S, float* z);
+void causal_query_grad_sum(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+                           const Buffers& w, RowRange rows, float* R, float* re);
 // linear_attention_bidirectional.cpp
 void bidirectional_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
                                  const Slice& s, const Buffers& w);
