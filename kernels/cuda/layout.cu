@@ -1,5 +1,5 @@
-// Layout copies behind transpose, permute, concat and slice (kernels/layout.h). The permute
-// merges axes as the CPU kernel does; when the innermost axis moves it goes through 32 x 32
+// Layout copies behind transpose, permute, concat and slice (kernels/layout.h). The permute is
+// planned by plan_permute, as on the CPU; when the innermost axis moves it goes through 32 x 32
 // shared-memory tiles so that both the reads and the writes are coalesced.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_kernels.h"
@@ -22,13 +22,8 @@ __global__ void copy_rows_kernel(const float* src, int64_t src_stride, float* ds
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) dst[r * dst_stride + i] = src[r * src_stride + i];
 }
 
-// Output axes (merged) with their source strides, by value in the parameters.
-struct Axes {
-  int n;
-  int64_t extent[kMaxLayoutDims];
-  int64_t src_stride[kMaxLayoutDims];
-  int64_t dst_stride[kMaxLayoutDims];
-};
+// Merged output axes (kernels/layout.h), by value in the kernel parameters.
+using Axes = cpu::PermuteAxes;
 
 // Row-major index r over axes [0, n) of `a` -> (source offset, destination offset).
 __device__ __forceinline__ void offsets(const Axes& a, int64_t r, int64_t* so, int64_t* dof) {
@@ -88,75 +83,33 @@ void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_str
 }
 
 void permute(const float* src, float* dst, const int64_t* shape, const int* order, int ndim) {
-  TARN_CHECK(ndim >= 0 && ndim <= kMaxLayoutDims, "permute: at most ", kMaxLayoutDims, " dimensions, got ", ndim);
-  int64_t src_stride[kMaxLayoutDims];
-  int64_t numel = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    src_stride[d] = numel;
-    numel *= shape[d];
-  }
+  const cpu::PermutePlan plan = cpu::plan_permute(shape, order, ndim);
+  const int64_t numel = plan.numel;
   if (numel == 0) return;
-  // Output axes with their source strides; extent-1 axes dropped, an axis merged into the
-  // previous one when the source steps through both as one (the CPU kernel's merge).
-  int64_t ext[kMaxLayoutDims], str[kMaxLayoutDims];
-  int m = 0;
-  for (int k = 0; k < ndim; ++k) {
-    const int64_t e = shape[order[k]], s = src_stride[order[k]];
-    if (e == 1) continue;
-    if (m > 0 && str[m - 1] == s * e) {
-      ext[m - 1] *= e;
-      str[m - 1] = s;
-      continue;
-    }
-    ext[m] = e;
-    str[m] = s;
-    ++m;
-  }
-  if (m == 0 || (m == 1 && str[0] == 1)) {  // the identity in disguise
+  if (plan.is_copy()) {  // the identity in disguise
     TARN_CUDA_CALL(cudaMemcpyAsync(dst, src, static_cast<size_t>(numel) * sizeof(float), cudaMemcpyDeviceToDevice,
                                    nullptr));
     return;
   }
-  int64_t dst_stride[kMaxLayoutDims];
-  {
-    int64_t s = 1;
-    for (int d = m - 1; d >= 0; --d) {
-      dst_stride[d] = s;
-      s *= ext[d];
-    }
-  }
-  if (str[m - 1] == 1) {
-    Axes outer{};
-    outer.n = m - 1;
-    for (int d = 0; d < m - 1; ++d) {
-      outer.extent[d] = ext[d];
-      outer.src_stride[d] = str[d];
-      outer.dst_stride[d] = dst_stride[d];
-    }
-    const int64_t len = ext[m - 1], rows = numel / len;
+  const Axes& a = plan.axes;
+  const int q = a.n - 1;  // the innermost output axis
+  if (plan.keeps_last_axis()) {
+    const int64_t len = a.extent[q], rows = numel / len;
     const dim3 grid(static_cast<unsigned>((len + kBlock - 1) / kBlock),
                     static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
-    tarn::launch(permute_rows_kernel, grid, kBlock, 0, nullptr, src, dst, outer, rows, len);
+    tarn::launch(permute_rows_kernel, grid, kBlock, 0, nullptr, src, dst, plan.except(q, q), rows, len);
     return;
   }
-  int p = 0;
-  while (str[p] != 1) ++p;
-  const int q = m - 1;
-  Axes batch{};
-  for (int d = 0; d < m; ++d) {
-    if (d == p || d == q) continue;
-    batch.extent[batch.n] = ext[d];
-    batch.src_stride[batch.n] = str[d];
-    batch.dst_stride[batch.n] = dst_stride[d];
-    ++batch.n;
-  }
+  const int p = plan.contiguous_axis();
+  const Axes batch = plan.except(p, q);
   int64_t batches = 1;
   for (int d = 0; d < batch.n; ++d) batches *= batch.extent[d];
-  const dim3 grid(static_cast<unsigned>((ext[q] + kTile - 1) / kTile), static_cast<unsigned>((ext[p] + kTile - 1) / kTile),
+  const dim3 grid(static_cast<unsigned>((a.extent[q] + kTile - 1) / kTile),
+                  static_cast<unsigned>((a.extent[p] + kTile - 1) / kTile),
                   static_cast<unsigned>(std::min<int64_t>(batches, kMaxGridZ)));
-  TARN_CHECK(grid.y <= kMaxGridY, "permute: axis of ", ext[p], " elements is too long for the tiled transpose");
-  tarn::launch(permute_tile_kernel, grid, dim3(kTile, kTileRows), 0, nullptr, src, dst, batch, batches, ext[p],
-               ext[q], str[q], dst_stride[p]);
+  TARN_CHECK(grid.y <= kMaxGridY, "permute: axis of ", a.extent[p], " elements is too long for the tiled transpose");
+  tarn::launch(permute_tile_kernel, grid, dim3(kTile, kTileRows), 0, nullptr, src, dst, batch, batches, a.extent[p],
+               a.extent[q], a.src_stride[q], a.dst_stride[p]);
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS
