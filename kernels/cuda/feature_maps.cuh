@@ -15,7 +15,7 @@
 //   dx_k = y_k dy_k - [k == top] * sum_j y_j dy_j,   top = the FIRST index holding the max
 // (the shift moves with x_top and only with it). That needs the whole row of dy, so a kernel
 // whose output tile covers only some columns writes dy first and then runs a row-wise pass
-// (exp_row_backward_in_place below, one warp per row); elementwise maps chain phi'(x) into
+// (exp_row_backward below, one warp per row); elementwise maps chain phi'(x) into
 // the value they write (chain_elementwise).
 //
 // Exponentials are expf (CUDA's ~2 ulp, the emulator's libm): not the CPU's Cephes bits, and
@@ -64,7 +64,7 @@ __device__ __forceinline__ float phi(FeatureMap kind, float x, float row_max) {
 }
 
 // dx = phi'(x) dy for the elementwise maps; exp passes dy through (its Jacobian is applied by
-// exp_row_backward_in_place once the whole row of dy is written).
+// exp_row_backward once the whole row of dy is written).
 __device__ __forceinline__ float chain_elementwise(FeatureMap kind, float x, float dy) {
   return is_elementwise(kind) ? dy * dphi_elementwise(kind, x) : dy;
 }
@@ -80,12 +80,14 @@ __device__ __forceinline__ ArgMax combine(ArgMax a, ArgMax b) {
   return a;
 }
 
-// The max of x[0, n) and its first index, over one warp (every lane of the warp calls it with
-// the same x and n, n >= 1; every lane gets the result).
-__device__ __forceinline__ ArgMax warp_argmax(const float* x, int n) {
+// The max of x(0) .. x(n - 1) and its first index, over one warp (every lane of the warp calls
+// it with the same x and n, n >= 1; every lane gets the result). x(k) returns element k as a
+// float: a raw f32 row's element, or a bf16 one widened.
+template <class Load>
+__device__ __forceinline__ ArgMax warp_argmax_of(const Load& x, int n) {
   const int lane = threadIdx.x % device::kWarp;
   ArgMax best{-__int_as_float(0x7f800000), n};  // -inf at an index past every real one
-  for (int k = lane; k < n; k += device::kWarp) best = combine(best, ArgMax{x[k], k});
+  for (int k = lane; k < n; k += device::kWarp) best = combine(best, ArgMax{x(k), k});
   for (int m = device::kWarp / 2; m > 0; m /= 2) {
     const ArgMax other{__shfl_xor_sync(device::kFullMask, best.value, m),
                        __shfl_xor_sync(device::kFullMask, best.index, m)};
@@ -95,20 +97,23 @@ __device__ __forceinline__ ArgMax warp_argmax(const float* x, int n) {
   return best;
 }
 
-// The exp map's backward on one row, by one warp: on entry g[0, n) holds dL/dy, on exit
-// dL/dx, with y recomputed from the raw row x (y_k = exp(x_k - max x)).
-__device__ __forceinline__ void exp_row_backward_in_place(const float* x, float* g, int n) {
+// The same over a row of n floats.
+__device__ __forceinline__ ArgMax warp_argmax(const float* x, int n) {
+  return warp_argmax_of([x](int k) { return x[k]; }, n);
+}
+
+// The exp map's backward on one row, by one warp: x(k) is the raw input, g(k) dL/dy_k with y
+// recomputed (y_k = exp(x_k - max x)), and store(k, v) receives dL/dx_k. Each lane stores only
+// the elements it read, after the row's sum is known, so store may overwrite g in place.
+template <class Load, class Grad, class Store>
+__device__ __forceinline__ void exp_row_backward(const Load& x, const Grad& g, const Store& store, int n) {
   const int lane = threadIdx.x % device::kWarp;
-  const ArgMax top = warp_argmax(x, n);
+  const ArgMax top = warp_argmax_of(x, n);
   float dot = 0.0f;
-  for (int k = lane; k < n; k += device::kWarp) {
-    const float yg = phi_exp(x[k], top.value) * g[k];
-    dot += yg;
-    g[k] = yg;
-  }
+  for (int k = lane; k < n; k += device::kWarp) dot += phi_exp(x(k), top.value) * g(k);
   dot = device::warp_reduce(dot, device::Sum());
-  __syncwarp();  // the lane owning top wrote g[top] above; all writes land before the fix-up
-  if (lane == top.index % device::kWarp) g[top.index] -= dot;
+  for (int k = lane; k < n; k += device::kWarp)
+    store(k, phi_exp(x(k), top.value) * g(k) - (k == top.index ? dot : 0.0f));
 }
 
 }  // namespace fmap

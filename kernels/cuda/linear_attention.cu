@@ -334,7 +334,12 @@ __global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, Sc
 __global__ void linear_attention_exp_backward_kernel(const float* x, float* g, int64_t rows, int d) {
   const int64_t warp = device::global_index() / device::kWarp;
   const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t i = warp; i < rows; i += warps) fmap::exp_row_backward_in_place(x + i * d, g + i * d, d);
+  for (int64_t i = warp; i < rows; i += warps) {
+    const float* xr = x + i * d;
+    float* gr = g + i * d;
+    fmap::exp_row_backward([xr](int k) { return xr[k]; }, [gr](int k) { return gr[k]; },
+                           [gr](int k, float v) { gr[k] = v; }, d);
+  }
 }
 
 int64_t column_tiles(int64_t q) { return (q + kTileQ - 1) / kTileQ; }

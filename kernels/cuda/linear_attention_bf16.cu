@@ -382,29 +382,16 @@ __global__ void linear_attention_bf16_row_max_kernel(const bf16* x, float* m, in
 __global__ void linear_attention_bf16_exp_backward_kernel(const bf16* x, const float* g, bf16* dx, const float* pad,
                                                           int64_t rows, int64_t rows_per_slice, int64_t heads,
                                                           int d) {
-  const int lane = threadIdx.x % device::kWarp;
   const int64_t warp = device::global_index() / device::kWarp;
   const int64_t warps = device::global_stride() / device::kWarp;
   for (int64_t r = warp; r < rows; r += warps) {
     const bf16* xr = x + r * d;
     const float* gr = g + r * d;
-    fmap::ArgMax best{-__int_as_float(0x7f800000), d};
-    for (int k = lane; k < d; k += device::kWarp) best = fmap::combine(best, fmap::ArgMax{mma::to_float(xr[k]), k});
-    for (int m = device::kWarp / 2; m > 0; m /= 2) {
-      const fmap::ArgMax other{__shfl_xor_sync(device::kFullMask, best.value, m),
-                               __shfl_xor_sync(device::kFullMask, best.index, m)};
-      best = fmap::combine(best, other);
-    }
-    if (best.index == d) best.index = 0;  // an all -inf row: the CPU's argmax is 0
-    float dot = 0.0f;
-    for (int k = lane; k < d; k += device::kWarp) dot += fmap::phi_exp(mma::to_float(xr[k]), best.value) * gr[k];
-    dot = device::warp_reduce(dot, device::Sum());
+    bf16* dxr = dx + r * d;
     const int64_t slice = r / rows_per_slice, row = r % rows_per_slice;
     const bool padded = pad && pad[(slice / heads) * rows_per_slice + row] != 0.0f;
-    for (int k = lane; k < d; k += device::kWarp) {
-      float value = fmap::phi_exp(mma::to_float(xr[k]), best.value) * gr[k] - (k == best.index ? dot : 0.0f);
-      dx[r * d + k] = mma::to_bf16(padded ? 0.0f : value);
-    }
+    fmap::exp_row_backward([xr](int k) { return mma::to_float(xr[k]); }, [gr](int k) { return gr[k]; },
+                           [dxr, padded](int k, float v) { dxr[k] = mma::to_bf16(padded ? 0.0f : v); }, d);
   }
 }
 
