@@ -7,6 +7,7 @@
 #include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/elementwise_parallel.h"
 #include "kernels/parallel.h"
+#include "kernels/unary_backward.h"
 
 namespace tarn::kernels::cpu {
 namespace {
@@ -171,19 +172,6 @@ inline float forward_of(float x, float s) {
   if constexpr (Op == Unary::add_scalar) return x + s;
 }
 
-// dy * f'(x) written with whichever of x and y = f(x) is cheaper.
-template <Unary Op>
-inline float backward_of(float x, float y, float dy, float s) {
-  if constexpr (Op == Unary::neg) return -dy;
-  if constexpr (Op == Unary::exp) return dy * y;
-  if constexpr (Op == Unary::log) return dy / x;
-  if constexpr (Op == Unary::sqrt) return dy * 0.5f / y;
-  if constexpr (Op == Unary::relu) return y > 0.0f ? dy : 0.0f;
-  if constexpr (Op == Unary::tanh) return dy * (1.0f - y * y);
-  if constexpr (Op == Unary::scale) return dy * s;
-  if constexpr (Op == Unary::add_scalar) return dy;
-}
-
 template <Unary Op>
 void unary_loop(const float* x, float* y, int64_t n, float s) {
   parallel_chunks(n, [=](int64_t begin, int64_t end) {
@@ -194,12 +182,11 @@ void unary_loop(const float* x, float* y, int64_t n, float s) {
 
 template <Unary Op>
 void unary_backward_loop(const float* x, const float* y, const float* dy, float* dx, int64_t n, float s) {
-  constexpr bool kReadsX = Op == Unary::log;
-  constexpr bool kReadsY = Op == Unary::exp || Op == Unary::sqrt || Op == Unary::relu || Op == Unary::tanh;
+  constexpr bool kReadsX = kUnaryBackwardReadsX<Op>, kReadsY = kUnaryBackwardReadsY<Op>;
   parallel_chunks(n, [=](int64_t begin, int64_t end) {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i)
-      dx[i] = backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s);
+      dx[i] = unary_backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s);
   });
 }
 

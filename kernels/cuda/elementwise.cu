@@ -3,6 +3,7 @@
 // operand and one write per element; the bias case reads its row vector once per thread.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_kernels.h"
+#include "kernels/unary_backward.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
@@ -70,19 +71,6 @@ __device__ __forceinline__ float forward_of(float x, float s) {
   if constexpr (Op == Unary::add_scalar) return x + s;
 }
 
-// dy * f'(x), from whichever of x and y = f(x) the CPU kernel reads.
-template <Unary Op>
-__device__ __forceinline__ float backward_of(float x, float y, float dy, float s) {
-  if constexpr (Op == Unary::neg) return -dy;
-  if constexpr (Op == Unary::exp) return dy * y;
-  if constexpr (Op == Unary::log) return dy / x;
-  if constexpr (Op == Unary::sqrt) return dy * 0.5f / y;
-  if constexpr (Op == Unary::relu) return y > 0.0f ? dy : 0.0f;
-  if constexpr (Op == Unary::tanh) return dy * (1.0f - y * y);
-  if constexpr (Op == Unary::scale) return dy * s;
-  if constexpr (Op == Unary::add_scalar) return dy;
-}
-
 template <Unary Op>
 __global__ void unary_kernel(const float* x, float* y, int64_t n, float s) {
   for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = forward_of<Op>(x[i], s);
@@ -90,10 +78,9 @@ __global__ void unary_kernel(const float* x, float* y, int64_t n, float s) {
 
 template <Unary Op>
 __global__ void unary_backward_kernel(const float* x, const float* y, const float* dy, float* dx, int64_t n, float s) {
-  constexpr bool kReadsX = Op == Unary::log;
-  constexpr bool kReadsY = Op == Unary::exp || Op == Unary::sqrt || Op == Unary::relu || Op == Unary::tanh;
+  constexpr bool kReadsX = cpu::kUnaryBackwardReadsX<Op>, kReadsY = cpu::kUnaryBackwardReadsY<Op>;
   for (int64_t i = global_index(); i < n; i += global_stride())
-    dx[i] = backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s);
+    dx[i] = cpu::unary_backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s);
 }
 
 template <Binary Op>

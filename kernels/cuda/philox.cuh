@@ -7,11 +7,7 @@
 // tests/cuda/curand_reference_test.cpp both against cuRAND's own Philox.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TARN_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define TARN_HOST_DEVICE inline
-#endif
+#include "kernels/host_device.h"
 
 namespace tarn::philox {
 

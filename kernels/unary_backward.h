@@ -1,0 +1,30 @@
+#pragma once
+// The derivatives of the unary ops (kernels/elementwise.h), shared by the CPU loops and the
+// CUDA kernels so that both backends compute gradients with the same expression.
+#include "kernels/elementwise.h"
+#include "kernels/host_device.h"
+
+namespace tarn::kernels::cpu {
+
+// Which of x and y = f(x) the derivative reads (the other may be passed as 0).
+template <Unary Op>
+constexpr bool kUnaryBackwardReadsX = Op == Unary::log;
+template <Unary Op>
+constexpr bool kUnaryBackwardReadsY =
+    Op == Unary::exp || Op == Unary::sqrt || Op == Unary::relu || Op == Unary::tanh;
+
+// dy * f'(x), written with whichever of x and y = f(x) is cheaper; s is the constant of scale
+// and add_scalar.
+template <Unary Op>
+TARN_HOST_DEVICE float unary_backward_of(float x, float y, float dy, float s) {
+  if constexpr (Op == Unary::neg) return -dy;
+  if constexpr (Op == Unary::exp) return dy * y;
+  if constexpr (Op == Unary::log) return dy / x;
+  if constexpr (Op == Unary::sqrt) return dy * 0.5f / y;
+  if constexpr (Op == Unary::relu) return y > 0.0f ? dy : 0.0f;
+  if constexpr (Op == Unary::tanh) return dy * (1.0f - y * y);
+  if constexpr (Op == Unary::scale) return dy * s;
+  if constexpr (Op == Unary::add_scalar) return dy;
+}
+
+}  // namespace tarn::kernels::cpu
