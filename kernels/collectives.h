@@ -17,23 +17,45 @@
 
 namespace tarn::kernels {
 
+// How all_reduce_host combines the ranks' values.
+enum class ReduceOp { sum, max, min };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
-  virtual const char* backend() const = 0;  // "cpu-threads", "nccl"
+  virtual const char* backend() const = 0;  // "cpu-threads", "mpi", "nccl"
 
   // data[i] <- sum over ranks r of data_r[i], i < n, in place on every rank. Summation order:
   // the CPU adds in rank order, ((d_0 + d_1) + d_2) + ..., in f32, every element and every
   // call the same (bit-reproducible); NCCL's order follows its ring/tree and may differ in
   // the last bits from the CPU's (but is the same from run to run on the same topology).
+  // Every rank receives the same bits.
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  // send holds world() * n values, rank r's slice at send + r * n; recv (n values) <- the sum
+  // over ranks of their slice rank(). In place when recv == send + rank() * n. Same summation
+  // order as all_reduce_sum, so a reduce_scatter followed by an all_gather equals it bit for bit.
+  virtual void reduce_scatter_sum(const float* send, float* recv, int64_t n) = 0;
+  // recv (world() * n values) <- every rank's n values of send, rank r's at recv + r * n. In
+  // place when send == recv + rank() * n.
+  virtual void all_gather(const float* send, float* recv, int64_t n) = 0;
   // data[i] <- data_root[i], i < n, on every rank.
   virtual void broadcast(float* data, int64_t n, int root) = 0;
+
+  // Control values in host memory, whatever the communicator's device: token counts, flags,
+  // loss sums, checksums. Sums add in rank order in double, so every rank gets the same bits.
+  virtual void all_reduce_host(double* data, int64_t n, ReduceOp op) = 0;
+  // Host bytes from root to every rank (NCCL's unique id, a checkpoint's name).
+  virtual void broadcast_host_bytes(void* data, int64_t bytes, int root) = 0;
+
   // Returns once every rank has entered it.
   virtual void barrier() = 0;
 };
+
+// One rank alone: every call returns at once (reduce_scatter and all_gather copy when not in
+// place). What a plain, unlaunched `tarn train` uses, so that it communicates nothing.
+std::unique_ptr<Communicator> solo_communicator();
 
 namespace cpu {
 
