@@ -36,12 +36,17 @@ struct Batch {
   std::vector<int32_t> tgt_lengths;    // [B]
   std::vector<uint32_t> example_ids;   // [B], dataset index of each row
   DataPosition position;               // this batch's own position
+  // The global batch this one is a rank's share of (data-parallel training); on one rank the
+  // batch itself. The loss of a step is normalised by the global target count.
+  int64_t global_rows = 0;
+  int64_t global_tgt_tokens = 0;
 
   int64_t src_tokens() const;  // non-pad source tokens
   int64_t tgt_tokens() const;  // non-pad target tokens (what the loss averages over)
 };
 
-// Pads and stacks examples (sources and targets end with </s>, none empty).
+// Pads and stacks examples (sources and targets end with </s>, none empty). A rank's share
+// of a small global batch may have no rows: then rows == 0 and every array is empty.
 Batch make_batch(const std::vector<IdSpan>& sources, const std::vector<IdSpan>& targets);
 
 }  // namespace tarn

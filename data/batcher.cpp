@@ -34,14 +34,36 @@ void Batcher::prepare_epoch(uint64_t epoch) {
   }
   auto global = plan_batches(src_len, tgt_len, config_.plan, derive_seed(config_.seed, SeedPurpose::kShuffle, epoch));
 
+  shard_.clear();
+  prepared_ = true;
+  prepared_epoch_ = epoch;
+  if (config_.split_rows) {  // every rank walks every global batch and takes its rows in next()
+    shard_ = std::move(global);
+    return;
+  }
   const auto world = static_cast<size_t>(config_.world_size), rank = static_cast<size_t>(config_.rank);
   const size_t usable = config_.even_shards ? global.size() / world * world : global.size();
   TARN_CHECK(usable > rank, "batcher: epoch ", epoch, " has ", global.size(), " batches, too few for ", world,
              " ranks (lower batch.max_tokens or use more data)");
-  shard_.clear();
   for (size_t b = rank; b < usable; b += world) shard_.push_back(std::move(global[b]));
-  prepared_ = true;
-  prepared_epoch_ = epoch;
+}
+
+std::pair<size_t, size_t> Batcher::row_share(const std::vector<uint32_t>& rows) const {
+  // Contiguous shares cut where the running token count crosses r / world of the batch's
+  // tokens: rank-independent arithmetic, so the shares of all ranks partition the batch.
+  const auto world = static_cast<size_t>(config_.world_size);
+  std::vector<int64_t> prefix(rows.size() + 1, 0);
+  for (size_t i = 0; i < rows.size(); ++i)
+    prefix[i + 1] = prefix[i] + static_cast<int64_t>(sources_.row(rows[i]).size() + targets_.row(rows[i]).size());
+  const int64_t total = prefix.back();
+  auto cut = [&](size_t r) {  // the first row whose start lies at or past r / world of the tokens
+    if (r >= world) return rows.size();
+    size_t i = 0;
+    while (i < rows.size() && prefix[i] * static_cast<int64_t>(world) < total * static_cast<int64_t>(r)) ++i;
+    return i;
+  };
+  const auto rank = static_cast<size_t>(config_.rank);
+  return {cut(rank), cut(rank + 1)};
 }
 
 size_t Batcher::batches_in_epoch() {
@@ -60,7 +82,14 @@ void Batcher::set_position(DataPosition position) {
 
 Batch Batcher::next() {
   prepare_epoch(position_.epoch);
-  const auto& rows = shard_[position_.batch];
+  const auto& all_rows = shard_[position_.batch];
+  int64_t global_tgt_tokens = 0;
+  for (uint32_t i : all_rows) global_tgt_tokens += static_cast<int64_t>(targets_.row(i).size());
+  std::vector<uint32_t> rows = all_rows;
+  if (config_.split_rows) {
+    const auto [begin, end] = row_share(all_rows);
+    rows.assign(all_rows.begin() + static_cast<std::ptrdiff_t>(begin), all_rows.begin() + static_cast<std::ptrdiff_t>(end));
+  }
   std::vector<IdSpan> sources, targets;
   sources.reserve(rows.size());
   targets.reserve(rows.size());
@@ -68,9 +97,11 @@ Batch Batcher::next() {
     sources.push_back(sources_.row(i));
     targets.push_back(targets_.row(i));
   }
-  Batch batch = make_batch(sources, targets);
+  Batch batch = rows.empty() ? Batch{} : make_batch(sources, targets);  // a rank may get no row of a tiny batch
   batch.example_ids = rows;
   batch.position = position_;
+  batch.global_rows = static_cast<int64_t>(all_rows.size());
+  batch.global_tgt_tokens = global_tgt_tokens;
   // Past the epoch's last batch the next one is the new epoch's first: keeping the position
   // normalised makes batches_in_epoch() and a checkpointed position unambiguous.
   if (++position_.batch == shard_.size()) position_ = {position_.epoch + 1, 0};

@@ -2,9 +2,16 @@
 // The stream of batches one rank trains on. Each epoch the batcher materialises every
 // example of the dataset for that epoch (denoising noise included, so lengths are exact),
 // plans batches by token budget (data/batch_plan.h) from a seed derived from (seed, epoch),
-// and hands rank r of w the global batches r, r + w, r + 2w, ... The whole stream is a
-// function of (dataset, config, epoch), so a DataPosition is all a checkpoint needs to store.
+// and hands rank r of w either
+//   split_rows = false: the global batches r, r + w, r + 2w, ... whole (sharded evaluation), or
+//   split_rows = true:  its share of every global batch, a contiguous run of the batch's rows
+//                       balanced by tokens (data-parallel training: the same batches as one
+//                       rank, split, so the rank count changes speed and not results).
+// The whole stream is a function of (dataset, config, epoch), so a DataPosition is all a
+// checkpoint needs to store; with split_rows it counts global batches and so does not depend
+// on the rank count.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "data/batch.h"
@@ -23,6 +30,7 @@ struct BatcherConfig {
   // skipped this epoch (they change every epoch), as data-parallel training needs equal step
   // counts. false: ranks get the leftovers too (uneven counts), for evaluation.
   bool even_shards = true;
+  bool split_rows = false;
 
   void validate() const;  // throws tarn::Error naming the offending field
 };
@@ -49,6 +57,8 @@ class Batcher {
 
  private:
   void prepare_epoch(uint64_t epoch);  // materialise and plan, if not done for this epoch
+  // split_rows: this rank's rows [first, second) of a global batch's row list.
+  std::pair<size_t, size_t> row_share(const std::vector<uint32_t>& rows) const;
 
   const Dataset& dataset_;
   BatcherConfig config_;

@@ -8,7 +8,8 @@
 namespace tarn {
 
 // What a derived seed is for: different purposes never share a Philox key.
-enum class SeedPurpose : uint64_t { kNoise = 1, kShuffle = 2 };
+// kDropoutRank keys the dropout stream of data-parallel rank r > 0 (epoch = r).
+enum class SeedPurpose : uint64_t { kNoise = 1, kShuffle = 2, kDropoutRank = 3 };
 
 // splitmix64's finaliser (Steele et al. 2014): a bijective 64-bit mixer with full avalanche,
 // so nearby (seed, epoch) pairs give unrelated keys.

@@ -193,6 +193,13 @@ config::Schema build_schema() {
   training.integer(&TrainingRecipe::max_bad_steps, "max_bad_steps",
                    "non-finite losses in a row before stopping (each such step is skipped)")
       .min(1);
+  training.number(&TrainingRecipe::collective_timeout_s, "collective_timeout_s",
+                  "data-parallel runs: seconds a collective may wait for the other ranks before the job is ended")
+      .positive();
+  training.integer(&TrainingRecipe::check_replicas_every_steps, "check_replicas_every_steps",
+                   "data-parallel runs: compare a parameter checksum across ranks every this many steps; 0 = at "
+                   "start only")
+      .non_negative();
 
   auto validation = root.section(&Recipe::validation, "validation", "periodic validation on data.valid");
   validation.integer(&ValidationRecipe::every_steps, "every_steps", "validate every this many steps; 0 = at the end")

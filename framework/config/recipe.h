@@ -126,6 +126,9 @@ struct TrainingRecipe {
   int64_t threads = 0;         // 0 = every core
   double label_smoothing = 0.1;
   int64_t max_bad_steps = 5;  // non-finite losses in a row before stopping
+  // Data-parallel runs (mpirun): a collective not done in this time ends the job.
+  double collective_timeout_s = 300;
+  int64_t check_replicas_every_steps = 200;  // parameter checksum across ranks; 0 = at start only
 };
 
 struct ValidationRecipe {

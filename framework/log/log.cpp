@@ -10,6 +10,7 @@ namespace {
 std::mutex g_mu;
 int g_color = -1;  // -1 auto
 bool g_progress_open = false;
+int g_rank = 0, g_world = 1;
 
 void close_progress_locked() {
   if (g_progress_open) {
@@ -29,8 +30,15 @@ void set_color(const std::string& mode) {
 
 bool color() { return g_color == -1 ? stderr_is_terminal() : g_color == 1; }
 
+void set_rank(int rank, int world) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_rank = rank;
+  g_world = world;
+}
+
 void line(const char* tag, const std::string& text) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_rank != 0) return;
   close_progress_locked();
   std::fprintf(stderr, "[%s] %s\n", tag, text.c_str());
   std::fflush(stderr);
@@ -39,15 +47,17 @@ void line(const char* tag, const std::string& text) {
 void warn(const char* tag, const std::string& text) {
   std::lock_guard<std::mutex> lock(g_mu);
   close_progress_locked();
+  const std::string who = g_world > 1 ? "rank " + std::to_string(g_rank) + ": " : "";
   if (color())
-    std::fprintf(stderr, "[%s] \x1b[33mwarning:\x1b[0m %s\n", tag, text.c_str());
+    std::fprintf(stderr, "[%s] \x1b[33mwarning:\x1b[0m %s%s\n", tag, who.c_str(), text.c_str());
   else
-    std::fprintf(stderr, "[%s] warning: %s\n", tag, text.c_str());
+    std::fprintf(stderr, "[%s] warning: %s%s\n", tag, who.c_str(), text.c_str());
   std::fflush(stderr);
 }
 
 void progress(const char* tag, const std::string& text) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_rank != 0) return;
   if (stderr_is_terminal()) {
     std::fprintf(stderr, "\r[%s] %s\x1b[K", tag, text.c_str());
     g_progress_open = true;

@@ -13,6 +13,10 @@ bool stderr_is_terminal();
 void set_color(const std::string& mode);
 bool color();
 
+// Data-parallel runs: only rank 0 prints lines and progress; every rank prints warnings,
+// prefixed "rank R: " when world > 1. Set once, before the first line of the run.
+void set_rank(int rank, int world);
+
 void line(const char* tag, const std::string& text);   // "[tag] text\n"
 void warn(const char* tag, const std::string& text);   // "[tag] warning: text\n"
 

@@ -28,6 +28,16 @@ json::Value progress_json(const Progress& p) {
   o.set("data_batch", Value::number(p.data.batch));
   o.set("dropout_seed", Value::number(p.dropout.seed));
   o.set("dropout_counter", Value::number(p.dropout.counter));
+  if (!p.rank_dropout.empty()) {
+    std::vector<Value> ranks;
+    for (const DropoutState& d : p.rank_dropout) {
+      Value e = Value::object();
+      e.set("seed", Value::number(d.seed));
+      e.set("counter", Value::number(d.counter));
+      ranks.push_back(e);
+    }
+    o.set("rank_dropout", Value::array(std::move(ranks)));
+  }
   o.set("tokens_seen", Value::number(p.tokens_seen));
   o.set("elapsed_s", Value::number(p.elapsed_s));
   o.set("best_val_nll", p.has_best ? Value::number(p.best_val_nll) : Value());
@@ -62,6 +72,10 @@ Progress parse_progress(const std::string& text, const std::string& source) {
   p.data.batch = field(o, "data_batch", source).as_u64("data_batch");
   p.dropout.seed = field(o, "dropout_seed", source).as_u64("dropout_seed");
   p.dropout.counter = field(o, "dropout_counter", source).as_u64("dropout_counter");
+  if (const json::Value* ranks = o.find("rank_dropout"))
+    for (const json::Value& e : ranks->items("rank_dropout"))
+      p.rank_dropout.push_back({field(e, "seed", source).as_u64("rank_dropout.seed"),
+                                field(e, "counter", source).as_u64("rank_dropout.counter")});
   p.tokens_seen = static_cast<int64_t>(field(o, "tokens_seen", source).as_u64("tokens_seen"));
   p.elapsed_s = field(o, "elapsed_s", source).as_double("elapsed_s");
   const json::Value& best = field(o, "best_val_nll", source);

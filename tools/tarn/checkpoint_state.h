@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "data/batch.h"
 #include "data/tokenizer.h"
@@ -24,7 +25,11 @@ namespace tarn::app {
 struct Progress {
   int64_t step = 0;             // optimizer updates done
   DataPosition data;            // the next batch to read
-  DropoutState dropout;         // the next dropout stream
+  DropoutState dropout;         // the next dropout stream (rank 0's)
+  // Data-parallel runs: every rank's dropout stream, rank r at index r (empty on one rank).
+  // Each rank draws its own masks (seed derived from the run's seed and the rank, see
+  // rank_dropout_seed), so an exact resume needs every rank's counter.
+  std::vector<DropoutState> rank_dropout;
   int64_t tokens_seen = 0;      // source + target tokens trained on
   double elapsed_s = 0;         // training wall time over all runs
   bool has_best = false;

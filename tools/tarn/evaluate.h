@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "data/dataset.h"
+#include "kernels/collectives.h"
 #include "layers/bart.h"
 
 namespace tarn::app {
@@ -17,7 +18,10 @@ struct EvalResult {
 };
 
 // max_batches 0 = the whole dataset. The model is left in the train/eval mode it was in.
+// With a communicator of several ranks, rank r evaluates the batches r, r + world, ... and the
+// sums are combined: every rank gets the figure one rank would (the same batches; the NLL
+// sum in another order, so equal to rounding in the last bits of a double).
 EvalResult evaluate(BartForConditionalGeneration& model, const Dataset& data, int64_t tokens_per_batch,
-                    int64_t max_batches = 0);
+                    int64_t max_batches = 0, kernels::Communicator* comm = nullptr);
 
 }  // namespace tarn::app

@@ -15,6 +15,7 @@
 #include "framework/config/config_error.h"
 #include "framework/config/recipe.h"
 #include "framework/log/log.h"
+#include "kernels/mpi/mpi.h"
 #include "layers/bart.h"
 #include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/evaluate.h"
@@ -52,7 +53,12 @@ commands:
 
 A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
 newest valid checkpoint). Exit codes: 0 success, 2 user error (bad recipe, flag or file),
-3 training stopped by non-finite losses (the last good checkpoint is kept), 1 internal error.
+3 training stopped by non-finite losses (the last good checkpoint is kept), 4 a data-parallel
+collective failed (a rank died, hung or disagreed), 1 internal error.
+
+Data-parallel training: launch the same command with mpirun, one rank per GPU or CPU node:
+  mpirun -np 4 tarn train RECIPE.yaml          (training.device: cuda = each rank's local GPU)
+training.tokens_per_batch stays the global batch; only rank 0 logs and writes (recipes/README.md).
 )";
 
 // --flag value pairs, repeated --set, bare flags and positionals.
@@ -264,17 +270,37 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 }  // namespace tarn::app
 
+namespace {
+
+// Under mpirun a rank that fails must take the whole job down (the others would wait in
+// their next collective until the deadline): MPI_Abort. Alone, a plain exit code.
+int finish(int code, const char* prefix = nullptr, const char* what = nullptr) {
+  namespace mpi = tarn::kernels::mpi;
+  if (what) {
+    const tarn::kernels::mpi::LaunchInfo launch = mpi::launch_info();
+    if (launch.launched)
+      std::fprintf(stderr, "tarn: rank %d of %d: %s%s\n", launch.rank, launch.world, prefix, what);
+    else
+      std::fprintf(stderr, "tarn: %s%s\n", prefix, what);
+    std::fflush(stderr);
+    if (mpi::initialized()) mpi::abort(code);
+  }
+  mpi::finalize();
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
-    return tarn::app::dispatch(argc, argv);
+    return finish(tarn::app::dispatch(argc, argv));
   } catch (const tarn::ConfigError& e) {
-    std::fprintf(stderr, "tarn: %s\n", e.what());
-    return 2;
+    return finish(2, "", e.what());
+  } catch (const tarn::kernels::mpi::CollectiveError& e) {
+    return finish(4, "", e.what());
   } catch (const tarn::Error& e) {
-    std::fprintf(stderr, "tarn: %s\n", e.what());
-    return 2;
+    return finish(2, "", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tarn: internal error: %s\n", e.what());
-    return 1;
+    return finish(1, "internal error: ", e.what());
   }
 }

@@ -12,7 +12,10 @@
 #include <memory>
 
 #include "data/batcher.h"
+#include "data/seed.h"
 #include "framework/autograd.h"
+#include "framework/distributed/gradient_sync.h"
+#include "framework/distributed/parameter_sync.h"
 #include "framework/config/config_error.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
@@ -21,6 +24,9 @@
 #include "framework/optim/adamw.h"
 #include "framework/optim/clip_grad.h"
 #include "framework/optim/lr_schedule.h"
+#include "kernels/backend.h"
+#include "kernels/mpi/mpi.h"
+#include "kernels/parallel.h"
 #include "layers/bart.h"
 #include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/model_io.h"
@@ -87,8 +93,23 @@ class Trainer {
   void validate_and_maybe_save_best();
   void save(const char* why);
   std::string stop_reason();
+  // Data-parallel plumbing (one rank: no communication at all).
+  void open_communicator();
+  void open_gradient_communicator();
+  void log_ranks();
+  void resume_or_restart();
+  void restore_rank_dropout();
+  void gather_rank_dropout();
+  bool lead() const { return comm_->rank() == 0; }
+  bool solo() const { return comm_->world() == 1; }
 
   TrainOptions opt_;
+  std::unique_ptr<kernels::Communicator> owned_comm_, owned_grad_comm_;
+  kernels::Communicator* comm_ = nullptr;       // control values, files, validation
+  kernels::Communicator* grad_comm_ = nullptr;  // gradients: NCCL on GPUs, else comm_
+  std::unique_ptr<GradientSync> grad_sync_;
+  std::string launcher_;
+  double comm_s_ = 0;
   Recipe recipe_;
   Device device_;
   std::optional<Tokenizer> tok_;
@@ -108,15 +129,179 @@ class Trainer {
   int64_t tokens_this_run_ = 0;
 };
 
+void Trainer::open_communicator() {
+  if (opt_.communicator) {
+    comm_ = opt_.communicator;
+    return;
+  }
+  const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
+  if (launch.launched) {
+    // Quiet before MPI starts: only rank 0 speaks from the first line on.
+    log::set_rank(launch.rank, launch.world);
+    owned_comm_ = kernels::mpi::world_communicator(recipe_.training.collective_timeout_s);
+    launcher_ = launch.launcher;
+  } else {
+    owned_comm_ = kernels::solo_communicator();
+  }
+  comm_ = owned_comm_.get();
+}
+
+// Gradients of CUDA parameters go through NCCL (its unique id sent over the control
+// communicator); host memory (the CPU, and the emulated CUDA device of the tests) through the
+// control communicator itself.
+void Trainer::open_gradient_communicator() {
+  grad_comm_ = comm_;
+  if (solo() || device_.is_cpu() || std::string(kernels::cuda_backend().name) != "cuda") return;
+#if defined(TARN_WITH_CUDA)
+  if (!kernels::cuda::nccl_available())
+    throw ConfigError(recipe_.where("training.device"), "training.device",
+                      "data-parallel training on CUDA devices needs NCCL, and this tarn was built without it "
+                      "(cmake/TarnCuda.cmake: set NCCL_ROOT and reconfigure)");
+  kernels::NcclUniqueId id{};
+  if (lead()) id = kernels::cuda::nccl_unique_id();
+  comm_->broadcast_host_bytes(id.data(), static_cast<int64_t>(id.size()), 0);
+  owned_grad_comm_ = kernels::cuda::nccl_communicator(id, comm_->rank(), comm_->world(), device_.index);
+  grad_comm_ = owned_grad_comm_.get();
+#endif
+}
+
+// The first lines of a data-parallel run: who runs where, and what a batch is.
+void Trainer::log_ranks() {
+  if (solo()) return;
+  const int world = comm_->world();
+  // Per rank: threads, device kind and index, gradient backend (0 mpi/threads, 1 nccl).
+  std::vector<double> info(3 * static_cast<size_t>(world), 0.0);
+  const size_t me = 3 * static_cast<size_t>(comm_->rank());
+  info[me] = kernels::num_threads();
+  info[me + 1] = device_.is_cpu() ? -1.0 : device_.index;
+  info[me + 2] = std::string(grad_comm_->backend()) == "nccl" ? 1.0 : 0.0;
+  comm_->all_reduce_host(info.data(), static_cast<int64_t>(info.size()), kernels::ReduceOp::sum);
+  log::info("dist", world, " ranks (", comm_->backend(), launcher_.empty() ? "" : ", launched by " + launcher_,
+            "); only rank 0 logs and writes checkpoints");
+  for (int r = 0; r < world; ++r) {
+    const double* i = &info[3 * static_cast<size_t>(r)];
+    log::info("dist", "rank ", r, ": ", i[1] < 0 ? std::string("cpu") : "cuda:" + std::to_string(static_cast<int>(i[1])),
+              ", ", static_cast<int>(i[0]), " threads, gradients by ", i[2] > 0 ? "nccl" : comm_->backend());
+  }
+  const int64_t global = recipe_.training.tokens_per_batch, accum = recipe_.training.grad_accumulation;
+  log::info("dist", "batch: ", log::thousands(global), " padded tokens per global batch, ~",
+            log::thousands(global / world), " per rank x ", world, " ranks x ", accum,
+            " accumulation = ", log::thousands(global * accum), " per optimizer step");
+}
+
+// Rank r > 0 draws its own dropout masks: its seed is derived from the run's and the rank
+// (rank 0 keeps the run's, so one rank is exactly the single-process run). A resumed run
+// continues each rank's stream from the checkpoint; a rank the checkpoint did not have (more
+// ranks than before) starts its own stream at rank 0's counter, past anything it drew before.
+void Trainer::restore_rank_dropout() {
+  const int rank = comm_->rank();
+  if (rank == 0) return;
+  DropoutState d;
+  if (static_cast<size_t>(rank) < progress_.rank_dropout.size()) {
+    d = progress_.rank_dropout[static_cast<size_t>(rank)];
+  } else {
+    d.seed = derive_seed(static_cast<uint64_t>(recipe_.training.seed), SeedPurpose::kDropoutRank,
+                         static_cast<uint64_t>(rank));
+    d.counter = progress_.dropout.counter;
+  }
+  model_->set_dropout_state(d);
+}
+
+// Every rank's dropout stream into progress_.rank_dropout (collective): what a checkpoint
+// needs to resume every rank exactly.
+void Trainer::gather_rank_dropout() {
+  if (solo()) {
+    progress_.rank_dropout.clear();
+    return;
+  }
+  const int world = comm_->world();
+  std::vector<double> v(3 * static_cast<size_t>(world), 0.0);
+  const DropoutState mine = model_->dropout_state();
+  const size_t me = 3 * static_cast<size_t>(comm_->rank());
+  v[me] = static_cast<double>(mine.seed >> 32);  // halves: exact in a double
+  v[me + 1] = static_cast<double>(mine.seed & 0xffffffffu);
+  v[me + 2] = static_cast<double>(mine.counter);
+  comm_->all_reduce_host(v.data(), static_cast<int64_t>(v.size()), kernels::ReduceOp::sum);
+  progress_.rank_dropout.assign(static_cast<size_t>(world), {});
+  for (int r = 0; r < world; ++r) {
+    const double* e = &v[3 * static_cast<size_t>(r)];
+    progress_.rank_dropout[static_cast<size_t>(r)] = {(static_cast<uint64_t>(e[0]) << 32) | static_cast<uint64_t>(e[1]),
+                                                      static_cast<uint64_t>(e[2])};
+  }
+}
+
+// Rank 0 alone touches checkpoints.dir (cleanup, --restart) and picks the checkpoint; every
+// rank then loads that one (the ranks must see the same files: one machine, or a shared
+// filesystem) and rank 0's parameters are broadcast, so the replicas start identical.
+void Trainer::resume_or_restart() {
+  const std::string& run_dir = recipe_.checkpoints.dir;
+  int64_t chosen = -1;  // the step of the checkpoint to resume from
+  std::optional<Checkpoint> latest;
+  if (lead()) {
+    std::filesystem::create_directories(run_dir);
+    for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
+      log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
+    if (!opt_.restart) {
+      std::vector<std::string> rejected;
+      latest = latest_valid_checkpoint(run_dir, &rejected);
+      for (const std::string& r : rejected) log::warn("ckpt", "skipping a damaged checkpoint: " + r);
+      if (latest) chosen = checkpoint_progress(*latest).step;
+    } else {
+      set_aside_previous_run(run_dir);
+    }
+  }
+  if (!solo()) {
+    double c = static_cast<double>(chosen);
+    comm_->all_reduce_host(&c, 1, kernels::ReduceOp::max);  // only rank 0's is not -1
+    chosen = static_cast<int64_t>(c);
+    if (!lead() && chosen >= 0) {
+      const std::string dir = checkpoint_dir(run_dir, chosen);
+      TARN_CHECK(std::filesystem::exists(dir), "rank ", comm_->rank(), " cannot see ", dir,
+                 ", the checkpoint rank 0 resumes from: every rank must see the same checkpoints.dir (run on one "
+                 "machine, or put it on a shared filesystem)");
+      latest = open_checkpoint(dir);
+    }
+  }
+  if (latest) {
+    load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
+    batcher_->set_position(progress_.data);
+    last_saved_step_ = progress_.step;
+    log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
+              progress_.data.epoch, "); --restart starts over");
+    if (!solo() && !progress_.rank_dropout.empty() && progress_.rank_dropout.size() != static_cast<size_t>(comm_->world()))
+      log::warn("dist", str_cat("the checkpoint was written by ", progress_.rank_dropout.size(), " ranks and ",
+                                comm_->world(), " continue it: parameters, optimizer, data order and schedule carry "
+                                "on exactly; dropout masks differ from what that run would have drawn"));
+  }
+  restore_rank_dropout();
+  if (!solo()) {
+    std::vector<Tensor*> params = model_->parameters();
+    broadcast_tensors(params, *grad_comm_, 0);
+    check_replicas_identical(params, *comm_, "at start");
+  }
+}
+
 void Trainer::setup() {
   recipe_ = load_recipe(opt_.recipe_path, opt_.overrides);
+  open_communicator();
   for (const std::string& w : recipe_.warnings) log::warn("config", w);
+  const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
+  if (!solo() && recipe_.training.device == "cuda" && opt_.communicator == nullptr)
+    recipe_.training.device = "cuda:" + std::to_string(kernels::mpi::local_rank());  // my machine's GPU
   device_ = training_device(recipe_);  // before any data work: a missing GPU is reported at once
   check_recipe_files(recipe_);
   log::set_color(recipe_.logging.color);
+  // threads: 0 means every core; ranks sharing a machine share its cores.
+  if (launch.launched && recipe_.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    recipe_.training.threads = std::max(1, kernels::num_threads() / std::max(1, launch.local_world));
   configure_threads(recipe_);
+  open_gradient_communicator();
+  log_ranks();
 
-  tok_ = open_tokenizer(recipe_);
+  // Rank 0 trains the tokenizer when it is missing; the others then load its file.
+  if (lead()) tok_ = open_tokenizer(recipe_);
+  if (!solo()) comm_->barrier();
+  if (!lead()) tok_ = open_tokenizer(recipe_);
   const uint64_t seed = static_cast<uint64_t>(recipe_.training.seed);
   train_set_ = open_dataset(recipe_, *tok_, recipe_.data.train, seed, "train");
   if (!recipe_.data.valid.empty()) valid_set_ = open_dataset(recipe_, *tok_, recipe_.data.valid, kEvalNoiseSeed, "valid");
@@ -135,6 +320,7 @@ void Trainer::setup() {
   ao.eps = static_cast<float>(recipe_.optimizer.eps);
   ao.weight_decay = static_cast<float>(recipe_.optimizer.weight_decay);
   optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
+  grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_);
 
   schedule_.kind = parse_lr_schedule_kind(recipe_.optimizer.schedule);
   schedule_.lr = ao.lr;
@@ -151,44 +337,31 @@ void Trainer::setup() {
   BatcherConfig bc;
   bc.plan.max_tokens = recipe_.training.tokens_per_batch;
   bc.seed = seed;
+  bc.rank = comm_->rank();
+  bc.world_size = comm_->world();
+  bc.split_rows = true;  // each rank its share of every global batch
   batcher_ = std::make_unique<Batcher>(*train_set_, bc);
   progress_.dropout = model_->dropout_state();
 
-  const std::string& run_dir = recipe_.checkpoints.dir;
-  std::filesystem::create_directories(run_dir);
-  for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
-    log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
-  if (!opt_.restart) {
-    std::vector<std::string> rejected;
-    auto latest = latest_valid_checkpoint(run_dir, &rejected);
-    for (const std::string& r : rejected) log::warn("ckpt", "skipping a damaged checkpoint: " + r);
-    if (latest) {
-      load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
-      batcher_->set_position(progress_.data);
-      last_saved_step_ = progress_.step;
-      log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
-                progress_.data.epoch, "); --restart starts over");
-    }
-  } else {
-    set_aside_previous_run(run_dir);
-  }
+  resume_or_restart();
   elapsed_at_start_ = progress_.elapsed_s;
-  metrics_ = std::make_unique<MetricsFile>(recipe_.logging.metrics_file);
+  if (lead()) metrics_ = std::make_unique<MetricsFile>(recipe_.logging.metrics_file);
 }
 
 bool Trainer::step() {
   const int64_t accum = recipe_.training.grad_accumulation;
   std::vector<Batch> batches;
-  int64_t counted = 0;
+  int64_t counted = 0;  // the labels the loss counts, over every rank's share
   for (int64_t i = 0; i < accum; ++i) {
     batches.push_back(batcher_->next());
-    counted += batches.back().tgt_tokens();  // the labels the loss counts
+    counted += batches.back().global_tgt_tokens;
   }
   const float smoothing = static_cast<float>(recipe_.training.label_smoothing);
   double loss_sum = 0, nll_sum = 0;
   int64_t tokens = 0;
   bool finite = true;
   for (const Batch& b : batches) {
+    if (b.rows == 0) continue;  // this rank's share of a small global batch was empty
     int64_t n = 0;
     const Tensor logits = forward_batch(*model_, b);
     const Tensor loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &n);
@@ -197,8 +370,9 @@ bool Trainer::step() {
       finite = false;
       break;
     }
-    // Each micro-batch's mean weighted by its share of the step's tokens: the step's gradient
-    // is that of the mean over all of them.
+    // Each micro-batch's mean weighted by its share of the step's tokens over all ranks: the
+    // summed gradient is that of the mean over all of them (a mean of per-rank means is not,
+    // when the shares differ in length).
     loss.backward(Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device()));
     loss_sum += l * static_cast<double>(n);
     if (smoothing > 0) {
@@ -208,6 +382,23 @@ bool Trainer::step() {
       nll_sum += l * static_cast<double>(n);
     }
     tokens += b.src_tokens() + b.tgt_tokens();
+  }
+  if (!solo()) {
+    // One control reduction agrees on what each rank saw: a non-finite loss anywhere skips the
+    // step everywhere; the sums make the logged figures global; the gradient mask says which
+    // parameters any rank has a gradient for. Then one bucketed gradient all-reduce.
+    std::vector<double> control = {finite ? 0.0 : 1.0, loss_sum, nll_sum, static_cast<double>(tokens)};
+    const std::vector<double> mask = grad_sync_->local_grad_mask();
+    control.insert(control.end(), mask.begin(), mask.end());
+    comm_->all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
+    finite = control[0] == 0.0;
+    loss_sum = control[1];
+    nll_sum = control[2];
+    tokens = static_cast<int64_t>(control[3]);
+    if (finite) {
+      grad_sync_->all_reduce(std::vector<double>(control.begin() + 4, control.end()));
+      comm_s_ += grad_sync_->last_comm_seconds();
+    }
   }
   double norm = 0;
   if (finite) {
@@ -222,9 +413,10 @@ bool Trainer::step() {
     optimizer_->zero_grad();
     ++progress_.bad_steps_in_row;
     ++progress_.skipped_steps;
-    log::warn("train", str_cat("step ", progress_.step + 1, ": non-finite ", norm == 0 ? "loss" : "gradient norm",
-                               ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
-                               recipe_.training.max_bad_steps, " stop the run)"));
+    if (lead())  // agreed by every rank: said once
+      log::warn("train", str_cat("step ", progress_.step + 1, ": non-finite ", norm == 0 ? "loss" : "gradient norm",
+                                 ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
+                                 recipe_.training.max_bad_steps, " stop the run)"));
     return false;
   }
   optimizer_->set_lr(schedule_.lr_at(progress_.step));
@@ -280,7 +472,7 @@ void Trainer::log_progress() {
   m.set("grad_norm", json::Value::number(interval_.grad_norm_sum / interval_.steps));
   m.set("tokens_per_s", json::Value::number(tps));
   m.set("elapsed_s", json::Value::number(elapsed));
-  metrics_->write(m);
+  if (metrics_) metrics_->write(m);
   summary_.train_loss = loss;
   interval_.reset();
 }
@@ -289,7 +481,8 @@ void Trainer::validate_and_maybe_save_best() {
   if (!valid_set_) return;
   const DropoutState dropout = model_->dropout_state();  // evaluation must not move the streams
   const auto start = Clock::now();
-  const EvalResult r = evaluate(*model_, *valid_set_, recipe_.training.tokens_per_batch, recipe_.validation.max_batches);
+  const EvalResult r =
+      evaluate(*model_, *valid_set_, recipe_.training.tokens_per_batch, recipe_.validation.max_batches, comm_);
   model_->set_dropout_state(dropout);
   summary_.valid = r;
   const bool improved = !progress_.has_best || r.mean_nll() < progress_.best_val_nll;
@@ -311,33 +504,46 @@ void Trainer::validate_and_maybe_save_best() {
   m.set("ppl", json::Value::number(r.perplexity()));
   m.set("tokens", json::Value::number(r.tokens));
   m.set("best", json::Value::boolean(improved));
-  metrics_->write(m);
+  if (metrics_) metrics_->write(m);
   if (improved && recipe_.checkpoints.keep_best) {
     save("best validation");
-    set_best_checkpoint(recipe_.checkpoints.dir, progress_.step);
+    if (lead()) set_best_checkpoint(recipe_.checkpoints.dir, progress_.step);
   }
 }
 
+// Collective on every rank (the dropout streams are gathered); rank 0 alone writes. The
+// others go on and meet rank 0 again at the next step's collectives.
 void Trainer::save(const char* why) {
   if (last_saved_step_ == progress_.step) return;
+  gather_rank_dropout();
+  last_saved_step_ = progress_.step;
+  summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
+  if (!lead()) return;
   progress_.elapsed_s = elapsed_at_start_ + seconds_since(run_start_);
   capture_favor_state(*model_, progress_);
   const auto start = Clock::now();
   save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, *optimizer_, progress_);
-  last_saved_step_ = progress_.step;
-  summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
   log::info("ckpt", "saved ", summary_.checkpoint, " (", why, ", ", log::duration(seconds_since(start)), ")");
   if (recipe_.checkpoints.keep_last > 0)
     prune_checkpoints(recipe_.checkpoints.dir, static_cast<int>(recipe_.checkpoints.keep_last));
 }
 
+// The same answer on every rank: a signal on any rank (SIGINT/SIGTERM to one process) or the
+// time budget on any rank's clock stops all of them after the same step; the rest follows from
+// state every rank shares.
 std::string Trainer::stop_reason() {
   const TrainingRecipe& t = recipe_.training;
-  if (stop_requested()) return stop_signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  double flags[3] = {stop_requested() && stop_signal() == SIGTERM ? 1.0 : 0.0,
+                     stop_requested() && stop_signal() != SIGTERM ? 1.0 : 0.0,
+                     t.max_time_minutes > 0 && elapsed_at_start_ + seconds_since(run_start_) >= t.max_time_minutes * 60
+                         ? 1.0
+                         : 0.0};
+  if (!solo()) comm_->all_reduce_host(flags, 3, kernels::ReduceOp::max);
+  if (flags[0] > 0) return "SIGTERM";
+  if (flags[1] > 0) return "SIGINT";
   if (t.max_steps > 0 && progress_.step >= t.max_steps) return "max_steps";
   if (t.max_epochs > 0 && static_cast<int64_t>(progress_.data.epoch) >= t.max_epochs) return "max_epochs";
-  if (t.max_time_minutes > 0 && elapsed_at_start_ + seconds_since(run_start_) >= t.max_time_minutes * 60)
-    return "max_time";
+  if (flags[2] > 0) return "max_time";
   if (progress_.bad_steps_in_row >= t.max_bad_steps) return "non-finite";
   const int64_t patience = recipe_.validation.early_stopping_patience;
   if (patience > 0 && progress_.evals_without_improvement >= patience) return "early_stopping";
@@ -360,6 +566,9 @@ TrainSummary Trainer::run() {
     if (ok) {
       const int64_t s = progress_.step;
       if (recipe_.logging.every_steps > 0 && s % recipe_.logging.every_steps == 0) log_progress();
+      const int64_t check = recipe_.training.check_replicas_every_steps;
+      if (!solo() && check > 0 && s % check == 0)
+        check_replicas_identical(model_->parameters(), *comm_, "after step " + std::to_string(s));
       if (recipe_.validation.every_steps > 0 && s % recipe_.validation.every_steps == 0) validate_and_maybe_save_best();
       if (recipe_.checkpoints.every_steps > 0 && s % recipe_.checkpoints.every_steps == 0) save("every_steps");
     }
@@ -384,8 +593,9 @@ TrainSummary Trainer::run() {
   summary_.stop_reason = reason;
   summary_.wall_s = seconds_since(run_start_);
   summary_.tokens_per_s = tokens_this_run_ / std::max(summary_.wall_s, 1e-9);
+  summary_.comm_s = comm_s_;
   if (test_set_ && !summary_.failed && reason != "SIGINT" && reason != "SIGTERM") {
-    summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch);
+    summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
     log::info("test", "nll ", fmt("%.4f", summary_.test->mean_nll()), " | ppl ", fmt("%.2f", summary_.test->perplexity()),
               " over ", log::thousands(summary_.test->tokens), " target tokens (", recipe_.data.test, ")");
   }
