@@ -11,6 +11,9 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <vector>
+
+#include "kernels/cpu/rank_order.h"
 
 // Checks an NCCL call; the message names the call, NCCL's reason and where it was made.
 #define TARN_NCCL_CALL(call)                                                                                    \
@@ -41,6 +44,7 @@ class NcclCommunicator final : public Communicator {
   }
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
+    if (scratch_) cudaFree(scratch_);
     if (token_) cudaFree(token_);
     if (stream_) cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
@@ -59,11 +63,62 @@ class NcclCommunicator final : public Communicator {
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
+  // NCCL's in-place conventions are the interface's: recv == send + rank * n for
+  // reduce-scatter, send == recv + rank * n for all-gather.
+  void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    TARN_CHECK(n >= 0, "reduce_scatter_sum: negative length ", n, " on rank ", rank_);
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_NCCL_CALL(ncclReduceScatter(send, recv, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
+  void all_gather(const float* send, float* recv, int64_t n) override {
+    TARN_CHECK(n >= 0, "all_gather: negative length ", n, " on rank ", rank_);
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_NCCL_CALL(ncclAllGather(send, recv, static_cast<size_t>(n), ncclFloat32, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
   void broadcast(float* data, int64_t n, int root) override {
     TARN_CHECK(n >= 0, "broadcast: negative length ", n, " on rank ", rank_);
-    TARN_CHECK(root >= 0 && root < world_, "broadcast: root ", root, " is not a rank of a group of ", world_);
+    check_root("broadcast", root);
     TARN_CUDA_CALL(cudaSetDevice(device_));
     TARN_NCCL_CALL(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat32, root, comm_, stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+  }
+
+  // Host values go through device scratch. NCCL's own reduction order follows its ring or tree,
+  // so instead every rank's values are all-gathered and each rank reduces them on the host in
+  // rank order (kernels/cpu/rank_order.h): the thread group's bits, the same on every rank.
+  // These are control values (counts, flags, loss sums), a few per step.
+  void all_reduce_host(double* data, int64_t n, ReduceOp op) override {
+    TARN_CHECK(n >= 0, "all_reduce_host: negative length ", n, " on rank ", rank_);
+    if (n == 0) return;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(double);
+    char* scratch = device_scratch(bytes * (world_ + 1));
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_CUDA_CALL(cudaMemcpyAsync(scratch, data, bytes, cudaMemcpyHostToDevice, stream_));
+    // As bytes: NCCL's all-gather only copies, so the values arrive bit for bit.
+    TARN_NCCL_CALL(ncclAllGather(scratch, scratch + bytes, bytes, ncclUint8, comm_, stream_));
+    host_gathered_.resize(static_cast<size_t>(n) * world_);
+    TARN_CUDA_CALL(cudaMemcpyAsync(host_gathered_.data(), scratch + bytes, bytes * world_, cudaMemcpyDeviceToHost,
+                                   stream_));
+    TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
+    cpu::reduce_in_rank_order(
+        data, n, world_, [&](int r) { return host_gathered_.data() + static_cast<int64_t>(r) * n; }, op);
+  }
+
+  void broadcast_host_bytes(void* data, int64_t bytes, int root) override {
+    TARN_CHECK(bytes >= 0, "broadcast_host_bytes: negative length ", bytes, " on rank ", rank_);
+    check_root("broadcast_host_bytes", root);
+    if (bytes == 0) return;
+    char* scratch = device_scratch(static_cast<size_t>(bytes));
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    if (rank_ == root)
+      TARN_CUDA_CALL(cudaMemcpyAsync(scratch, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+    TARN_NCCL_CALL(ncclBroadcast(scratch, scratch, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
+    if (rank_ != root)
+      TARN_CUDA_CALL(cudaMemcpyAsync(data, scratch, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
@@ -75,10 +130,30 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  void check_root(const char* op, int root) const {
+    TARN_CHECK(root >= 0 && root < world_, op, ": root ", root, " is not a rank of a group of ", world_);
+  }
+
+  // At least `bytes` of device memory for the host collectives, grown as needed and kept.
+  char* device_scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      TARN_CUDA_CALL(cudaSetDevice(device_));
+      if (scratch_) TARN_CUDA_CALL(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      TARN_CUDA_CALL(cudaMalloc(&scratch_, bytes));
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+
   ncclComm_t comm_;
   int rank_, world_, device_;
   cudaStream_t stream_ = nullptr;
   float* token_ = nullptr;
+  char* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::vector<double> host_gathered_;
 };
 
 #else

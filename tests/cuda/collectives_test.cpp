@@ -113,6 +113,77 @@ TEST_P(CpuCollectives, BroadcastCopiesTheRootsBuffer) {
   }
 }
 
+TEST_P(CpuCollectives, ReduceScatterThenAllGatherIsAllReduceBitForBit) {
+  // Rank r's send holds world slices of n; out of place and in place (recv == send + r * n,
+  // send == recv + r * n) must give the all-reduce's bits.
+  const int world = GetParam();
+  const auto ranks = cpu::thread_communicators(world);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    for (bool in_place : {false, true}) {
+      std::vector<std::vector<float>> whole(world), reduced(world), slice(world), gathered(world);
+      for (int r = 0; r < world; ++r) {
+        whole[r] = RankData(r, world * n);
+        reduced[r] = whole[r];
+        slice[r].assign(n, -1.0f);
+        gathered[r].assign(world * n, -1.0f);
+      }
+      RunRanks(ranks, [&](Communicator& c) {
+        const int r = c.rank();
+        c.all_reduce_sum(reduced[r].data(), world * n);
+        if (in_place) {
+          c.reduce_scatter_sum(whole[r].data(), whole[r].data() + r * n, n);
+          c.all_gather(whole[r].data() + r * n, whole[r].data(), n);
+        } else {
+          c.reduce_scatter_sum(whole[r].data(), slice[r].data(), n);
+          c.all_gather(slice[r].data(), gathered[r].data(), n);
+        }
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(SameBits(reduced[r], SumInRankOrder(world, world * n))) << "rank " << r << " n " << n;
+        EXPECT_TRUE(SameBits(in_place ? whole[r] : gathered[r], reduced[r]))
+            << "rank " << r << " n " << n << (in_place ? " in place" : " out of place");
+      }
+    }
+  }
+}
+
+TEST_P(CpuCollectives, HostReductionsAreRankOrderSumMaxAndMin) {
+  const int world = GetParam();
+  const auto ranks = cpu::thread_communicators(world);
+  // Rank-order-sensitive doubles: 1e17 + 1 - 1e17 is 0 in double, 1e17 - 1e17 + 1 is 1.
+  auto value = [](int r, int i) { return r == 0 ? 1e17 * (i % 2) : r == 1 ? 1.0 + i : -1e17 * (i % 2) - r * 0.5 * i; };
+  constexpr int n = 9;
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+    std::vector<std::vector<double>> data(world, std::vector<double>(n));
+    for (int r = 0; r < world; ++r)
+      for (int i = 0; i < n; ++i) data[r][i] = value(r, i);
+    RunRanks(ranks, [&](Communicator& c) { c.all_reduce_host(data[c.rank()].data(), n, op); });
+    for (int i = 0; i < n; ++i) {
+      double want = value(0, i);
+      for (int r = 1; r < world; ++r)
+        want = op == ReduceOp::sum ? want + value(r, i) : op == ReduceOp::max ? std::max(want, value(r, i))
+                                                                             : std::min(want, value(r, i));
+      for (int r = 0; r < world; ++r)
+        EXPECT_EQ(std::memcmp(&data[r][i], &want, sizeof(double)), 0)
+            << "op " << static_cast<int>(op) << " rank " << r << " i " << i << ": " << data[r][i] << " vs " << want;
+    }
+  }
+}
+
+TEST_P(CpuCollectives, BroadcastHostBytesCopiesTheRootsBytes) {
+  const int world = GetParam();
+  const auto ranks = cpu::thread_communicators(world);
+  for (int root = 0; root < world; ++root) {
+    std::vector<std::string> data(world);
+    for (int r = 0; r < world; ++r) data[r] = "rank " + std::to_string(r) + " says hello";
+    RunRanks(ranks, [&](Communicator& c) {
+      c.broadcast_host_bytes(data[c.rank()].data(), static_cast<int64_t>(data[c.rank()].size()), root);
+      c.broadcast_host_bytes(nullptr, 0, root);  // nothing to send is fine, even without a buffer
+    });
+    for (int r = 0; r < world; ++r) EXPECT_EQ(data[r], "rank " + std::to_string(root) + " says hello") << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CpuCollectives, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "World" + std::to_string(info.param); });
 
@@ -140,6 +211,81 @@ TEST(CpuCollectivesErrors, BadWorldAndRootAreErrors) {
   std::vector<float> v(3);
   EXPECT_THROW(one[0]->broadcast(v.data(), 3, 1), Error);
   EXPECT_THROW(one[0]->all_reduce_sum(v.data(), -1), Error);
+}
+
+// Runs body on every rank of a fresh group of `world` and returns each rank's error message
+// ("" when it did not throw).
+std::vector<std::string> Messages(int world, const std::function<void(Communicator&)>& body) {
+  const auto ranks = cpu::thread_communicators(world);
+  std::vector<std::string> messages(world);
+  RunRanks(ranks, [&](Communicator& c) {
+    try {
+      body(c);
+    } catch (const Error& e) {
+      messages[c.rank()] = e.what();
+    }
+  });
+  return messages;
+}
+
+TEST(CpuCollectivesErrors, MismatchesOfTheNewCollectivesNameTheRankOnEveryRank) {
+  std::vector<float> buffer(20, 1.0f);
+  std::vector<double> host(5, 1.0);
+  const auto expect_everywhere = [](const std::vector<std::string>& messages, const std::string& want) {
+    for (size_t r = 0; r < messages.size(); ++r)
+      EXPECT_NE(messages[r].find(want), std::string::npos) << "rank " << r << ": " << messages[r];
+  };
+  expect_everywhere(Messages(2, [&](Communicator& c) { c.reduce_scatter_sum(buffer.data(), buffer.data(), 3 + c.rank()); }),
+                    "reduce_scatter_sum: rank 1 passed n = 4 but rank 0 passed 3");
+  expect_everywhere(Messages(2, [&](Communicator& c) { c.all_gather(buffer.data(), buffer.data(), 5 - c.rank()); }),
+                    "all_gather: rank 1 passed n = 4 but rank 0 passed 5");
+  expect_everywhere(Messages(2, [&](Communicator& c) {
+                      c.all_reduce_host(host.data(), 5, c.rank() == 0 ? ReduceOp::sum : ReduceOp::max);
+                    }),
+                    "all_reduce_host: rank 1 passed op max but rank 0 passed sum");
+  expect_everywhere(Messages(2, [&](Communicator& c) { c.broadcast_host_bytes(buffer.data(), 8, c.rank()); }),
+                    "broadcast_host_bytes: rank 1 passed root 1 but rank 0 passed 0");
+  expect_everywhere(Messages(3, [&](Communicator& c) { c.broadcast_host_bytes(buffer.data(), 8, 3); }),
+                    "broadcast_host_bytes: root 3 is not a rank of a group of 3");
+  expect_everywhere(Messages(2, [&](Communicator& c) {
+                      if (c.rank() == 0)
+                        c.all_reduce_sum(buffer.data(), 4);
+                      else
+                        c.broadcast(buffer.data(), 4, 0);
+                    }),
+                    "rank 1 called broadcast but rank 0 called all_reduce_sum");
+}
+
+TEST(SoloCommunicator, IsOneRankThatCopiesOnlyWhenOutOfPlace) {
+  const auto solo = solo_communicator();
+  EXPECT_EQ(solo->rank(), 0);
+  EXPECT_EQ(solo->world(), 1);
+  EXPECT_STREQ(solo->backend(), "solo");
+  const auto data = RankData(0, 11);
+  auto same = data;
+  solo->all_reduce_sum(same.data(), 11);
+  solo->broadcast(same.data(), 11, 0);
+  EXPECT_TRUE(SameBits(same, data));
+  std::vector<float> out(11, 0.0f);
+  solo->reduce_scatter_sum(data.data(), out.data(), 11);
+  EXPECT_TRUE(SameBits(out, data));
+  out.assign(11, 0.0f);
+  solo->all_gather(data.data(), out.data(), 11);
+  EXPECT_TRUE(SameBits(out, data));
+  solo->reduce_scatter_sum(same.data(), same.data(), 11);  // in place: nothing moves
+  solo->all_gather(same.data(), same.data(), 11);
+  EXPECT_TRUE(SameBits(same, data));
+  std::vector<double> host = {1.5, -2.0};
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) solo->all_reduce_host(host.data(), 2, op);
+  EXPECT_EQ(host, (std::vector<double>{1.5, -2.0}));
+  char bytes[4] = {'a', 'b', 'c', 0};
+  solo->broadcast_host_bytes(bytes, 4, 0);
+  EXPECT_STREQ(bytes, "abc");
+  solo->barrier();
+  solo->all_reduce_sum(nullptr, 0);
+  EXPECT_THROW(solo->broadcast(same.data(), 11, 1), Error);
+  EXPECT_THROW(solo->broadcast_host_bytes(bytes, 4, -1), Error);
+  EXPECT_THROW(solo->all_gather(data.data(), out.data(), -1), Error);
 }
 
 TEST(EmulatedCollectives, LocalGroupIsTheCpuThreadGroup) {
@@ -194,6 +340,69 @@ TEST(NcclCollectives, AllReduceAndBroadcastOnEveryDevice) {
     cuda::copy_device_to_host(host.data(), buffers[r], n * sizeof(float), r);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(host[i], 1.0f) << "rank " << r;
     cuda::device_free(buffers[r], r);
+  }
+#endif
+}
+
+// NCCL's reduce-scatter and all-gather (in and out of place) against the thread group on the same
+// inputs, and the host collectives bit for bit (they reduce on the host in rank order); one
+// rank per device, so with one GPU this is a group of one.
+TEST(NcclCollectives, ReduceScatterAllGatherAndHostCollectivesOnEveryDevice) {
+#if !defined(TARN_WITH_CUDA)
+  GTEST_SKIP() << "built without the CUDA backend (TARN_CUDA=OFF)";
+#else
+  if (!cuda::nccl_available()) GTEST_SKIP() << "built without NCCL (cmake/TarnCuda.cmake did not find it)";
+  const int devices = cuda::device_count();
+  if (devices == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount() == 0)";
+  const auto ranks = cuda::local_communicators(devices);
+  const auto reference = cpu::thread_communicators(devices);
+  constexpr int64_t n = 4099;
+  const size_t bytes = devices * n * sizeof(float);
+  for (bool in_place : {false, true}) {
+    std::vector<std::vector<float>> want(devices);
+    for (int r = 0; r < devices; ++r) want[r] = RankData(r, devices * n);
+    std::vector<float*> send(devices), recv(devices);
+    for (int r = 0; r < devices; ++r) {
+      send[r] = static_cast<float*>(cuda::device_malloc(bytes, r));
+      recv[r] = static_cast<float*>(cuda::device_malloc(bytes, r));
+      cuda::copy_host_to_device(send[r], want[r].data(), bytes, r);
+    }
+    RunRanks(reference, [&](Communicator& c) { c.all_reduce_sum(want[c.rank()].data(), devices * n); });
+    RunRanks(ranks, [&](Communicator& c) {
+      const int r = c.rank();
+      if (in_place) {
+        c.reduce_scatter_sum(send[r], send[r] + r * n, n);
+        c.all_gather(send[r] + r * n, send[r], n);
+      } else {
+        c.reduce_scatter_sum(send[r], recv[r] + r * n, n);
+        c.all_gather(recv[r] + r * n, recv[r], n);
+      }
+    });
+    for (int r = 0; r < devices; ++r) {
+      std::vector<float> got(devices * n);
+      cuda::copy_device_to_host(got.data(), in_place ? send[r] : recv[r], bytes, r);
+      // NCCL's summation order may differ from rank order in the last bits (kernels/collectives.h).
+      for (int64_t i = 0; i < devices * n; ++i)
+        ASSERT_NEAR(got[i], want[r][i], 1e-6f * std::abs(want[r][i]) + 16.0f) << "rank " << r << " i " << i;
+      cuda::device_free(send[r], r);
+      cuda::device_free(recv[r], r);
+    }
+  }
+  std::vector<std::vector<double>> host(devices), host_ref(devices);
+  std::vector<std::string> text(devices);
+  for (int r = 0; r < devices; ++r) {
+    host[r] = {1e17 * r, 1.0 + r, -1e17 * r, 0.5};
+    host_ref[r] = host[r];
+    text[r] = "from rank " + std::to_string(r);
+  }
+  RunRanks(reference, [&](Communicator& c) { c.all_reduce_host(host_ref[c.rank()].data(), 4, ReduceOp::sum); });
+  RunRanks(ranks, [&](Communicator& c) {
+    c.all_reduce_host(host[c.rank()].data(), 4, ReduceOp::sum);
+    c.broadcast_host_bytes(text[c.rank()].data(), static_cast<int64_t>(text[c.rank()].size()), 0);
+  });
+  for (int r = 0; r < devices; ++r) {
+    EXPECT_EQ(std::memcmp(host[r].data(), host_ref[r].data(), 4 * sizeof(double)), 0) << "rank " << r;
+    EXPECT_EQ(text[r], "from rank 0") << "rank " << r;
   }
 #endif
 }
