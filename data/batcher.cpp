@@ -49,17 +49,19 @@ void Batcher::prepare_epoch(uint64_t epoch) {
 }
 
 std::pair<size_t, size_t> Batcher::row_share(const std::vector<uint32_t>& rows) const {
-  // Contiguous shares cut where the running token count crosses r / world of the batch's
-  // tokens: rank-independent arithmetic, so the shares of all ranks partition the batch.
+  // Contiguous shares: a row goes to rank r when its midpoint in the running token count lies
+  // in [r / world, (r + 1) / world) of the batch's tokens, so two ranks' shares differ by at
+  // most one row's tokens. Rank-independent arithmetic: the shares partition the batch.
   const auto world = static_cast<size_t>(config_.world_size);
   std::vector<int64_t> prefix(rows.size() + 1, 0);
   for (size_t i = 0; i < rows.size(); ++i)
     prefix[i + 1] = prefix[i] + static_cast<int64_t>(sources_.row(rows[i]).size() + targets_.row(rows[i]).size());
   const int64_t total = prefix.back();
-  auto cut = [&](size_t r) {  // the first row whose start lies at or past r / world of the tokens
+  const auto w = static_cast<int64_t>(world);
+  auto cut = [&](size_t r) {  // the first row whose midpoint lies at or past r / world of the tokens
     if (r >= world) return rows.size();
     size_t i = 0;
-    while (i < rows.size() && prefix[i] * static_cast<int64_t>(world) < total * static_cast<int64_t>(r)) ++i;
+    while (i < rows.size() && (prefix[i] + prefix[i + 1]) * w < 2 * total * static_cast<int64_t>(r)) ++i;
     return i;
   };
   const auto rank = static_cast<size_t>(config_.rank);

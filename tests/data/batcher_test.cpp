@@ -194,6 +194,78 @@ TEST(Batcher, TooFewBatchesForTheRanksIsAnError) {
   EXPECT_THROW(batcher.next(), Error);
 }
 
+TEST(Batcher, SplitRowsGiveEachRankAContiguousTokenBalancedShareOfEveryGlobalBatch) {
+  const auto data = make_denoising(600);
+  BatcherConfig whole_cfg = make_config(1024);
+  whole_cfg.split_rows = true;
+  Batcher whole(data, whole_cfg);
+  const std::vector<Batch> global = read_epoch(whole);
+  for (int world : {2, 3, 7}) {
+    std::vector<std::vector<Batch>> shares;
+    for (int r = 0; r < world; ++r) {
+      BatcherConfig cfg = whole_cfg;
+      cfg.rank = r;
+      cfg.world_size = world;
+      Batcher b(data, cfg);
+      ASSERT_EQ(b.batches_in_epoch(), global.size()) << "every rank walks every global batch";
+      shares.push_back(read_epoch(b));
+    }
+    for (size_t i = 0; i < global.size(); ++i) {
+      std::vector<uint32_t> joined;
+      int64_t tgt = 0;
+      for (int r = 0; r < world; ++r) {
+        const Batch& s = shares[r][i];
+        EXPECT_EQ(s.position, global[i].position);
+        EXPECT_EQ(s.global_rows, global[i].rows);
+        EXPECT_EQ(s.global_tgt_tokens, global[i].tgt_tokens());
+        EXPECT_EQ(s.rows, static_cast<int64_t>(s.example_ids.size()));
+        joined.insert(joined.end(), s.example_ids.begin(), s.example_ids.end());
+        tgt += s.rows ? s.tgt_tokens() : 0;
+      }
+      EXPECT_EQ(joined, global[i].example_ids) << "the shares are not the batch's rows in order";
+      EXPECT_EQ(tgt, global[i].tgt_tokens());
+    }
+  }
+}
+
+TEST(Batcher, SplitRowsOnOneRankIsTheWholeBatch) {
+  const auto data = make_denoising(400);
+  BatcherConfig split = make_config(700);
+  split.split_rows = true;
+  Batcher a(data, make_config(700)), b(data, split);
+  const auto ea = read_epoch(a), eb = read_epoch(b);
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    expect_same_batch(ea[i], eb[i]);
+    EXPECT_EQ(eb[i].global_tgt_tokens, eb[i].tgt_tokens());
+  }
+}
+
+TEST(Batcher, SplitRowsBalanceTokensAcrossTwoRanks) {
+  const auto data = make_denoising(800);
+  int64_t worst = 0, longest_row = 0;
+  std::vector<std::vector<Batch>> shares;
+  for (int r = 0; r < 2; ++r) {
+    BatcherConfig cfg = make_config(4096);
+    cfg.split_rows = true;
+    cfg.rank = r;
+    cfg.world_size = 2;
+    Batcher b(data, cfg);
+    shares.push_back(read_epoch(b));
+  }
+  for (size_t i = 0; i < shares[0].size(); ++i) {
+    int64_t t[2];
+    for (int r = 0; r < 2; ++r) {
+      const Batch& s = shares[r][i];
+      t[r] = s.rows ? s.src_tokens() + s.tgt_tokens() : 0;
+      for (int64_t k = 0; k < s.rows; ++k)
+        longest_row = std::max<int64_t>(longest_row, s.src_lengths[k] + s.tgt_lengths[k]);
+    }
+    worst = std::max(worst, std::abs(t[0] - t[1]));
+  }
+  EXPECT_LE(worst, longest_row) << "a cut is off by more than one row's tokens";
+}
+
 TEST(Batcher, InvalidRankIsAnError) {
   const auto data = make_denoising(10);
   BatcherConfig cfg = make_config();
