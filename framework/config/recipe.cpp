@@ -200,6 +200,9 @@ config::Schema build_schema() {
                    "data-parallel runs: compare a parameter checksum across ranks every this many steps; 0 = at "
                    "start only")
       .non_negative();
+  training.boolean(&TrainingRecipe::shard_optimizer, "shard_optimizer",
+                   "data-parallel runs: ZeRO-1, each rank keeps and updates 1/ranks of the AdamW moments "
+                   "(gradients reduce-scattered, parameters all-gathered)");
 
   auto validation = root.section(&Recipe::validation, "validation", "periodic validation on data.valid");
   validation.integer(&ValidationRecipe::every_steps, "every_steps", "validate every this many steps; 0 = at the end")

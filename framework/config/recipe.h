@@ -129,6 +129,7 @@ struct TrainingRecipe {
   // Data-parallel runs (mpirun): a collective not done in this time ends the job.
   double collective_timeout_s = 300;
   int64_t check_replicas_every_steps = 200;  // parameter checksum across ranks; 0 = at start only
+  bool shard_optimizer = false;              // ZeRO-1: AdamW moments split across the ranks
 };
 
 struct ValidationRecipe {

@@ -101,12 +101,18 @@ Progress parse_progress(const std::string& text, const std::string& source) {
 void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
                               const BartForConditionalGeneration& model, const AdamW& optimizer,
                               const Progress& progress) {
+  save_training_checkpoint(run_dir, recipe, tokenizer, model, optimizer.state_view(), progress);
+}
+
+void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
+                              const BartForConditionalGeneration& model, const AdamWState& optimizer_state,
+                              const Progress& progress) {
   std::filesystem::create_directories(run_dir);
   CheckpointWriter w(checkpoint_dir(run_dir, progress.step));
   w.write_safetensors(kModelFile, state_dict(model), {{"format", "pt"}});
 
-  // The moments alias the live optimizer (state_view): written before the next step().
-  const FlatOptimizerState opt = flatten_adamw_state(optimizer.state_view());
+  // The moments may alias the live optimizer (state_view): written before the next step().
+  const FlatOptimizerState opt = flatten_adamw_state(optimizer_state);
   w.write_safetensors(kOptimizerFile, opt.tensors, opt.metadata);
   w.write_file(kProgressFile, progress_json(progress).dump(2) + "\n");
   w.write_file(kRecipeFile, to_yaml(recipe));
@@ -118,13 +124,18 @@ void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, 
 
 void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, AdamW& optimizer,
                               Progress& progress) {
+  optimizer.load_state(load_training_checkpoint(ckpt, model, progress));
+}
+
+AdamWState load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, Progress& progress) {
   load_model_weights(ckpt, model);
   const std::string opt_path = ckpt.path(kOptimizerFile);
   const SafetensorsFile f = load_safetensors(opt_path);
-  optimizer.load_state(unflatten_adamw_state(f.tensors, f.metadata, opt_path));
+  AdamWState state = unflatten_adamw_state(f.tensors, f.metadata, opt_path);
   progress = checkpoint_progress(ckpt);
   model.set_dropout_state(progress.dropout);
   restore_favor_state(progress, model);
+  return state;
 }
 
 void capture_favor_state(BartForConditionalGeneration& model, Progress& progress) {

@@ -54,11 +54,17 @@ void restore_favor_state(const Progress& progress, BartForConditionalGeneration&
 void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
                               const BartForConditionalGeneration& model, const AdamW& optimizer,
                               const Progress& progress);
+// The same from an optimizer state (ZeRO-1's gathered state, framework/distributed/sharded_adamw.h).
+void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, const Tokenizer& tokenizer,
+                              const BartForConditionalGeneration& model, const AdamWState& optimizer_state,
+                              const Progress& progress);
 
 // Copies the checkpoint's weights, optimizer state and progress into live objects of the same
 // recipe; names and shapes are checked first (a clear error names the first mismatch).
 void load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, AdamW& optimizer,
                               Progress& progress);
+// The same without an AdamW: the weights and progress restored, the optimizer state returned.
+AdamWState load_training_checkpoint(const Checkpoint& ckpt, BartForConditionalGeneration& model, Progress& progress);
 
 // For eval / export / generate: the checkpoint's recipe (its tokenizer pointed at the copy in
 // the checkpoint) and its model.

@@ -16,6 +16,7 @@
 #include "framework/autograd.h"
 #include "framework/distributed/gradient_sync.h"
 #include "framework/distributed/parameter_sync.h"
+#include "framework/distributed/sharded_adamw.h"
 #include "framework/config/config_error.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
@@ -110,12 +111,15 @@ class Trainer {
   std::unique_ptr<GradientSync> grad_sync_;
   std::string launcher_;
   double comm_s_ = 0;
+  double norm_ = 0;  // ZeRO-1's gradient norm of this step
   Recipe recipe_;
   Device device_;
   std::optional<Tokenizer> tok_;
   std::unique_ptr<Dataset> train_set_, valid_set_, test_set_;
   std::unique_ptr<BartForConditionalGeneration> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;           // one rank, or plain data-parallel
+  std::unique_ptr<ShardedAdamW> sharded_;      // training.shard_optimizer on several ranks (ZeRO-1)
+  float lr_ = 0;                               // of the last update
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<MetricsFile> metrics_;
   LrSchedule schedule_;
@@ -263,7 +267,10 @@ void Trainer::resume_or_restart() {
     }
   }
   if (latest) {
-    load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
+    if (sharded_)
+      sharded_->load_state(load_training_checkpoint(*latest, *model_, progress_));
+    else
+      load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
     batcher_->set_position(progress_.data);
     last_saved_step_ = progress_.step;
     log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
@@ -319,8 +326,17 @@ void Trainer::setup() {
   ao.beta2 = static_cast<float>(recipe_.optimizer.betas[1]);
   ao.eps = static_cast<float>(recipe_.optimizer.eps);
   ao.weight_decay = static_cast<float>(recipe_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
-  grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_);
+  const double mb = 1.0 / (1 << 20);
+  if (recipe_.training.shard_optimizer && !solo()) {
+    sharded_ = std::make_unique<ShardedAdamW>(model_->named_parameters(), ao, *grad_comm_);
+    log::info("optim", "ZeRO-1: AdamW moments sharded over ", comm_->world(), " ranks, ",
+              fmt("%.1f", 2.0 * 4 * sharded_->shard_elements() * mb), " MB per rank (",
+              fmt("%.1f", 2.0 * 4 * sharded_->elements() * mb), " MB unsharded)");
+  } else {
+    if (recipe_.training.shard_optimizer) log::info("optim", "training.shard_optimizer has no effect on one rank");
+    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
+    grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_);
+  }
 
   schedule_.kind = parse_lr_schedule_kind(recipe_.optimizer.schedule);
   schedule_.lr = ao.lr;
@@ -388,20 +404,27 @@ bool Trainer::step() {
     // step everywhere; the sums make the logged figures global; the gradient mask says which
     // parameters any rank has a gradient for. Then one bucketed gradient all-reduce.
     std::vector<double> control = {finite ? 0.0 : 1.0, loss_sum, nll_sum, static_cast<double>(tokens)};
-    const std::vector<double> mask = grad_sync_->local_grad_mask();
+    const std::vector<double> mask = sharded_ ? sharded_->local_grad_mask() : grad_sync_->local_grad_mask();
     control.insert(control.end(), mask.begin(), mask.end());
     comm_->all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
     finite = control[0] == 0.0;
     loss_sum = control[1];
     nll_sum = control[2];
     tokens = static_cast<int64_t>(control[3]);
-    if (finite) {
+    if (finite && !sharded_) {
       grad_sync_->all_reduce(std::vector<double>(control.begin() + 4, control.end()));
       comm_s_ += grad_sync_->last_comm_seconds();
     }
+    if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
+      lr_ = schedule_.lr_at(progress_.step);
+      norm_ = sharded_->step(std::vector<double>(control.begin() + 4, control.end()),
+                             static_cast<float>(recipe_.optimizer.clip_norm), lr_);
+      comm_s_ += sharded_->last_comm_seconds();
+      finite = std::isfinite(norm_);
+    }
   }
-  double norm = 0;
-  if (finite) {
+  double norm = sharded_ ? norm_ : 0;
+  if (finite && !sharded_) {
     const auto params = model_->parameters();
     norm = recipe_.optimizer.clip_norm > 0 ? clip_grad_norm(params, static_cast<float>(recipe_.optimizer.clip_norm))
                                            : global_grad_norm(params);
@@ -410,7 +433,7 @@ bool Trainer::step() {
   progress_.data = batcher_->position();
   progress_.dropout = model_->dropout_state();
   if (!finite) {
-    optimizer_->zero_grad();
+    model_->zero_grad();
     ++progress_.bad_steps_in_row;
     ++progress_.skipped_steps;
     if (lead())  // agreed by every rank: said once
@@ -419,9 +442,12 @@ bool Trainer::step() {
                                  recipe_.training.max_bad_steps, " stop the run)"));
     return false;
   }
-  optimizer_->set_lr(schedule_.lr_at(progress_.step));
-  optimizer_->step();
-  optimizer_->zero_grad();
+  if (!sharded_) {
+    lr_ = schedule_.lr_at(progress_.step);
+    optimizer_->set_lr(lr_);
+    optimizer_->step();
+  }
+  model_->zero_grad();
   model_->favor_step();  // counts the step; redraws FAVOR+ projections whose time has come
   ++progress_.step;
   progress_.bad_steps_in_row = 0;
@@ -455,7 +481,7 @@ void Trainer::log_progress() {
   std::string line = "step " + log::thousands(progress_.step);
   if (max_steps > 0) line += "/" + log::thousands(max_steps);
   line += " | ep " + std::to_string(progress_.data.epoch) + " | loss " + fmt("%.3f", loss) + " | ppl " +
-          fmt("%.1f", std::exp(nll)) + " | lr " + fmt("%.2e", optimizer_->lr()) + " | gnorm " +
+          fmt("%.1f", std::exp(nll)) + " | lr " + fmt("%.2e", lr_) + " | gnorm " +
           fmt("%.2f", interval_.grad_norm_sum / interval_.steps) + " | " +
           log::thousands(static_cast<long long>(tps)) + " tok/s | " + log::duration(elapsed);
   if (!std::isnan(eta)) line += ", ETA " + log::duration(std::max(0.0, eta));
@@ -468,7 +494,7 @@ void Trainer::log_progress() {
   m.set("loss", json::Value::number(loss));
   m.set("nll", json::Value::number(nll));
   m.set("ppl", json::Value::number(std::exp(nll)));
-  m.set("lr", json::Value::number(static_cast<double>(optimizer_->lr())));
+  m.set("lr", json::Value::number(static_cast<double>(lr_)));
   m.set("grad_norm", json::Value::number(interval_.grad_norm_sum / interval_.steps));
   m.set("tokens_per_s", json::Value::number(tps));
   m.set("elapsed_s", json::Value::number(elapsed));
@@ -516,13 +542,15 @@ void Trainer::validate_and_maybe_save_best() {
 void Trainer::save(const char* why) {
   if (last_saved_step_ == progress_.step) return;
   gather_rank_dropout();
+  // ZeRO-1: the full optimizer state, assembled from every rank's shard (collective).
+  const AdamWState optimizer_state = sharded_ ? sharded_->gather_state() : optimizer_->state_view();
   last_saved_step_ = progress_.step;
   summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
   if (!lead()) return;
   progress_.elapsed_s = elapsed_at_start_ + seconds_since(run_start_);
   capture_favor_state(*model_, progress_);
   const auto start = Clock::now();
-  save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, *optimizer_, progress_);
+  save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, optimizer_state, progress_);
   log::info("ckpt", "saved ", summary_.checkpoint, " (", why, ", ", log::duration(seconds_since(start)), ")");
   if (recipe_.checkpoints.keep_last > 0)
     prune_checkpoints(recipe_.checkpoints.dir, static_cast<int>(recipe_.checkpoints.keep_last));
