@@ -2,6 +2,11 @@
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
 
+# Open MPI (libopenmpi-dev): the launcher and CPU transport of data-parallel runs
+# (kernels/mpi/mpi.h). Only the C API is used; the deprecated C++ bindings are left out.
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI REQUIRED COMPONENTS CXX)
+
 # OpenBLAS: link the OpenMP build by its full path and put its folder first in the run path,
 # so that neither the reference BLAS nor OpenBLAS' pthread build (which fights OpenMP for the
 # cores) can be picked by update-alternatives. framework/blas_info.cpp checks it at start-up.

@@ -10,6 +10,7 @@
 // exchange) still unfinished after timeout_s throws a CollectiveError naming this rank, the
 // collective, its sequence number and size. The caller then ends the job with abort(), which
 // takes every rank down (mpirun kills the rest), so no rank waits forever and none is orphaned.
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,11 @@ LaunchInfo launch_info();
 std::unique_ptr<Communicator> world_communicator(double timeout_s);
 // This process's rank among the ranks of its machine (after world_communicator).
 int local_rank();
+
+// The most values (or bytes) one MPI call of a collective moves; longer collectives run in steps
+// of this size (MPI counts are int; the steps also bound the scratch a reduction needs). Tests
+// shrink it to exercise the stepping on small buffers; 0 restores the default (2^22).
+void set_chunk_values(int64_t values);
 
 bool initialized();
 // MPI_Finalize when initialised and not finalised; for a clean exit of every rank.

@@ -1,0 +1,386 @@
+// The MPI communicator (kernels/mpi/mpi.h): collectives between processes, each with a sequence
+// number and a deadline.
+//
+// Every call is two steps. (1) A header exchange: an all-gather of (sequence, collective, n,
+// root) from every rank. It completes only once every rank has entered a call (so it is also
+// the barrier), and a rank that disagrees with rank 0 makes every rank throw the same
+// CollectiveError, before any data moves. (2) The data, in steps of at most set_chunk_values()
+// values so that MPI's int counts never overflow.
+//
+// Reductions are exact in rank order for any number of ranks, the bits of the thread group
+// (kernels/cpu/rank_order.h) on every rank: MPI_Allreduce's order is MPI's choice (Open MPI's
+// differs between algorithms and message sizes), so instead each rank receives its slice from
+// every rank (an all-to-all), adds the slices in rank order itself, and the slices are
+// all-gathered. That moves 2(n-1)/n of the buffer per rank, what a ring all-reduce moves.
+//
+// Everything is non-blocking MPI polled against the deadline: a tight MPI_Test loop for the
+// first kBusyPoll (short collectives finish there), then a sleep of kPollSleep between tests so
+// that a rank waiting for a slow one does not take a core from it.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/rank_order.h"
+#include "kernels/mpi/mpi.h"
+#include "kernels/mpi/mpi_call.h"
+
+namespace tarn::kernels::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kBusyPoll = std::chrono::milliseconds(1);
+constexpr auto kPollSleep = std::chrono::microseconds(50);
+
+// 2^22 values (16 MiB of floats) per step: far below INT_MAX, large enough that a step's fixed
+// cost is noise next to its copy time, and the bound on a reduction's scratch.
+constexpr int64_t kDefaultChunkValues = int64_t{1} << 22;
+std::atomic<int64_t> g_chunk_values{kDefaultChunkValues};
+
+// What the header names; the numbers travel between ranks, so they never change meaning.
+enum Collective : int64_t {
+  kBarrier = 1,
+  kAllReduceSum,
+  kReduceScatterSum,
+  kAllGather,
+  kBroadcast,
+  kAllReduceHostSum,
+  kAllReduceHostMax,
+  kAllReduceHostMin,
+  kBroadcastHostBytes,
+};
+
+const char* collective_name(int64_t c) {
+  switch (c) {
+    case kBarrier: return "barrier";
+    case kAllReduceSum: return "all_reduce_sum";
+    case kReduceScatterSum: return "reduce_scatter_sum";
+    case kAllGather: return "all_gather";
+    case kBroadcast: return "broadcast";
+    case kAllReduceHostSum: return "all_reduce_host(sum)";
+    case kAllReduceHostMax: return "all_reduce_host(max)";
+    case kAllReduceHostMin: return "all_reduce_host(min)";
+    case kBroadcastHostBytes: return "broadcast_host_bytes";
+  }
+  return "an unknown collective";
+}
+
+bool has_root(int64_t c) { return c == kBroadcast || c == kBroadcastHostBytes; }
+const char* unit(int64_t c) { return c == kBroadcastHostBytes ? "bytes" : "values"; }
+
+Collective host_collective(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return kAllReduceHostSum;
+    case ReduceOp::max: return kAllReduceHostMax;
+    case ReduceOp::min: return kAllReduceHostMin;
+  }
+  return kAllReduceHostSum;
+}
+
+// (sequence, collective, n, root): what every rank says it is calling.
+constexpr int kHeader = 4;
+using Header = std::array<int64_t, kHeader>;
+
+std::string describe(const int64_t* h) {
+  std::string s = str_cat(collective_name(h[1]), " #", h[0], " (n = ", h[2]);
+  if (has_root(h[1])) s += str_cat(", root ", h[3]);
+  return s + ")";
+}
+
+// An MPI datatype of `count` contiguous `base` values whose extent is `stride` values: block r
+// of a strided layout (rank r's slice at base + r * stride) is element r of this type.
+class StridedBlock {
+ public:
+  StridedBlock(int count, MPI_Datatype base, int64_t stride, int64_t base_bytes) {
+    MPI_Datatype block = MPI_DATATYPE_NULL;
+    TARN_MPI_CALL(MPI_Type_contiguous(count, base, &block));
+    const int rc = MPI_Type_create_resized(block, 0, static_cast<MPI_Aint>(stride * base_bytes), &type_);
+    MPI_Type_free(&block);
+    TARN_CHECK(rc == MPI_SUCCESS, "MPI_Type_create_resized failed: ", detail::error_string(rc));
+    TARN_MPI_CALL(MPI_Type_commit(&type_));
+  }
+  ~StridedBlock() {
+    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  }
+  StridedBlock(const StridedBlock&) = delete;
+  StridedBlock& operator=(const StridedBlock&) = delete;
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {
+    TARN_MPI_CALL(MPI_Comm_rank(comm_, &rank_));
+    TARN_MPI_CALL(MPI_Comm_size(comm_, &world_));
+    headers_.resize(static_cast<size_t>(kHeader) * world_);
+  }
+  ~MpiCommunicator() override {
+    int finalised = 1;
+    MPI_Finalized(&finalised);
+    if (broken_) {
+      // A collective that timed out may still write into these once its peers turn up; the job
+      // is being aborted, so leave them (and the communicator) to the end of the process.
+      new std::vector<int64_t>(std::move(headers_));
+      new std::vector<float>(std::move(float_scratch_));
+      new std::vector<double>(std::move(double_scratch_));
+      return;
+    }
+    if (!finalised) MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  const char* backend() const override { return "mpi"; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    begin(kAllReduceSum, n, 0);
+    all_reduce(data, n, ReduceOp::sum, float_scratch_);
+  }
+
+  void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    begin(kReduceScatterSum, n, 0);
+    const int64_t step = slice_step();
+    for (int64_t c0 = 0; c0 < n; c0 += step) {
+      const int64_t m = std::min(step, n - c0);
+      float_scratch_.resize(static_cast<size_t>(m) * world_);
+      // Slice c0..c0+m of every rank's block r goes to rank r: an all-to-all whose send blocks
+      // lie n apart. In place, recv + c0 is inside this step's send, read by the time we write.
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (m == n) {
+        call(MPI_Ialltoall(send, static_cast<int>(m), MPI_FLOAT, float_scratch_.data(), static_cast<int>(m), MPI_FLOAT,
+                           comm_, &request),
+             "MPI_Ialltoall");
+        wait(request);
+      } else {
+        const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
+        call(MPI_Ialltoall(send + c0, 1, block.get(), float_scratch_.data(), static_cast<int>(m), MPI_FLOAT, comm_,
+                           &request),
+             "MPI_Ialltoall");
+        wait(request);
+      }
+      cpu::reduce_in_rank_order(
+          recv + c0, m, world_, [&](int r) { return float_scratch_.data() + static_cast<int64_t>(r) * m; },
+          ReduceOp::sum);
+    }
+  }
+
+  void all_gather(const float* send, float* recv, int64_t n) override {
+    begin(kAllGather, n, 0);
+    const bool in_place = send == recv + static_cast<int64_t>(rank_) * n;
+    const int64_t step = slice_step();
+    for (int64_t c0 = 0; c0 < n; c0 += step) {
+      const int64_t m = std::min(step, n - c0);
+      const void* mine = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + c0);
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (m == n) {
+        call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv, static_cast<int>(m), MPI_FLOAT, comm_,
+                            &request),
+             "MPI_Iallgather");
+        wait(request);
+      } else {
+        const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
+        call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv + c0, 1, block.get(), comm_, &request),
+             "MPI_Iallgather");
+        wait(request);
+      }
+    }
+  }
+
+  void broadcast(float* data, int64_t n, int root) override {
+    begin(kBroadcast, n, root);
+    bcast(data, n, MPI_FLOAT, sizeof(float), root);
+  }
+
+  void all_reduce_host(double* data, int64_t n, ReduceOp op) override {
+    begin(host_collective(op), n, 0);
+    all_reduce(data, n, op, double_scratch_);
+  }
+
+  void broadcast_host_bytes(void* data, int64_t bytes, int root) override {
+    begin(kBroadcastHostBytes, bytes, root);
+    bcast(data, bytes, MPI_BYTE, 1, root);
+  }
+
+  // The header exchange completes only once every rank has entered: that is the barrier.
+  void barrier() override { begin(kBarrier, 0, 0); }
+
+ private:
+  // Step (1): the next sequence number, the header exchange, and the agreement check.
+  void begin(Collective c, int64_t n, int root) {
+    TARN_CHECK(!broken_, "rank ", rank_, ": ", collective_name(c), ": this communicator failed in collective #",
+               seq_, " and cannot be used again (end the job with tarn::kernels::mpi::abort)");
+    TARN_CHECK(n >= 0, collective_name(c), ": negative length ", n, " on rank ", rank_);
+    current_ = {static_cast<int64_t>(++seq_), c, n, root};
+    MPI_Request request = MPI_REQUEST_NULL;
+    call(MPI_Iallgather(current_.data(), kHeader, MPI_INT64_T, headers_.data(), kHeader, MPI_INT64_T, comm_, &request),
+         "MPI_Iallgather (header)");
+    wait(request);
+    std::vector<int> disagree;
+    for (int r = 1; r < world_; ++r)
+      if (!std::equal(headers_.begin(), headers_.begin() + kHeader, headers_.begin() + kHeader * r))
+        disagree.push_back(r);
+    if (!disagree.empty()) {
+      // Every rank has the same headers, so every rank throws the same list.
+      std::string list = str_cat("rank 0 called ", describe(headers_.data()));
+      for (int r : disagree) list += str_cat(", rank ", r, " called ", describe(headers_.data() + kHeader * r));
+      broken_ = true;
+      throw CollectiveError(str_cat("rank ", rank_, ": the ranks called different collectives: ", list));
+    }
+    if (has_root(c) && (root < 0 || root >= world_))
+      throw Error(str_cat(collective_name(c), ": root ", root, " is not a rank of a group of ", world_));
+  }
+
+  // Values per rank per step of reduce_scatter and all_gather, whose steps move world_ slices.
+  int64_t slice_step() const { return std::max<int64_t>(1, g_chunk_values / world_); }
+
+  // Step (2) of the reductions: per step of c values, slice q = [c*q/world, c*(q+1)/world) of
+  // every rank goes to rank q (all-to-all), which reduces the world copies in rank order, and
+  // the reduced slices are all-gathered in place.
+  template <typename T>
+  void all_reduce(T* data, int64_t n, ReduceOp op, std::vector<T>& scratch) {
+    counts_.resize(world_);
+    displs_.resize(world_);
+    recv_counts_.resize(world_);
+    recv_displs_.resize(world_);
+    const int64_t step = g_chunk_values;
+    for (int64_t off = 0; off < n; off += step) {
+      const int64_t c = std::min(step, n - off);
+      for (int q = 0; q < world_; ++q) {
+        displs_[q] = static_cast<int>(c * q / world_);
+        counts_[q] = static_cast<int>(c * (q + 1) / world_) - displs_[q];
+      }
+      const int mine = counts_[rank_];
+      for (int q = 0; q < world_; ++q) {
+        recv_counts_[q] = mine;
+        recv_displs_[q] = q * mine;
+      }
+      scratch.resize(static_cast<size_t>(mine) * world_);
+      T* chunk = data + off;
+      MPI_Request request = MPI_REQUEST_NULL;
+      call(MPI_Ialltoallv(chunk, counts_.data(), displs_.data(), mpi_type<T>(), scratch.data(), recv_counts_.data(),
+                          recv_displs_.data(), mpi_type<T>(), comm_, &request),
+           "MPI_Ialltoallv");
+      wait(request);
+      cpu::reduce_in_rank_order(
+          chunk + displs_[rank_], mine, world_,
+          [&](int r) { return static_cast<const T*>(scratch.data()) + static_cast<int64_t>(r) * mine; }, op);
+      call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, counts_.data(), displs_.data(), mpi_type<T>(),
+                           comm_, &request),
+           "MPI_Iallgatherv");
+      wait(request);
+    }
+  }
+
+  void bcast(void* data, int64_t n, MPI_Datatype type, int64_t value_bytes, int root) {
+    const int64_t step = g_chunk_values;
+    for (int64_t off = 0; off < n; off += step) {
+      const int64_t c = std::min(step, n - off);
+      MPI_Request request = MPI_REQUEST_NULL;
+      call(MPI_Ibcast(static_cast<char*>(data) + off * value_bytes, static_cast<int>(c), type, root, comm_, &request),
+           "MPI_Ibcast");
+      wait(request);
+    }
+  }
+
+  // An MPI error inside a collective: the communicator is unusable from here on.
+  void call(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    broken_ = true;
+    throw CollectiveError(str_cat("rank ", rank_, ": ", collective_name(current_[1]), " #", current_[0], " (",
+                                  current_[2], " ", unit(current_[1]), "): ", what, " failed: ", detail::error_string(rc)));
+  }
+
+  // Polls `request` until it completes or the deadline passes (timeout_s_ from now).
+  void wait(MPI_Request& request) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    for (;;) {
+      int done = 0;
+      call(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        broken_ = true;
+        throw CollectiveError(str_cat("rank ", rank_, ": ", collective_name(current_[1]), " #", current_[0], " (",
+                                      current_[2], " ", unit(current_[1]), ") did not complete within ", timeout_s_,
+                                      " s: another rank exited, is stuck, or called a different collective "
+                                      "(training.collective_timeout_s)"));
+      }
+      if (now - start > kBusyPoll) std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, world_ = 1;
+  double timeout_s_;
+  uint64_t seq_ = 0;
+  bool broken_ = false;
+  Header current_{};
+  std::vector<int64_t> headers_;  // kHeader values per rank
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
+  std::vector<float> float_scratch_;
+  std::vector<double> double_scratch_;
+};
+
+}  // namespace
+
+void set_chunk_values(int64_t values) {
+  g_chunk_values = values <= 0 ? kDefaultChunkValues : std::min<int64_t>(values, INT_MAX);
+}
+
+std::unique_ptr<Communicator> world_communicator(double timeout_s) {
+  TARN_CHECK(timeout_s > 0 && std::isfinite(timeout_s), "world_communicator: timeout must be a positive number of "
+                                                        "seconds, got ", timeout_s, " (training.collective_timeout_s)");
+  detail::init_once();
+  // A private copy of the world, so that tarn's collectives never meet anyone else's; made
+  // non-blocking so that a rank that never arrives is reported instead of waited for.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  TARN_MPI_CALL(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  for (int done = 0; !done;) {
+    TARN_MPI_CALL(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (Clock::now() >= deadline)
+      throw CollectiveError(str_cat("rank ", rank, ": world_communicator (MPI_Comm_idup of MPI_COMM_WORLD) did not "
+                                    "complete within ", timeout_s, " s: another rank exited or is stuck "
+                                    "(training.collective_timeout_s)"));
+    std::this_thread::sleep_for(kPollSleep);
+  }
+  TARN_MPI_CALL(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  if (detail::env_local_rank() < 0) {
+    // The launcher did not say which rank of this machine we are: ask MPI (ranks sharing memory).
+    MPI_Comm local = MPI_COMM_NULL;
+    int rank = 0, local_rank = 0;
+    TARN_MPI_CALL(MPI_Comm_rank(comm, &rank));
+    TARN_MPI_CALL(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+    TARN_MPI_CALL(MPI_Comm_rank(local, &local_rank));
+    MPI_Comm_free(&local);
+    detail::set_split_local_rank(local_rank);
+  }
+  return std::make_unique<MpiCommunicator>(comm, timeout_s);
+}
+
+}  // namespace tarn::kernels::mpi
