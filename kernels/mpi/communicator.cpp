@@ -13,9 +13,14 @@
 // every rank (an all-to-all), adds the slices in rank order itself, and the slices are
 // all-gathered. That moves 2(n-1)/n of the buffer per rank, what a ring all-reduce moves.
 //
-// Everything is non-blocking MPI polled against the deadline: a tight MPI_Test loop for the
-// first kBusyPoll (short collectives finish there), then a sleep of kPollSleep between tests so
-// that a rank waiting for a slow one does not take a core from it.
+// Everything is non-blocking MPI polled against the deadline: a tight MPI_Test loop for a
+// while, then a sleep of kPollSleep between tests, so that a rank waiting for a slow one does
+// not take a core from it. How long "a while" is depends on what is awaited. The header
+// exchange waits for the other ranks to arrive, which may take a whole step of computation:
+// kBusyPoll. Once it is done every rank is inside the collective and the data is moving, which
+// needs each rank to test often (Open MPI progresses shared-memory transfers inside MPI_Test):
+// kBusyPoll plus the time the step's bytes take at kBusyBytesPerSecond, a rate any healthy
+// machine exceeds, so that only a stalled transfer is left to the sleeping polls.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -34,6 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kBusyPoll = std::chrono::milliseconds(1);
+constexpr double kBusyBytesPerSecond = 1e9;
 constexpr auto kPollSleep = std::chrono::microseconds(50);
 
 // 2^22 values (16 MiB of floats) per step: far below INT_MAX, large enough that a step's fixed
@@ -170,13 +176,13 @@ class MpiCommunicator final : public Communicator {
         call(MPI_Ialltoall(send, static_cast<int>(m), MPI_FLOAT, float_scratch_.data(), static_cast<int>(m), MPI_FLOAT,
                            comm_, &request),
              "MPI_Ialltoall");
-        wait(request);
+        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
       } else {
         const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
         call(MPI_Ialltoall(send + c0, 1, block.get(), float_scratch_.data(), static_cast<int>(m), MPI_FLOAT, comm_,
                            &request),
              "MPI_Ialltoall");
-        wait(request);
+        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
       }
       cpu::reduce_in_rank_order(
           recv + c0, m, world_, [&](int r) { return float_scratch_.data() + static_cast<int64_t>(r) * m; },
@@ -196,12 +202,12 @@ class MpiCommunicator final : public Communicator {
         call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv, static_cast<int>(m), MPI_FLOAT, comm_,
                             &request),
              "MPI_Iallgather");
-        wait(request);
+        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
       } else {
         const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
         call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv + c0, 1, block.get(), comm_, &request),
              "MPI_Iallgather");
-        wait(request);
+        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
       }
     }
   }
@@ -280,14 +286,14 @@ class MpiCommunicator final : public Communicator {
       call(MPI_Ialltoallv(chunk, counts_.data(), displs_.data(), mpi_type<T>(), scratch.data(), recv_counts_.data(),
                           recv_displs_.data(), mpi_type<T>(), comm_, &request),
            "MPI_Ialltoallv");
-      wait(request);
+      wait(request, c * static_cast<int64_t>(sizeof(T)));
       cpu::reduce_in_rank_order(
           chunk + displs_[rank_], mine, world_,
           [&](int r) { return static_cast<const T*>(scratch.data()) + static_cast<int64_t>(r) * mine; }, op);
       call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, counts_.data(), displs_.data(), mpi_type<T>(),
                            comm_, &request),
            "MPI_Iallgatherv");
-      wait(request);
+      wait(request, c * static_cast<int64_t>(sizeof(T)));
     }
   }
 
@@ -298,7 +304,7 @@ class MpiCommunicator final : public Communicator {
       MPI_Request request = MPI_REQUEST_NULL;
       call(MPI_Ibcast(static_cast<char*>(data) + off * value_bytes, static_cast<int>(c), type, root, comm_, &request),
            "MPI_Ibcast");
-      wait(request);
+      wait(request, c * value_bytes);
     }
   }
 
@@ -310,9 +316,12 @@ class MpiCommunicator final : public Communicator {
                                   current_[2], " ", unit(current_[1]), "): ", what, " failed: ", detail::error_string(rc)));
   }
 
-  // Polls `request` until it completes or the deadline passes (timeout_s_ from now).
-  void wait(MPI_Request& request) {
+  // Polls `request` until it completes or the deadline passes (timeout_s_ from now); tightly for
+  // kBusyPoll plus `bytes` at kBusyBytesPerSecond, then with sleeps in between.
+  void wait(MPI_Request& request, int64_t bytes = 0) {
     const auto start = Clock::now();
+    const auto busy = kBusyPoll + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(static_cast<double>(bytes) / kBusyBytesPerSecond));
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
     for (;;) {
       int done = 0;
@@ -326,7 +335,7 @@ class MpiCommunicator final : public Communicator {
                                       " s: another rank exited, is stuck, or called a different collective "
                                       "(training.collective_timeout_s)"));
       }
-      if (now - start > kBusyPoll) std::this_thread::sleep_for(kPollSleep);
+      if (now - start > busy) std::this_thread::sleep_for(kPollSleep);
     }
   }
 

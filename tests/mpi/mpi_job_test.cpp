@@ -262,7 +262,7 @@ TEST_F(MpiJobErrors, ACollectivePastItsDeadlineNamesRankCollectiveSequenceAndSiz
               "rank 0: barrier #1 (0 values) did not complete within 0.3 s: another rank exited, is stuck, or called a "
               "different collective (training.collective_timeout_s)");
     EXPECT_GE(waited, 0.3);
-    EXPECT_LT(waited, 0.9);
+    EXPECT_LT(waited, 5.0);  // it threw, so it did not wait for the others; this bounds how late
   } else {
     EXPECT_EQ(message, "");
   }
