@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "data/batcher.h"
 #include "data/seed.h"
@@ -187,6 +188,12 @@ void Trainer::log_ranks() {
     log::info("dist", "rank ", r, ": ", i[1] < 0 ? std::string("cpu") : "cuda:" + std::to_string(static_cast<int>(i[1])),
               ", ", static_cast<int>(i[0]), " threads, gradients by ", i[2] > 0 ? "nccl" : comm_->backend());
   }
+  const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (launch.launched && cores > 0 && kernels::num_threads() * launch.local_world > static_cast<int>(cores))
+    log::warn("dist", str_cat(launch.local_world, " ranks x ", kernels::num_threads(), " threads on ", cores,
+                              " cores oversubscribe this machine and slow every rank: set training.threads to ",
+                              std::max(1u, cores / static_cast<unsigned>(launch.local_world)), " (or 0)"));
   const int64_t global = recipe_.training.tokens_per_batch, accum = recipe_.training.grad_accumulation;
   log::info("dist", "batch: ", log::thousands(global), " padded tokens per global batch, ~",
             log::thousands(global / world), " per rank x ", world, " ranks x ", accum,
@@ -291,7 +298,8 @@ void Trainer::resume_or_restart() {
 void Trainer::setup() {
   recipe_ = load_recipe(opt_.recipe_path, opt_.overrides);
   open_communicator();
-  for (const std::string& w : recipe_.warnings) log::warn("config", w);
+  if (lead())  // every rank reads the same recipe: said once
+    for (const std::string& w : recipe_.warnings) log::warn("config", w);
   const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
   if (!solo() && recipe_.training.device == "cuda" && opt_.communicator == nullptr)
     recipe_.training.device = "cuda:" + std::to_string(kernels::mpi::local_rank());  // my machine's GPU
@@ -626,6 +634,15 @@ TrainSummary Trainer::run() {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
     log::info("test", "nll ", fmt("%.4f", summary_.test->mean_nll()), " | ppl ", fmt("%.2f", summary_.test->perplexity()),
               " over ", log::thousands(summary_.test->tokens), " target tokens (", recipe_.data.test, ")");
+  }
+  if (!solo()) {
+    comm_->barrier();  // every rank returns once rank 0's last checkpoint is written
+    const int64_t steps = std::max<int64_t>(1, summary_.steps_this_run);
+    log::info("dist", "gradient ", sharded_ ? "reduce-scatter + all-gather" : "all-reduce", ": ",
+              fmt("%.2f", 1e3 * comm_s_ / static_cast<double>(steps)), " ms per step on rank 0 (waiting for the "
+              "other ranks included), ", fmt("%.1f", 100.0 * comm_s_ / std::max(summary_.wall_s, 1e-9)),
+              "% of the run; ", log::thousands(sharded_ ? sharded_->elements() : grad_sync_->elements()),
+              " floats per step");
   }
   log::info("train", "stopped (", reason, ") at step ", log::thousands(progress_.step), " after ",
             log::duration(summary_.wall_s), "; ", log::thousands(static_cast<long long>(summary_.tokens_per_s)),

@@ -1,0 +1,246 @@
+// Data-parallel training through the trainer as `mpirun -np 2 tarn train` runs it: this suite
+// runs under mpiexec with 2 ranks (tests/CMakeLists.txt), every rank running every test. It
+// checks the semantics recipes/README.md promises: the rank count changes speed, not results.
+//
+// Tolerances: 2 ranks sum their gradients in another order than one rank does (each rank sums
+// its rows, then the ranks are added), so f32 gradients differ in the last bits, about 1e-7
+// relative. After one step the optimizer's first moment is 0.1 x the clipped gradient, which
+// is compared to 1e-5 of its largest entry. Over several steps AdamW divides each coordinate
+// by its own RMS, so a coordinate whose gradient is ~0 can flip its update sign from such a
+// bit difference and move by up to 2 x lr; the parameters are therefore compared by the
+// relative L2 norm of their difference, which those few coordinates barely move.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "framework/io/checkpoint_dir.h"
+#include "framework/allocator.h"
+#include "framework/distributed/sharded_adamw.h"
+#include "framework/io/safetensors.h"
+#include "kernels/mpi/mpi.h"
+#include "tests/app/app_test_util.h"
+#include "tools/tarn/checkpoint_state.h"
+#include "tools/tarn/evaluate.h"
+#include "tools/tarn/session.h"
+#include "tools/tarn/trainer.h"
+
+namespace tarn::app {
+namespace {
+using testing::tiny_overrides;
+using testing::tiny_recipe;
+
+kernels::Communicator& world() {
+  static std::unique_ptr<kernels::Communicator> comm = kernels::mpi::world_communicator(120);
+  return *comm;
+}
+
+// A corpus under a folder every rank sees: rank 0 writes it, the others wait.
+std::string shared_corpus(const std::string& name) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("tarn_dp_" + name)).string();
+  if (world().rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    testing::write_corpus(dir + "/train.txt", 300, 1);
+    testing::write_corpus(dir + "/valid.txt", 40, 2);
+  }
+  world().barrier();
+  return dir;
+}
+
+TrainOptions options(const std::string& dir, const std::string& run, int64_t steps, std::vector<std::string> extra,
+                     kernels::Communicator* comm) {
+  TrainOptions o;
+  o.recipe_path = tiny_recipe();
+  o.overrides = tiny_overrides(dir, steps);
+  o.overrides.insert(o.overrides.end(), {"checkpoints.dir=" + dir + "/" + run, "training.threads=1",
+                                         "validation.every_steps=0", "checkpoints.every_steps=0"});
+  o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
+  o.communicator = comm;
+  return o;
+}
+
+// Rank 0 alone runs `o` as a single process would; the other ranks wait for it.
+TrainSummary solo_on_rank0(TrainOptions o) {
+  TrainSummary s;
+  if (world().rank() == 0) {
+    const auto solo = kernels::solo_communicator();
+    o.communicator = solo.get();
+    s = train(o);
+  }
+  world().barrier();
+  return s;
+}
+
+std::map<std::string, std::vector<float>> tensors(const std::string& run_dir, int64_t step, const char* file) {
+  std::map<std::string, std::vector<float>> out;
+  const Checkpoint c = open_checkpoint(checkpoint_dir(run_dir, step));
+  for (const auto& [name, t] : load_safetensors(c.path(file)).tensors) out[name] = t.to_vector();
+  return out;
+}
+
+// ||a - b|| / ||a|| over every tensor of the file, and the largest |a - b| relative to max |a|.
+struct Difference {
+  double relative_l2 = 0, relative_max = 0;
+  size_t bitwise_differ = 0;
+};
+Difference compare(const std::string& a_run, const std::string& b_run, int64_t step, const char* file,
+                   const std::string& only_prefix = "") {
+  const auto a = tensors(a_run, step, file), b = tensors(b_run, step, file);
+  EXPECT_EQ(a.size(), b.size());
+  double diff2 = 0, norm2 = 0, max_diff = 0, max_a = 0;
+  Difference d;
+  for (const auto& [name, va] : a) {
+    if (name.rfind(only_prefix, 0) != 0) continue;
+    const auto it = b.find(name);
+    if (it == b.end() || it->second.size() != va.size()) {
+      ADD_FAILURE() << name << " differs in presence or size";
+      continue;
+    }
+    for (size_t i = 0; i < va.size(); ++i) {
+      const double x = va[i], y = it->second[i];
+      diff2 += (x - y) * (x - y);
+      norm2 += x * x;
+      max_diff = std::max(max_diff, std::fabs(x - y));
+      max_a = std::max(max_a, std::fabs(x));
+      d.bitwise_differ += std::memcmp(&va[i], &it->second[i], sizeof(float)) != 0;
+    }
+  }
+  d.relative_l2 = std::sqrt(diff2 / std::max(norm2, 1e-30));
+  d.relative_max = max_diff / std::max(max_a, 1e-30);
+  return d;
+}
+
+void expect_two_ranks_equal_one(const std::string& name, std::vector<std::string> extra) {
+  const std::string dir = shared_corpus(name);
+  extra.push_back("model.dropout=0");  // dropout masks differ per rank by design
+  const TrainSummary one_step_dp = train(options(dir, "dp1", 1, extra, &world()));
+  solo_on_rank0(options(dir, "solo1", 1, extra, nullptr));
+  const TrainSummary dp = train(options(dir, "dp", 6, extra, &world()));
+  const TrainSummary solo = solo_on_rank0(options(dir, "solo", 6, extra, nullptr));
+  EXPECT_EQ(dp.steps, 6);
+  if (world().rank() != 0) return;
+  // One step: the first moment is 0.1 x the (clipped) gradient.
+  const Difference g = compare(dir + "/dp1", dir + "/solo1", 1, "optimizer.safetensors", "exp_avg.");
+  EXPECT_LT(g.relative_max, 1e-5) << "gradients after one step";
+  // Six steps: parameters, and the training loss the two runs logged.
+  const Difference p = compare(dir + "/dp", dir + "/solo", 6, "model.safetensors");
+  EXPECT_LT(p.relative_l2, 1e-4) << "parameters after 6 steps";
+  EXPECT_NEAR(dp.train_loss, solo.train_loss, 1e-4 * std::fabs(solo.train_loss));
+  const Progress pd = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/dp", 6)));
+  const Progress ps = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/solo", 6)));
+  EXPECT_EQ(pd.data, ps.data) << "the global data cursor depends on the rank count";
+  EXPECT_EQ(pd.tokens_seen, ps.tokens_seen) << "the ranks did not see exactly the one-rank batches between them";
+  (void)one_step_dp;
+}
+
+TEST(DataParallel, TwoRanksTrainLikeOneRankOnTheSameGlobalBatches) { expect_two_ranks_equal_one("equal", {}); }
+
+TEST(DataParallel, TwoRanksWithAccumulationTrainLikeOneRankWithAccumulation) {
+  expect_two_ranks_equal_one("equal_accum", {"training.grad_accumulation=2", "training.tokens_per_batch=512"});
+}
+
+TEST(DataParallel, SmallGlobalBatchesLeaveSomeRanksWithoutRowsAndStillAgree) {
+  // 96 tokens: one or two rows per global batch, so a rank's share is sometimes empty.
+  expect_two_ranks_equal_one("empty_share", {"training.tokens_per_batch=96"});
+}
+
+TEST(DataParallel, StopAndResumeOnTwoRanksIsBitExactAndOneRankContinues) {
+  const std::string dir = shared_corpus("resume");
+  const std::vector<std::string> extra = {"model.dropout=0.1"};  // each rank its own dropout stream
+  train(options(dir, "whole", 8, extra, &world()));
+  train(options(dir, "split", 5, extra, &world()));
+  const TrainSummary resumed = train(options(dir, "split", 8, extra, &world()));
+  EXPECT_EQ(resumed.steps_this_run, 3);
+  if (world().rank() == 0) {
+    EXPECT_EQ(compare(dir + "/whole", dir + "/split", 8, "model.safetensors").bitwise_differ, 0u);
+    EXPECT_EQ(compare(dir + "/whole", dir + "/split", 8, "optimizer.safetensors").bitwise_differ, 0u);
+    const Progress p = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/split", 8)));
+    ASSERT_EQ(p.rank_dropout.size(), 2u);
+    EXPECT_NE(p.rank_dropout[0].seed, p.rank_dropout[1].seed) << "both ranks drew the same dropout masks";
+  }
+  const TrainSummary one = solo_on_rank0(options(dir, "split", 10, extra, nullptr));
+  if (world().rank() == 0) {
+    EXPECT_EQ(one.steps, 10);
+    EXPECT_EQ(one.steps_this_run, 2);
+    EXPECT_FALSE(one.failed);
+  }
+}
+
+TEST(DataParallel, ZeroOneTrainsLikePlainDataParallelAndItsCheckpointsAreFull) {
+  const std::string dir = shared_corpus("zero1");
+  const std::vector<std::string> zero = {"training.shard_optimizer=true", "model.dropout=0"};
+  train(options(dir, "plain", 6, {"model.dropout=0"}, &world()));
+  train(options(dir, "zero", 6, zero, &world()));
+  if (world().rank() == 0) {
+    // The same elementwise AdamW on the same summed gradients; only the clip norm is summed in
+    // another order (double), which may move the clip factor in its last bit.
+    EXPECT_LT(compare(dir + "/plain", dir + "/zero", 6, "model.safetensors").relative_l2, 1e-6);
+    EXPECT_LT(compare(dir + "/plain", dir + "/zero", 6, "optimizer.safetensors").relative_l2, 1e-5)
+        << "the gathered optimizer state is not the full one";
+  }
+  // A ZeRO-1 checkpoint holds the full state: two ranks resume it exactly, one rank continues.
+  train(options(dir, "zero_split", 4, zero, &world()));
+  train(options(dir, "zero_split", 6, zero, &world()));
+  if (world().rank() == 0) {
+    EXPECT_EQ(compare(dir + "/zero", dir + "/zero_split", 6, "model.safetensors").bitwise_differ, 0u);
+  }
+  const TrainSummary one = solo_on_rank0(options(dir, "zero", 8, zero, nullptr));
+  if (world().rank() == 0) {
+    EXPECT_EQ(one.steps_this_run, 2);
+  }
+}
+
+TEST(DataParallel, ZeroOneHoldsAShareOfTheOptimizerStatePerRank) {
+  // Measured by the allocator: the bytes an optimizer takes when it is built.
+  std::vector<Tensor> params;
+  for (int64_t n : {1000, 37, 4096, 5}) params.push_back(Tensor::ones(Shape{n}));
+  std::vector<std::pair<std::string, Tensor*>> named;
+  for (size_t i = 0; i < params.size(); ++i) named.push_back({"p" + std::to_string(i) + ".weight", &params[i]});
+  const int64_t before = memory_stats().current_bytes;
+  int64_t plain_bytes, sharded_bytes;
+  {
+    AdamW plain(named, {});
+    plain_bytes = memory_stats().current_bytes - before;
+  }
+  const int64_t before_sharded = memory_stats().current_bytes;
+  ShardedAdamW sharded(named, {}, world());
+  // Its flat buffers (gradients in, parameters out, and this rank's gradient shard) are the
+  // price of one collective per step; the moments are what ZeRO-1 shards.
+  const int64_t moments = 2 * 4 * sharded.shard_elements();
+  sharded_bytes = memory_stats().current_bytes - before_sharded;
+  EXPECT_EQ(sharded.shard_elements(), (5138 + world().world() - 1) / world().world());
+  EXPECT_GE(plain_bytes, 2 * 4 * 5138);
+  EXPECT_LE(moments * world().world(), plain_bytes + 2 * 4 * world().world());
+  EXPECT_GT(sharded_bytes, moments);
+}
+
+TEST(DataParallel, ShardedValidationGivesTheOneRankPerplexity) {
+  const std::string dir = shared_corpus("eval");
+  train(options(dir, "run", 3, {}, &world()));
+  const Checkpoint c = open_checkpoint(checkpoint_dir(dir + "/run", 3));
+  const Recipe recipe = checkpoint_recipe(c);
+  const Tokenizer tok = open_tokenizer(recipe);
+  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
+  load_model_weights(c, model);
+  const auto data = open_dataset(recipe, tok, dir + "/valid.txt", kEvalNoiseSeed, "valid");
+  for (int64_t max_batches : {0, 1, 3}) {
+    const EvalResult sharded = evaluate(model, *data, 256, max_batches, &world());
+    const EvalResult whole = evaluate(model, *data, 256, max_batches, nullptr);
+    EXPECT_EQ(sharded.tokens, whole.tokens) << max_batches;
+    EXPECT_EQ(sharded.batches, whole.batches) << max_batches;
+    EXPECT_NEAR(sharded.perplexity(), whole.perplexity(), 1e-9 * whole.perplexity()) << max_batches;
+  }
+}
+
+}  // namespace
+}  // namespace tarn::app
+
+// MPI must outlive every test: finalised after RUN_ALL_TESTS.
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const int result = RUN_ALL_TESTS();
+  tarn::kernels::mpi::finalize();
+  return result;
+}
