@@ -136,7 +136,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {
     TARN_MPI_CALL(MPI_Comm_rank(comm_, &rank_));
     TARN_MPI_CALL(MPI_Comm_size(comm_, &world_));
-    headers_.resize(static_cast<size_t>(kHeader) * world_);
+    headers_.resize(static_cast<size_t>(kHeader) * (world_ + 1));
   }
   ~MpiCommunicator() override {
     int finalised = 1;
@@ -237,8 +237,11 @@ class MpiCommunicator final : public Communicator {
                seq_, " and cannot be used again (end the job with tarn::kernels::mpi::abort)");
     TARN_CHECK(n >= 0, collective_name(c), ": negative length ", n, " on rank ", rank_);
     current_ = {static_cast<int64_t>(++seq_), c, n, root};
+    // The send copy lives after the world's headers, in the buffer a broken communicator leaks.
+    int64_t* mine = headers_.data() + kHeader * world_;
+    std::copy(current_.begin(), current_.end(), mine);
     MPI_Request request = MPI_REQUEST_NULL;
-    call(MPI_Iallgather(current_.data(), kHeader, MPI_INT64_T, headers_.data(), kHeader, MPI_INT64_T, comm_, &request),
+    call(MPI_Iallgather(mine, kHeader, MPI_INT64_T, headers_.data(), kHeader, MPI_INT64_T, comm_, &request),
          "MPI_Iallgather (header)");
     wait(request);
     std::vector<int> disagree;
@@ -345,7 +348,7 @@ class MpiCommunicator final : public Communicator {
   uint64_t seq_ = 0;
   bool broken_ = false;
   Header current_{};
-  std::vector<int64_t> headers_;  // kHeader values per rank
+  std::vector<int64_t> headers_;  // kHeader values per rank, then this rank's outgoing header
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
   std::vector<float> float_scratch_;
   std::vector<double> double_scratch_;
