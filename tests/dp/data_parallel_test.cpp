@@ -19,6 +19,7 @@
 #include "framework/allocator.h"
 #include "framework/distributed/sharded_adamw.h"
 #include "framework/io/safetensors.h"
+#include "kernels/backend.h"
 #include "kernels/mpi/mpi.h"
 #include "tests/app/app_test_util.h"
 #include "tools/tarn/checkpoint_state.h"
@@ -112,24 +113,24 @@ Difference compare(const std::string& a_run, const std::string& b_run, int64_t s
   return d;
 }
 
-void expect_two_ranks_equal_one(const std::string& name, std::vector<std::string> extra) {
+void expect_two_ranks_equal_one(const std::string& name, std::vector<std::string> extra, int64_t steps = 6) {
   const std::string dir = shared_corpus(name);
   extra.push_back("model.dropout=0");  // dropout masks differ per rank by design
   const TrainSummary one_step_dp = train(options(dir, "dp1", 1, extra, &world()));
   solo_on_rank0(options(dir, "solo1", 1, extra, nullptr));
-  const TrainSummary dp = train(options(dir, "dp", 6, extra, &world()));
-  const TrainSummary solo = solo_on_rank0(options(dir, "solo", 6, extra, nullptr));
-  EXPECT_EQ(dp.steps, 6);
+  const TrainSummary dp = train(options(dir, "dp", steps, extra, &world()));
+  const TrainSummary solo = solo_on_rank0(options(dir, "solo", steps, extra, nullptr));
+  EXPECT_EQ(dp.steps, steps);
   if (world().rank() != 0) return;
   // One step: the first moment is 0.1 x the (clipped) gradient.
   const Difference g = compare(dir + "/dp1", dir + "/solo1", 1, "optimizer.safetensors", "exp_avg.");
   EXPECT_LT(g.relative_max, 1e-5) << "gradients after one step";
-  // Six steps: parameters, and the training loss the two runs logged.
-  const Difference p = compare(dir + "/dp", dir + "/solo", 6, "model.safetensors");
-  EXPECT_LT(p.relative_l2, 1e-4) << "parameters after 6 steps";
+  // Several steps: parameters, and the training loss the two runs logged.
+  const Difference p = compare(dir + "/dp", dir + "/solo", steps, "model.safetensors");
+  EXPECT_LT(p.relative_l2, 1e-4) << "parameters after " << steps << " steps";
   EXPECT_NEAR(dp.train_loss, solo.train_loss, 1e-4 * std::fabs(solo.train_loss));
-  const Progress pd = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/dp", 6)));
-  const Progress ps = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/solo", 6)));
+  const Progress pd = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/dp", steps)));
+  const Progress ps = checkpoint_progress(open_checkpoint(checkpoint_dir(dir + "/solo", steps)));
   EXPECT_EQ(pd.data, ps.data) << "the global data cursor depends on the rank count";
   EXPECT_EQ(pd.tokens_seen, ps.tokens_seen) << "the ranks did not see exactly the one-rank batches between them";
   (void)one_step_dp;
@@ -139,6 +140,14 @@ TEST(DataParallel, TwoRanksTrainLikeOneRankOnTheSameGlobalBatches) { expect_two_
 
 TEST(DataParallel, TwoRanksWithAccumulationTrainLikeOneRankWithAccumulation) {
   expect_two_ranks_equal_one("equal_accum", {"training.grad_accumulation=2", "training.tokens_per_batch=512"});
+}
+
+// The GPU path without a GPU: CUDA tensors on the emulated device (host memory), gradients
+// over MPI as where NCCL is absent; on a GPU machine the NCCL path runs instead (one GPU per
+// rank, which this 2-rank test on one device cannot have).
+TEST(DataParallel, TwoRanksOnTheEmulatedCudaDeviceTrainLikeOneRank) {
+  kernels::install_cuda_backend(&kernels::cuda_emu::backend());
+  expect_two_ranks_equal_one("emulated_cuda", {"training.device=cuda"}, 2);
 }
 
 TEST(DataParallel, SmallGlobalBatchesLeaveSomeRanksWithoutRowsAndStillAgree) {
