@@ -17,6 +17,7 @@
 #include "framework/log/log.h"
 #include "kernels/mpi/mpi.h"
 #include "layers/bart.h"
+#include "tools/tarn/bench_collectives.h"
 #include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/evaluate.h"
 #include "tools/tarn/export.h"
@@ -27,7 +28,7 @@
 namespace tarn::app {
 namespace {
 
-constexpr const char* kUsage = R"(tarn: linear-attention BART training on the CPU
+constexpr const char* kUsage = R"(tarn: linear-attention BART training on CPUs and GPUs, one process or many (mpirun)
 
 usage: tarn <command> [options]
 
@@ -48,6 +49,9 @@ commands:
         Reads source lines on stdin, writes one generated line per source on stdout.
   denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
         Noises the first N lines of FILE as in training and shows input, output, original.
+  bench collectives [--max-bytes B] [--iters N] [--threads N] [--help]
+        All-reduce, reduce-scatter and all-gather timed as nccl-tests does (algbw, busbw),
+        results checked; run it under mpirun for MPI ranks, else the ranks are threads.
   prepare-corpus OUTDIR [--wordnet DIR]
         Extracts the built-in WordNet corpus into OUTDIR/{train,valid,test}.txt.
 
@@ -264,6 +268,12 @@ int dispatch(int argc, char** argv) {
   if (cmd == "generate") return cmd_generate(argc, argv);
   if (cmd == "denoise") return cmd_denoise(argc, argv);
   if (cmd == "prepare-corpus") return cmd_prepare(argc, argv);
+  if (cmd == "bench") {
+    TARN_CHECK(argc >= 3, "bench: which one? (tarn bench collectives; see tarn --help)");
+    const std::string what = argv[2];
+    TARN_CHECK(what == "collectives", "bench: unknown benchmark \"", what, "\" (tarn bench collectives)");
+    return bench_collectives(argc - 2, argv + 2);
+  }
   throw Error("unknown command \"" + cmd + "\" (see tarn --help)");
 }
 

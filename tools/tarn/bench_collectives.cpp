@@ -1,6 +1,6 @@
 // Collectives (kernels/collectives.h) timed the way nccl-tests times NCCL, so that the figures
 // compare: all_reduce_sum, reduce_scatter_sum and all_gather of f32 buffers, out of place and
-// in place, every result checked. Run `collectives_bench --help` for the flags and definitions.
+// in place, every result checked. Run `tarn bench collectives --help` for the flags and definitions.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -16,17 +16,18 @@
 #include "kernels/check.h"
 #include "kernels/collectives.h"
 #include "kernels/mpi/mpi.h"
+#include "tools/tarn/bench_collectives.h"
 
 namespace {
 
 using tarn::kernels::Communicator;
 using tarn::kernels::ReduceOp;
 
-const char* kUsage = R"(collectives_bench: times the collectives of kernels/collectives.h the way nccl-tests times NCCL.
+const char* kUsage = R"(tarn bench collectives: times the collectives of kernels/collectives.h the way nccl-tests times NCCL.
 
-  mpirun -np N collectives_bench [flags]   the N ranks are MPI processes (kernels/mpi/mpi.h)
-  collectives_bench [--threads N] [flags]  the N ranks are threads of this process (the CPU
-                                           thread group, kernels/cpu/collectives.cpp)
+  mpirun -np N tarn bench collectives [flags]   the N ranks are MPI processes (kernels/mpi/mpi.h)
+  tarn bench collectives [--threads N] [flags]  the N ranks are threads of this process (the
+                                                CPU thread group, kernels/cpu/collectives.cpp)
 
 For each buffer size S, from --min-bytes in steps of x --factor up to --max-bytes (which is
 always the last size), and each collective, it times --iters iterations after --warmup
@@ -69,7 +70,7 @@ struct Options {
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "collectives_bench: %s (see --help)\n", message.c_str());
+  std::fprintf(stderr, "tarn bench collectives: %s (see --help)\n", message.c_str());
   std::exit(2);
 }
 
@@ -235,7 +236,7 @@ void run_bench(Communicator& c, const Options& o, const std::string& what) {
   const bool lead = c.rank() == 0;
   const double copy_gbps = copy_gbps_per_rank(c);
   if (lead) {
-    std::printf("# collectives_bench: %s, %d ranks, on %s (%u hardware threads, load average %s at start)\n",
+    std::printf("# tarn bench collectives: %s, %d ranks, on %s (%u hardware threads, load average %s at start)\n",
                 what.c_str(), world, cpu_name().c_str(), std::thread::hardware_concurrency(), load_average().c_str());
     std::printf("# time: median of %d iterations (after %d warm-up) of the slowest rank; algbw = size/time; "
                 "busbw = algbw x 2(N-1)/N (all_reduce), x (N-1)/N (reduce_scatter, all_gather); GB/s = 1e9 B/s\n",
@@ -292,7 +293,9 @@ void run_bench(Communicator& c, const Options& o, const std::string& what) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace tarn::app {
+
+int bench_collectives(int argc, char** argv) {
   namespace mpi = tarn::kernels::mpi;
   const Options o = parse(argc, argv);
   try {
@@ -317,13 +320,15 @@ int main(int argc, char** argv) {
         if (!e.empty()) throw tarn::Error(e);
     }
   } catch (const mpi::CollectiveError& e) {
-    std::fprintf(stderr, "collectives_bench: %s\n", e.what());
+    std::fprintf(stderr, "tarn bench collectives: %s\n", e.what());
     mpi::abort(4);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "collectives_bench: %s\n", e.what());
+    std::fprintf(stderr, "tarn bench collectives: %s\n", e.what());
     if (mpi::initialized()) mpi::abort(1);
     return 1;
   }
   mpi::finalize();
   return 0;
 }
+
+}  // namespace tarn::app
