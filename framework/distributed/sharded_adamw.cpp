@@ -127,19 +127,9 @@ AdamWState ShardedAdamW::gather_state() {
 }
 
 void ShardedAdamW::load_state(const AdamWState& st) {
-  TARN_CHECK(st.step_count >= 0, "AdamW state: step_count must be >= 0, got ", st.step_count);
-  TARN_CHECK(st.params.size() == slots_.size(), "AdamW state: holds ", st.params.size(),
-             " parameters, the optimizer has ", slots_.size());
-  for (const Slot& s : slots_) {
-    const auto it = st.params.find(s.name);
-    TARN_CHECK(it != st.params.end(), "AdamW state: no entry for parameter ", s.name);
-    const AdamWParamState& p = it->second;
-    TARN_CHECK(p.exp_avg.defined() && p.exp_avg.shape() == s.param->shape() && p.exp_avg_sq.defined() &&
-                   p.exp_avg_sq.shape() == s.param->shape(),
-               "AdamW state: the moments of ", s.name, " do not have the parameter's shape ", s.param->shape().str());
-    TARN_CHECK(p.step >= 0 && p.step <= st.step_count, "AdamW state: ", s.name, ".step = ", p.step,
-               " is outside [0, step_count = ", st.step_count, "]");
-  }
+  std::vector<std::pair<std::string, const Tensor*>> params;
+  for (const Slot& s : slots_) params.emplace_back(s.name, s.param);
+  check_adamw_state(st, params);
   for (Slot& s : slots_) {
     const AdamWParamState& p = st.params.at(s.name);
     s.step = p.step;

@@ -136,24 +136,30 @@ AdamWState AdamW::state_view() const {
   return out;
 }
 
-void AdamW::load_state(const AdamWState& st) {
+void check_adamw_state(const AdamWState& st, const std::vector<std::pair<std::string, const Tensor*>>& params) {
   TARN_CHECK(st.step_count >= 0, "AdamW state: step_count must be >= 0, got ", st.step_count);
-  TARN_CHECK(st.params.size() == slots_.size(), "AdamW state: holds ", st.params.size(),
-             " parameters, the optimizer has ", slots_.size());
-  // Check everything before changing anything, so a bad checkpoint leaves the optimizer intact.
-  for (const Slot& s : slots_) {
-    const auto it = st.params.find(s.name);
-    TARN_CHECK(it != st.params.end(), "AdamW state: no entry for parameter ", s.name);
+  TARN_CHECK(st.params.size() == params.size(), "AdamW state: holds ", st.params.size(),
+             " parameters, the optimizer has ", params.size());
+  for (const auto& [name, param] : params) {
+    const auto it = st.params.find(name);
+    TARN_CHECK(it != st.params.end(), "AdamW state: no entry for parameter ", name);
     const AdamWParamState& p = it->second;
-    TARN_CHECK(p.exp_avg.defined() && p.exp_avg.shape() == s.param->shape(), "AdamW state: ", s.name,
+    TARN_CHECK(p.exp_avg.defined() && p.exp_avg.shape() == param->shape(), "AdamW state: ", name,
                ".exp_avg has shape ", p.exp_avg.defined() ? p.exp_avg.shape().str() : "(undefined)",
-               ", the parameter ", s.param->shape().str());
-    TARN_CHECK(p.exp_avg_sq.defined() && p.exp_avg_sq.shape() == s.param->shape(), "AdamW state: ", s.name,
+               ", the parameter ", param->shape().str());
+    TARN_CHECK(p.exp_avg_sq.defined() && p.exp_avg_sq.shape() == param->shape(), "AdamW state: ", name,
                ".exp_avg_sq has shape ", p.exp_avg_sq.defined() ? p.exp_avg_sq.shape().str() : "(undefined)",
-               ", the parameter ", s.param->shape().str());
-    TARN_CHECK(p.step >= 0 && p.step <= st.step_count, "AdamW state: ", s.name, ".step = ", p.step,
+               ", the parameter ", param->shape().str());
+    TARN_CHECK(p.step >= 0 && p.step <= st.step_count, "AdamW state: ", name, ".step = ", p.step,
                " is outside [0, step_count = ", st.step_count, "]");
   }
+}
+
+void AdamW::load_state(const AdamWState& st) {
+  // Check everything before changing anything, so a bad checkpoint leaves the optimizer intact.
+  std::vector<std::pair<std::string, const Tensor*>> params;
+  for (const Slot& s : slots_) params.emplace_back(s.name, s.param);
+  check_adamw_state(st, params);
   for (Slot& s : slots_) {
     const AdamWParamState& p = st.params.at(s.name);
     s.exp_avg.copy_from(p.exp_avg);

@@ -53,6 +53,10 @@ struct AdamWState {
   std::map<std::string, AdamWParamState> params;
 };
 
+// Throws unless `state` holds exactly these parameters (name, parameter), each with moments of
+// its shape and a step count in [0, state.step_count]: what loading a checkpoint checks first.
+void check_adamw_state(const AdamWState& state, const std::vector<std::pair<std::string, const Tensor*>>& params);
+
 // Holds pointers to the parameters: the module that owns them must outlive the optimizer.
 class AdamW {
  public:
