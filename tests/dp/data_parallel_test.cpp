@@ -17,6 +17,7 @@
 
 #include "framework/io/checkpoint_dir.h"
 #include "framework/allocator.h"
+#include "framework/distributed/parameter_sync.h"
 #include "framework/distributed/sharded_adamw.h"
 #include "framework/io/safetensors.h"
 #include "kernels/backend.h"
@@ -223,6 +224,22 @@ TEST(DataParallel, ZeroOneHoldsAShareOfTheOptimizerStatePerRank) {
   EXPECT_GE(plain_bytes, 2 * 4 * 5138);
   EXPECT_LE(moments * world().world(), plain_bytes + 2 * 4 * world().world());
   EXPECT_GT(sharded_bytes, moments);
+}
+
+TEST(DataParallel, DriftedReplicasAreAnErrorNamingTheRanksAndABroadcastRealignsThem) {
+  Tensor a = Tensor::full(Shape{1000}, 1.0f), b = Tensor::full(Shape{7}, 3.0f);
+  if (world().rank() == 1) b.data<float>()[6] = std::nextafter(3.0f, 4.0f);  // one bit on one rank
+  const std::vector<Tensor*> replica = {&a, &b};
+  try {
+    check_replicas_identical(replica, world(), "in this test");
+    ADD_FAILURE() << "a one-bit difference on rank 1 went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1 differ from rank 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in this test"), std::string::npos) << e.what();
+  }
+  broadcast_tensors(replica, world(), 0);
+  EXPECT_NO_THROW(check_replicas_identical(replica, world(), "after the broadcast"));
+  EXPECT_EQ(b.data<float>()[6], 3.0f);
 }
 
 TEST(DataParallel, ShardedValidationGivesTheOneRankPerplexity) {
