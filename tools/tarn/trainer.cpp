@@ -374,6 +374,7 @@ void Trainer::setup() {
 
 bool Trainer::step() {
   const int64_t accum = recipe_.training.grad_accumulation;
+  norm_ = 0;
   std::vector<Batch> batches;
   int64_t counted = 0;  // the labels the loss counts, over every rank's share
   for (int64_t i = 0; i < accum; ++i) {
