@@ -226,6 +226,23 @@ TEST(DataParallel, ZeroOneHoldsAShareOfTheOptimizerStatePerRank) {
   EXPECT_GT(sharded_bytes, moments);
 }
 
+TEST(DataParallel, NonFiniteStepsAreSkippedAndStopEveryRankTogether) {
+  const std::string dir = shared_corpus("nonfinite");
+  train(options(dir, "run", 3, {}, &world()));
+  // An absurd learning rate blows the weights up; the skips and the stop are agreed, so no
+  // rank is left waiting in a collective the others never call.
+  const TrainSummary r = train(options(dir, "run", 60,
+                                       {"optimizer.lr=1e30", "optimizer.clip_norm=0", "training.max_bad_steps=2",
+                                        "optimizer.schedule=constant"},
+                                       &world()));
+  EXPECT_TRUE(r.failed);
+  EXPECT_EQ(r.stop_reason, "non-finite");
+  double steps = static_cast<double>(r.steps), low = steps;
+  world().all_reduce_host(&steps, 1, kernels::ReduceOp::max);
+  world().all_reduce_host(&low, 1, kernels::ReduceOp::min);
+  EXPECT_EQ(steps, low) << "the ranks stopped after different steps";
+}
+
 TEST(DataParallel, DriftedReplicasAreAnErrorNamingTheRanksAndABroadcastRealignsThem) {
   Tensor a = Tensor::full(Shape{1000}, 1.0f), b = Tensor::full(Shape{7}, 3.0f);
   if (world().rank() == 1) b.data<float>()[6] = std::nextafter(3.0f, 4.0f);  // one bit on one rank
