@@ -147,6 +147,10 @@ TEST(DataParallel, TwoRanksWithAccumulationTrainLikeOneRankWithAccumulation) {
 // over MPI as where NCCL is absent; on a GPU machine the NCCL path runs instead (one GPU per
 // rank, which this 2-rank test on one device cannot have).
 TEST(DataParallel, TwoRanksOnTheEmulatedCudaDeviceTrainLikeOneRank) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the emulated CUDA device under AddressSanitizer takes minutes per step; the Release suite runs "
+                  "this test";
+#endif
   kernels::install_cuda_backend(&kernels::cuda_emu::backend());
   expect_two_ranks_equal_one("emulated_cuda", {"training.device=cuda"}, 2);
 }
