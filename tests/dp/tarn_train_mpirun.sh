@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tarn train` under mpirun as a user runs it (ctest: dp_cli): 2 ranks train the tiny recipe,
 # a SIGTERM to one rank stops both after the same step with a checkpoint, the run resumes on
-# 2 ranks and continues on 1, and a rank killed outright ends the whole job non-zero.
+# 2 ranks and continues on 1, the time budget stops both, and a rank killed outright ends the
+# whole job non-zero.
 #   tarn_train_mpirun.sh <tarn> <recipe> <mpiexec and its flags...>
 set -uo pipefail
 tarn=$1 recipe=$2
@@ -51,7 +52,13 @@ grep -q "resumed from runs/tiny/step_$last" log3 || { cat log3; fail "did not re
 grep -q "written by 2 ranks\|resumed from runs/tiny/step_$((last + 5))" log4 || { cat log4; fail "1 rank did not continue"; }
 [ -f runs/tiny/step_$((last + 8))/COMPLETE ] || fail "no checkpoint step_$((last + 8))"
 
-echo "[dp_cli] 4: a rank killed outright ends the job non-zero, leaving no process"
+echo "[dp_cli] 4: the time budget stops every rank after the same step"
+"${mpirun[@]}" "$tarn" train "$recipe" "${common[@]}" --set training.max_steps=1000000 --set training.max_time_minutes=0.05 \
+  --set checkpoints.dir=runs/timed >log_t 2>&1 || { cat log_t; fail "exit $? on the time budget"; }
+grep -q "stopped (max_time)" log_t || { cat log_t; fail "the run did not stop on its time budget"; }
+[ -n "$(ls -d runs/timed/step_* 2>/dev/null)" ] || fail "no checkpoint after the time budget"
+
+echo "[dp_cli] 5: a rank killed outright ends the job non-zero, leaving no process"
 "${mpirun[@]}" "$tarn" train "$recipe" "${common[@]}" --set training.max_steps=1000000 --set training.collective_timeout_s=5 >log5 2>&1 &
 job=$!
 for _ in $(seq 1 100); do grep -q "step .*[05]/" log5 2>/dev/null && break; sleep 0.2; done
