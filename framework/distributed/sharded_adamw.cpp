@@ -86,13 +86,7 @@ double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float cl
     ++s.step;  // on every rank, for every parameter: the bias correction agrees everywhere
     const auto [begin, end] = local_range(s);
     if (begin >= end) continue;
-    kernels::cpu::AdamWHyper h;
-    h.lr = options_.lr;
-    h.beta1 = options_.beta1;
-    h.beta2 = options_.beta2;
-    h.eps = options_.eps;
-    h.weight_decay = s.decay ? options_.weight_decay : 0.0f;
-    h.step = s.step;
+    const kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
     const int64_t at = s.offset + begin - shard_begin_;  // in the shard
     Tensor p = flat_view(*s.param).narrow0(begin, end);
     k.adamw_step(p.device_f32(), grad_shard_.narrow0(at, at + end - begin).device_f32(),

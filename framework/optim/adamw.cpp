@@ -86,13 +86,7 @@ void AdamW::step() {
     const Tensor g = s.param->grad();
     if (!g.defined()) continue;
     ++s.step;
-    kernels::cpu::AdamWHyper h;
-    h.lr = options_.lr;
-    h.beta1 = options_.beta1;
-    h.beta2 = options_.beta2;
-    h.eps = options_.eps;
-    h.weight_decay = s.decay ? options_.weight_decay : 0.0f;
-    h.step = s.step;
+    const kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
     backend_for(g.device())
         .adamw_step(s.param->device_f32(), g.device_f32(), s.exp_avg.device_f32(), s.exp_avg_sq.device_f32(),
                     s.param->numel(), h);
@@ -134,6 +128,17 @@ AdamWState AdamW::state_view() const {
   out.step_count = step_count_;
   for (const Slot& s : slots_) out.params[s.name] = {s.exp_avg, s.exp_avg_sq, s.step};
   return out;
+}
+
+kernels::cpu::AdamWHyper adamw_hyper(const AdamWOptions& options, bool decay, int64_t step) {
+  kernels::cpu::AdamWHyper h;
+  h.lr = options.lr;
+  h.beta1 = options.beta1;
+  h.beta2 = options.beta2;
+  h.eps = options.eps;
+  h.weight_decay = decay ? options.weight_decay : 0.0f;
+  h.step = step;
+  return h;
 }
 
 void check_adamw_state(const AdamWState& st, const std::vector<std::pair<std::string, const Tensor*>>& params) {

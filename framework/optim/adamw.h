@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "framework/tensor.h"
+#include "kernels/optim.h"
 
 namespace tarn {
 
@@ -52,6 +53,9 @@ struct AdamWState {
   int64_t step_count = 0;  // calls to step()
   std::map<std::string, AdamWParamState> params;
 };
+
+// The kernel's hyper-parameters for one parameter's update number `step` (1-based).
+kernels::cpu::AdamWHyper adamw_hyper(const AdamWOptions& options, bool decay, int64_t step);
 
 // Throws unless `state` holds exactly these parameters (name, parameter), each with moments of
 // its shape and a step count in [0, state.step_count]: what loading a checkpoint checks first.
