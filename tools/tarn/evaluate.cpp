@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "data/batcher.h"
 #include "framework/autograd.h"
@@ -19,27 +18,18 @@ EvalResult evaluate(BartForConditionalGeneration& model, const Dataset& data, in
   cfg.plan.max_tokens = tokens_per_batch;
   cfg.plan.shuffle = false;
   cfg.even_shards = false;
-  cfg.rank = rank;
-  cfg.world_size = world;
-  // The number of global batches; a rank's batcher needs at least one batch of its own.
-  BatcherConfig whole = cfg;
-  whole.rank = 0;
-  whole.world_size = 1;
-  auto batcher = std::make_unique<Batcher>(data, whole);
-  const int64_t global_batches = static_cast<int64_t>(batcher->batches_in_epoch());
-  const int64_t wanted = max_batches > 0 ? std::min(max_batches, global_batches) : global_batches;
+  Batcher batcher(data, cfg);
+  const int64_t total = static_cast<int64_t>(batcher.batches_in_epoch());
+  const int64_t wanted = max_batches > 0 ? std::min(max_batches, total) : total;
   const bool was_training = model.training();
   model.eval();
   NoGradGuard no_grad;
   EvalResult r;
-  // This rank's batches among the first `wanted` global ones: rank, rank + world, ...
-  const int64_t n = wanted > rank ? (wanted - rank + world - 1) / world : 0;
-  if (world > 1) {
-    batcher.reset();
-    if (n > 0) batcher = std::make_unique<Batcher>(data, cfg);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const Batch b = batcher->next();
+  // This rank's batches among the first `wanted`: rank, rank + world, ... (one batcher plans
+  // the whole set; a rank jumps to its own batches).
+  for (int64_t i = rank; i < wanted; i += world) {
+    if (world > 1) batcher.set_position({0, static_cast<uint64_t>(i)});
+    const Batch b = batcher.next();
     int64_t count = 0;
     const Tensor loss = seq2seq_loss(forward_batch(model, b), b.tgt_labels, model.config().pad_token_id, 0.0f, &count);
     r.nll_sum += static_cast<double>(loss.item()) * static_cast<double>(count);
