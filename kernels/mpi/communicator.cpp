@@ -27,6 +27,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -120,6 +121,21 @@ class StridedBlock {
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
 
+// Rank r's m floats of a layout whose ranks lie n floats apart, as (count, type) for MPI: plain
+// floats when the step covers the whole slice (m == n, the ranks' blocks are adjacent), else
+// one StridedBlock each.
+struct Blocks {
+  Blocks(int64_t m, int64_t n) : count(static_cast<int>(m)) {
+    if (m == n) return;
+    strided.emplace(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
+    count = 1;
+    type = strided->get();
+  }
+  std::optional<StridedBlock> strided;
+  int count;
+  MPI_Datatype type = MPI_FLOAT;
+};
+
 template <typename T>
 MPI_Datatype mpi_type();
 template <>
@@ -171,19 +187,12 @@ class MpiCommunicator final : public Communicator {
       float_scratch_.resize(static_cast<size_t>(m) * world_);
       // Slice c0..c0+m of every rank's block r goes to rank r: an all-to-all whose send blocks
       // lie n apart. In place, recv + c0 is inside this step's send, read by the time we write.
+      const Blocks blocks(m, n);
       MPI_Request request = MPI_REQUEST_NULL;
-      if (m == n) {
-        call(MPI_Ialltoall(send, static_cast<int>(m), MPI_FLOAT, float_scratch_.data(), static_cast<int>(m), MPI_FLOAT,
-                           comm_, &request),
-             "MPI_Ialltoall");
-        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
-      } else {
-        const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
-        call(MPI_Ialltoall(send + c0, 1, block.get(), float_scratch_.data(), static_cast<int>(m), MPI_FLOAT, comm_,
-                           &request),
-             "MPI_Ialltoall");
-        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
-      }
+      call(MPI_Ialltoall(send + c0, blocks.count, blocks.type, float_scratch_.data(), static_cast<int>(m), MPI_FLOAT,
+                         comm_, &request),
+           "MPI_Ialltoall");
+      wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
       cpu::reduce_in_rank_order(
           recv + c0, m, world_, [&](int r) { return float_scratch_.data() + static_cast<int64_t>(r) * m; },
           ReduceOp::sum);
@@ -197,18 +206,11 @@ class MpiCommunicator final : public Communicator {
     for (int64_t c0 = 0; c0 < n; c0 += step) {
       const int64_t m = std::min(step, n - c0);
       const void* mine = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + c0);
+      const Blocks blocks(m, n);
       MPI_Request request = MPI_REQUEST_NULL;
-      if (m == n) {
-        call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv, static_cast<int>(m), MPI_FLOAT, comm_,
-                            &request),
-             "MPI_Iallgather");
-        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
-      } else {
-        const StridedBlock block(static_cast<int>(m), MPI_FLOAT, n, sizeof(float));
-        call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv + c0, 1, block.get(), comm_, &request),
-             "MPI_Iallgather");
-        wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
-      }
+      call(MPI_Iallgather(mine, static_cast<int>(m), MPI_FLOAT, recv + c0, blocks.count, blocks.type, comm_, &request),
+           "MPI_Iallgather");
+      wait(request, m * world_ * static_cast<int64_t>(sizeof(float)));
     }
   }
 
