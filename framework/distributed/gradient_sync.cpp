@@ -4,6 +4,14 @@
 
 namespace tarn {
 
+void pack_gradient(const Tensor& param, Tensor dst) {
+  const Tensor g = param.grad();
+  if (g.defined())
+    dst.copy_from(g);
+  else
+    dst.fill(0.0f);
+}
+
 GradientSync::GradientSync(std::vector<Tensor*> params, kernels::Communicator& comm, int64_t bucket_bytes)
     : params_(std::move(params)), comm_(comm) {
   TARN_CHECK(bucket_bytes >= 4, "GradientSync: bucket_bytes must be at least 4, got ", bucket_bytes);
@@ -36,14 +44,8 @@ void GradientSync::all_reduce(const std::vector<double>& any_rank_has_grad) {
              " values for ", params_.size(), " parameters");
   last_comm_s_ = 0;
   if (comm_.world() == 1 || params_.empty()) return;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor slot = flat_.narrow0(offsets_[i], offsets_[i] + params_[i]->numel());
-    const Tensor g = params_[i]->grad();
-    if (g.defined())
-      slot.copy_from(g);
-    else
-      slot.fill(0.0f);
-  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    pack_gradient(*params_[i], flat_.narrow0(offsets_[i], offsets_[i] + params_[i]->numel()));
   const auto start = std::chrono::steady_clock::now();
   int64_t begin = 0;
   for (int64_t end : bucket_ends_) {

@@ -21,6 +21,10 @@
 
 namespace tarn {
 
+// dst <- param's gradient, or zeros when it has none on this rank: how a gradient enters a flat
+// buffer that every rank reduces (here and in ZeRO-1's ShardedAdamW).
+void pack_gradient(const Tensor& param, Tensor dst);
+
 class GradientSync {
  public:
   static constexpr int64_t kDefaultBucketBytes = 32 << 20;

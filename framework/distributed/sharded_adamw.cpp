@@ -5,6 +5,7 @@
 #include <map>
 
 #include "framework/backend.h"
+#include "framework/distributed/gradient_sync.h"
 #include "kernels/optim.h"
 
 namespace tarn {
@@ -59,14 +60,7 @@ double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float cl
   TARN_CHECK(any_rank_has_grad.size() == slots_.size(), "ShardedAdamW: a mask of ", any_rank_has_grad.size(),
              " values for ", slots_.size(), " parameters");
   const kernels::Backend& k = backend_for(flat_.device());
-  for (const Slot& s : slots_) {
-    Tensor dst = flat_.narrow0(s.offset, s.offset + s.param->numel());
-    const Tensor g = s.param->grad();
-    if (g.defined())
-      dst.copy_from(g);
-    else
-      dst.fill(0.0f);
-  }
+  for (const Slot& s : slots_) pack_gradient(*s.param, flat_.narrow0(s.offset, s.offset + s.param->numel()));
   auto start = Clock::now();
   comm_.reduce_scatter_sum(flat_.device_f32(), grad_shard_.device_f32(), shard_);
   last_comm_s_ = since(start);
