@@ -10,6 +10,7 @@ namespace tarn {
 namespace {
 
 thread_local bool g_grad_enabled = true;
+thread_local BackwardObserver* g_observer = nullptr;
 
 // dst += src. Gradients only meet on the device they were computed on.
 void accumulate_into(Tensor& dst, const Tensor& src, const char* where) {
@@ -48,6 +49,9 @@ bool grad_enabled() { return g_grad_enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+ObserveBackward::ObserveBackward(BackwardObserver& observer) : previous_(g_observer) { g_observer = &observer; }
+ObserveBackward::~ObserveBackward() { g_observer = previous_; }
 
 Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn) {
   if (!g_grad_enabled) return out;
@@ -95,18 +99,23 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     Pending p{root.grad(), true};
     add_pending(p, grad, "backward");
     root.meta()->grad = p.grad;
+    if (g_observer) g_observer->leaf_ready(*root.meta());
     return;
   }
 
   // Kahn's algorithm over the nodes reachable from the root: a node runs once every node that
-  // consumes its output has handed it a gradient.
+  // consumes its output has handed it a gradient. An observer also learns when a leaf's last
+  // feeding node has run (feeders counts them).
+  BackwardObserver* const observer = g_observer;
   std::unordered_map<Node*, int> consumers;
+  std::unordered_map<AutogradMeta*, int> feeders;
   std::vector<Node*> stack{root.grad_fn().get()};
   consumers[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->inputs) {
+      if (observer && e.leaf) ++feeders[e.leaf.get()];
       if (!e.node) continue;
       auto [it, fresh] = consumers.try_emplace(e.node.get(), 0);
       ++it->second;
@@ -161,6 +170,11 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = n->inputs[i];
       if (e.node && (!grads[i].defined()) && --consumers[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+    if (observer) {
+      for (const Edge& e : n->inputs)
+        if (e.leaf && --feeders[e.leaf.get()] == 0) observer->leaf_ready(*e.leaf);
+      observer->node_done();
     }
   }
 }

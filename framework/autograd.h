@@ -51,4 +51,28 @@ class NoGradGuard {
 // Runs backward from `root`. With no `grad`, root must have one element (seeded with 1).
 void run_backward(const Tensor& root, const Tensor& grad);
 
+// Watches the backward passes this thread runs while an ObserveBackward is alive: what
+// data-parallel training needs to start reducing a gradient while the rest of the backward
+// still runs (framework/distributed/gradient_sync.h).
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  // `leaf`'s gradient is final for this pass: every node that feeds it has run. Called once per
+  // leaf the pass reaches, whether or not a gradient arrived; leaves it does not reach, never.
+  virtual void leaf_ready(const AutogradMeta& leaf) = 0;
+  // After each node's backward function: a moment to move communication on.
+  virtual void node_done() {}
+};
+
+class ObserveBackward {
+ public:
+  explicit ObserveBackward(BackwardObserver& observer);
+  ~ObserveBackward();
+  ObserveBackward(const ObserveBackward&) = delete;
+  ObserveBackward& operator=(const ObserveBackward&) = delete;
+
+ private:
+  BackwardObserver* previous_;
+};
+
 }  // namespace tarn

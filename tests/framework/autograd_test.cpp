@@ -155,3 +155,67 @@ TEST(Autograd, LeavesNeverShareAGradientBuffer) {
 
 }  // namespace
 }  // namespace tarn
+
+namespace tarn {
+namespace {
+
+// Records what a BackwardObserver sees, with each leaf's gradient at the moment it was called
+// ready (so a later addition into it would show).
+struct Recorder : BackwardObserver {
+  std::vector<const AutogradMeta*> order;
+  std::vector<std::vector<float>> grads_when_ready;
+  int nodes = 0;
+  void leaf_ready(const AutogradMeta& leaf) override {
+    order.push_back(&leaf);
+    grads_when_ready.push_back(leaf.grad.defined() ? leaf.grad.to_vector() : std::vector<float>{});
+  }
+  void node_done() override { ++nodes; }
+};
+
+TEST(Autograd, ObserverHearsOfEachLeafOnceItsGradientIsFinal) {
+  // a feeds the graph early and late (square(a) and the outer plus), b only deep inside: a must
+  // be reported after its last contribution, with its final gradient, and each leaf once.
+  Tensor a = Tensor::from_vector({1, 2}, {2}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector({3, 4}, {2}).set_requires_grad(true);
+  Tensor unused = Tensor::from_vector({5}, {1}).set_requires_grad(true);
+  Recorder r;
+  {
+    ObserveBackward observe(r);
+    total(plus(plus(square(a), square(b)), a)).backward();  // d/da = 2a + 1, d/db = 2b
+  }
+  ASSERT_EQ(r.order.size(), 2u);
+  EXPECT_EQ(r.nodes, 5);  // total, two plus, two square
+  for (size_t i = 0; i < r.order.size(); ++i) {
+    if (r.order[i] == a.meta().get()) {
+      EXPECT_EQ(r.grads_when_ready[i], (std::vector<float>{3, 5}));
+    } else {
+      EXPECT_EQ(r.order[i], b.meta().get());
+      EXPECT_EQ(r.grads_when_ready[i], (std::vector<float>{6, 8}));
+    }
+  }
+  EXPECT_NE(r.order[0], r.order[1]);
+  EXPECT_FALSE(unused.grad().defined());
+
+  // Out of scope, nothing is observed.
+  total(square(a)).backward();
+  EXPECT_EQ(r.order.size(), 2u);
+}
+
+TEST(Autograd, ObserverHearsOfALeafRootAndOfLeavesWhoseGradientNeverCame) {
+  Tensor x = Tensor::from_vector({1, 2}, {2}).set_requires_grad(true);
+  Recorder r;
+  ObserveBackward observe(r);
+  x.backward(Tensor::from_vector({1, 1}, {2}));
+  ASSERT_EQ(r.order.size(), 1u);
+  EXPECT_EQ(r.order[0], x.meta().get());
+  // A node that returns no gradient for its input still makes that input's leaf final.
+  Tensor y = Tensor::from_vector({3}, {1}).set_requires_grad(true);
+  Tensor out = record("drop", Tensor::scalar(0), {y}, [](const Tensor&, const NeedsGrad&) -> Grads { return {Tensor()}; });
+  out.backward();
+  ASSERT_EQ(r.order.size(), 2u);
+  EXPECT_EQ(r.order[1], y.meta().get());
+  EXPECT_TRUE(r.grads_when_ready[1].empty());
+}
+
+}  // namespace
+}  // namespace tarn
