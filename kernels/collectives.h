@@ -20,6 +20,26 @@ namespace tarn::kernels {
 // How all_reduce_host combines the ranks' values.
 enum class ReduceOp { sum, max, min };
 
+// A collective started by Communicator::start_all_reduce_sum that runs on while its caller
+// computes. The communicator must outlive it.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Moves the collective on without blocking (MPI transfers progress only inside MPI calls);
+  // true once it is complete.
+  virtual bool test() = 0;
+  // Returns once it is complete. For device memory (NCCL) once the device's later work is
+  // ordered after it: kernels launched afterwards see the result, without the host waiting.
+  virtual void wait() = 0;
+};
+
+// What a communicator that cannot overlap returns: a collective already complete.
+class CompletedCollective final : public PendingCollective {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -42,6 +62,16 @@ class Communicator {
   virtual void all_gather(const float* send, float* recv, int64_t n) = 0;
   // data[i] <- data_root[i], i < n, on every rank.
   virtual void broadcast(float* data, int64_t n, int root) = 0;
+
+  // all_reduce_sum(data, n), the same bits, started now and finished while the caller goes on
+  // where the backend can (MPI: non-blocking calls that test() moves on; NCCL: a stream of its
+  // own); the others finish it before returning. Nobody touches data until it is complete.
+  // Every rank starts the same collectives in the same order; they complete in that order, and
+  // every blocking call of this communicator completes them all first.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) {
+    all_reduce_sum(data, n);
+    return std::make_unique<CompletedCollective>();
+  }
 
   // Control values in host memory, whatever the communicator's device: token counts, flags,
   // loss sums, checksums. Sums add in rank order in double, so every rank gets the same bits.

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <deque>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -136,17 +137,6 @@ struct Blocks {
   MPI_Datatype type = MPI_FLOAT;
 };
 
-template <typename T>
-MPI_Datatype mpi_type();
-template <>
-MPI_Datatype mpi_type<float>() {
-  return MPI_FLOAT;
-}
-template <>
-MPI_Datatype mpi_type<double>() {
-  return MPI_DOUBLE;
-}
-
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {
@@ -162,7 +152,7 @@ class MpiCommunicator final : public Communicator {
       // is being aborted, so leave them (and the communicator) to the end of the process.
       new std::vector<int64_t>(std::move(headers_));
       new std::vector<float>(std::move(float_scratch_));
-      new std::vector<double>(std::move(double_scratch_));
+      new std::deque<std::shared_ptr<Reduction>>(std::move(queue_));
       return;
     }
     if (!finalised) MPI_Comm_free(&comm_);
@@ -175,8 +165,11 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return "mpi"; }
 
   void all_reduce_sum(float* data, int64_t n) override {
-    begin(kAllReduceSum, n, 0);
-    all_reduce(data, n, ReduceOp::sum, float_scratch_);
+    wait_for(*enqueue(kAllReduceSum, data, n, ReduceOp::sum, false));
+  }
+
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
+    return std::make_unique<Pending>(*this, enqueue(kAllReduceSum, data, n, ReduceOp::sum, false));
   }
 
   void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
@@ -220,8 +213,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_reduce_host(double* data, int64_t n, ReduceOp op) override {
-    begin(host_collective(op), n, 0);
-    all_reduce(data, n, op, double_scratch_);
+    wait_for(*enqueue(host_collective(op), data, n, op, true));
   }
 
   void broadcast_host_bytes(void* data, int64_t bytes, int root) override {
@@ -233,19 +225,36 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { begin(kBarrier, 0, 0); }
 
  private:
-  // Step (1): the next sequence number, the header exchange, and the agreement check.
+  // Step (1) of a blocking collective other than an all-reduce: the queued all-reduces complete,
+  // then the next sequence number, the header exchange, and the agreement check.
   void begin(Collective c, int64_t n, int root) {
+    check_usable(c, n);
+    if (!queue_.empty()) wait_for(*queue_.back());
+    current_ = {static_cast<int64_t>(++seq_), c, n, root};
+    MPI_Request request = MPI_REQUEST_NULL;
+    post_header(request);
+    wait(request);
+    check_headers();
+  }
+
+  void check_usable(Collective c, int64_t n) const {
     TARN_CHECK(!broken_, "rank ", rank_, ": ", collective_name(c), ": this communicator failed in collective #",
                seq_, " and cannot be used again (end the job with tarn::kernels::mpi::abort)");
     TARN_CHECK(n >= 0, collective_name(c), ": negative length ", n, " on rank ", rank_);
-    current_ = {static_cast<int64_t>(++seq_), c, n, root};
+  }
+
+  // Every rank's current_ into headers_.
+  void post_header(MPI_Request& request) {
     // The send copy lives after the world's headers, in the buffer a broken communicator leaks.
     int64_t* mine = headers_.data() + kHeader * world_;
     std::copy(current_.begin(), current_.end(), mine);
-    MPI_Request request = MPI_REQUEST_NULL;
     call(MPI_Iallgather(mine, kHeader, MPI_INT64_T, headers_.data(), kHeader, MPI_INT64_T, comm_, &request),
          "MPI_Iallgather (header)");
-    wait(request);
+  }
+
+  // Throws the same CollectiveError on every rank when the exchanged headers differ.
+  void check_headers() {
+    const int64_t c = current_[1], root = current_[3];
     std::vector<int> disagree;
     for (int r = 1; r < world_; ++r)
       if (!std::equal(headers_.begin(), headers_.begin() + kHeader, headers_.begin() + kHeader * r))
@@ -261,46 +270,161 @@ class MpiCommunicator final : public Communicator {
       throw Error(str_cat(collective_name(c), ": root ", root, " is not a rank of a group of ", world_));
   }
 
-  // Values per rank per step of reduce_scatter and all_gather, whose steps move world_ slices.
-  int64_t slice_step() const { return std::max<int64_t>(1, g_chunk_values / world_); }
+  // One all-reduce, queued or in flight: the header exchange, then per step of at most
+  // g_chunk_values values an all-to-all that gives rank q slice q of every rank's step, the
+  // reduction of those world copies in rank order, and an all-gather of the reduced slices in place.
+  struct Reduction {
+    enum class Phase { queued, header, scatter, gather, done };
+    Header header{};
+    void* data = nullptr;
+    int64_t n = 0;
+    ReduceOp op = ReduceOp::sum;
+    bool f64 = false;  // doubles (all_reduce_host), else floats
+    Phase phase = Phase::queued;
+    int64_t off = 0, chunk = 0;  // the step in flight: values [off, off + chunk)
+    MPI_Request request = MPI_REQUEST_NULL;
+    Clock::time_point deadline, busy_until;  // of the MPI call in flight
+    std::vector<int> counts, displs, recv_counts, recv_displs;
+    std::vector<double> scratch;  // world copies of this rank's slice (floats or doubles)
+    int64_t value_bytes() const { return f64 ? 8 : 4; }
+    MPI_Datatype type() const { return f64 ? MPI_DOUBLE : MPI_FLOAT; }
+  };
 
-  // Step (2) of the reductions: per step of c values, slice q = [c*q/world, c*(q+1)/world) of
-  // every rank goes to rank q (all-to-all), which reduces the world copies in rank order, and
-  // the reduced slices are all-gathered in place.
-  template <typename T>
-  void all_reduce(T* data, int64_t n, ReduceOp op, std::vector<T>& scratch) {
-    counts_.resize(world_);
-    displs_.resize(world_);
-    recv_counts_.resize(world_);
-    recv_displs_.resize(world_);
-    const int64_t step = g_chunk_values;
-    for (int64_t off = 0; off < n; off += step) {
-      const int64_t c = std::min(step, n - off);
-      for (int q = 0; q < world_; ++q) {
-        displs_[q] = static_cast<int>(c * q / world_);
-        counts_[q] = static_cast<int>(c * (q + 1) / world_) - displs_[q];
-      }
-      const int mine = counts_[rank_];
-      for (int q = 0; q < world_; ++q) {
-        recv_counts_[q] = mine;
-        recv_displs_[q] = q * mine;
-      }
-      scratch.resize(static_cast<size_t>(mine) * world_);
-      T* chunk = data + off;
-      MPI_Request request = MPI_REQUEST_NULL;
-      call(MPI_Ialltoallv(chunk, counts_.data(), displs_.data(), mpi_type<T>(), scratch.data(), recv_counts_.data(),
-                          recv_displs_.data(), mpi_type<T>(), comm_, &request),
-           "MPI_Ialltoallv");
-      wait(request, c * static_cast<int64_t>(sizeof(T)));
-      cpu::reduce_in_rank_order(
-          chunk + displs_[rank_], mine, world_,
-          [&](int r) { return static_cast<const T*>(scratch.data()) + static_cast<int64_t>(r) * mine; }, op);
-      call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, counts_.data(), displs_.data(), mpi_type<T>(),
-                           comm_, &request),
-           "MPI_Iallgatherv");
-      wait(request, c * static_cast<int64_t>(sizeof(T)));
+  class Pending final : public PendingCollective {
+   public:
+    Pending(MpiCommunicator& comm, std::shared_ptr<Reduction> r) : comm_(comm), r_(std::move(r)) {}
+    bool test() override {
+      if (r_->phase != Reduction::Phase::done) comm_.progress();
+      return r_->phase == Reduction::Phase::done;
+    }
+    void wait() override { comm_.wait_for(*r_); }
+
+   private:
+    MpiCommunicator& comm_;
+    std::shared_ptr<Reduction> r_;
+  };
+
+  std::shared_ptr<Reduction> enqueue(Collective c, void* data, int64_t n, ReduceOp op, bool f64) {
+    check_usable(c, n);
+    auto r = std::make_shared<Reduction>();
+    r->header = {static_cast<int64_t>(++seq_), c, n, 0};
+    r->data = data;
+    r->n = n;
+    r->op = op;
+    r->f64 = f64;
+    queue_.push_back(r);
+    progress();  // posts the header at once when nothing is ahead of it
+    return r;
+  }
+
+  // Moves the queue on as far as it goes without waiting; true when it is empty.
+  bool progress() {
+    while (!queue_.empty()) {
+      Reduction& head = *queue_.front();
+      current_ = head.header;  // what errors name
+      if (!advance(head)) return false;
+      head.phase = Reduction::Phase::done;
+      queue_.pop_front();
+    }
+    return true;
+  }
+
+  // Polls until `r` is complete: tightly while the head's MPI call is young (see wait()), else
+  // with sleeps in between; a call past its deadline throws from advance().
+  void wait_for(const Reduction& r) {
+    while (r.phase != Reduction::Phase::done) {
+      if (progress()) break;
+      if (Clock::now() > queue_.front()->busy_until) std::this_thread::sleep_for(kPollSleep);
     }
   }
+
+  void arm(Reduction& r, int64_t bytes) {
+    const auto now = Clock::now();
+    r.deadline = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    r.busy_until = now + kBusyPoll +
+                   std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(static_cast<double>(bytes) / kBusyBytesPerSecond));
+  }
+
+  // The state machine of one reduction; true once it is complete.
+  bool advance(Reduction& r) {
+    for (;;) {
+      if (r.phase == Reduction::Phase::queued) {
+        post_header(r.request);
+        r.phase = Reduction::Phase::header;
+        arm(r, 0);
+        continue;
+      }
+      int done = 0;
+      call(MPI_Test(&r.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) {
+        if (Clock::now() >= r.deadline) timed_out();
+        return false;
+      }
+      switch (r.phase) {
+        case Reduction::Phase::header:
+          check_headers();
+          if (r.n == 0) return true;
+          post_scatter(r);
+          break;
+        case Reduction::Phase::scatter:
+          if (r.f64)
+            reduce_slice<double>(r);
+          else
+            reduce_slice<float>(r);
+          call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, static_cast<char*>(r.data) + r.off * r.value_bytes(),
+                               r.counts.data(), r.displs.data(), r.type(), comm_, &r.request),
+               "MPI_Iallgatherv");
+          r.phase = Reduction::Phase::gather;
+          arm(r, r.chunk * r.value_bytes());
+          break;
+        case Reduction::Phase::gather:
+          r.off += r.chunk;
+          if (r.off >= r.n) return true;
+          post_scatter(r);
+          break;
+        default:
+          return true;
+      }
+    }
+  }
+
+  // The all-to-all of the step at r.off: rank q gets [c*q/world, c*(q+1)/world) of every rank.
+  void post_scatter(Reduction& r) {
+    const int64_t c = std::min<int64_t>(g_chunk_values, r.n - r.off);
+    r.chunk = c;
+    r.counts.resize(world_);
+    r.displs.resize(world_);
+    r.recv_counts.resize(world_);
+    r.recv_displs.resize(world_);
+    for (int q = 0; q < world_; ++q) {
+      r.displs[q] = static_cast<int>(c * q / world_);
+      r.counts[q] = static_cast<int>(c * (q + 1) / world_) - r.displs[q];
+    }
+    const int mine = r.counts[rank_];
+    for (int q = 0; q < world_; ++q) {
+      r.recv_counts[q] = mine;
+      r.recv_displs[q] = q * mine;
+    }
+    r.scratch.resize((static_cast<size_t>(mine) * world_ * r.value_bytes() + 7) / 8);
+    call(MPI_Ialltoallv(static_cast<char*>(r.data) + r.off * r.value_bytes(), r.counts.data(), r.displs.data(), r.type(),
+                        r.scratch.data(), r.recv_counts.data(), r.recv_displs.data(), r.type(), comm_, &r.request),
+         "MPI_Ialltoallv");
+    r.phase = Reduction::Phase::scatter;
+    arm(r, c * r.value_bytes());
+  }
+
+  template <typename T>
+  void reduce_slice(Reduction& r) {
+    const int mine = r.counts[rank_];
+    const T* copies = reinterpret_cast<const T*>(r.scratch.data());
+    cpu::reduce_in_rank_order(
+        static_cast<T*>(r.data) + r.off + r.displs[rank_], mine, world_,
+        [&](int q) { return copies + static_cast<int64_t>(q) * mine; }, r.op);
+  }
+
+  // Values per rank per step of reduce_scatter and all_gather, whose steps move world_ slices.
+  int64_t slice_step() const { return std::max<int64_t>(1, g_chunk_values / world_); }
 
   void bcast(void* data, int64_t n, MPI_Datatype type, int64_t value_bytes, int root) {
     const int64_t step = g_chunk_values;
@@ -333,15 +457,17 @@ class MpiCommunicator final : public Communicator {
       call(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) return;
       const auto now = Clock::now();
-      if (now >= deadline) {
-        broken_ = true;
-        throw CollectiveError(str_cat("rank ", rank_, ": ", collective_name(current_[1]), " #", current_[0], " (",
-                                      current_[2], " ", unit(current_[1]), ") did not complete within ", timeout_s_,
-                                      " s: another rank exited, is stuck, or called a different collective "
-                                      "(training.collective_timeout_s)"));
-      }
+      if (now >= deadline) timed_out();
       if (now - start > busy) std::this_thread::sleep_for(kPollSleep);
     }
+  }
+
+  [[noreturn]] void timed_out() {
+    broken_ = true;
+    throw CollectiveError(str_cat("rank ", rank_, ": ", collective_name(current_[1]), " #", current_[0], " (",
+                                  current_[2], " ", unit(current_[1]), ") did not complete within ", timeout_s_,
+                                  " s: another rank exited, is stuck, or called a different collective "
+                                  "(training.collective_timeout_s)"));
   }
 
   MPI_Comm comm_;
@@ -351,9 +477,8 @@ class MpiCommunicator final : public Communicator {
   bool broken_ = false;
   Header current_{};
   std::vector<int64_t> headers_;  // kHeader values per rank, then this rank's outgoing header
-  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
   std::vector<float> float_scratch_;
-  std::vector<double> double_scratch_;
+  std::deque<std::shared_ptr<Reduction>> queue_;  // the head alone is in flight
 };
 
 }  // namespace

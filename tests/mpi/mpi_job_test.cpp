@@ -95,6 +95,45 @@ TEST_P(MpiJob, AllReduceSumIsTheThreadGroupsRankOrderSum) {
   }
 }
 
+// Several all-reduces in flight at once, moved on by test() while the rank "computes", with a
+// blocking host reduction between them: every one ends with the thread group's bits, and the
+// collectives after them still agree (the queue kept every rank's calls in one order).
+TEST_P(MpiJob, StartedAllReducesCompleteInOrderWithTheThreadGroupsBits) {
+  const uint64_t first_seed = 300;
+  std::vector<std::vector<float>> mine;
+  for (size_t k = 0; k < kSizes.size(); ++k) mine.push_back(Input<float>(first_seed + k, rank_, kSizes[k]));
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  for (size_t k = 0; k < 2; ++k) pending.push_back(comm_->start_all_reduce_sum(mine[k].data(), kSizes[k]));
+  // The ranks arrive at different times, as after a backward of uneven length.
+  std::this_thread::sleep_for(std::chrono::milliseconds(rank_ == 0 ? 20 : 1));
+  for (size_t k = 2; k < kSizes.size(); ++k) {
+    pending.push_back(comm_->start_all_reduce_sum(mine[k].data(), kSizes[k]));
+    for (int i = 0; i < 50; ++i) pending.back()->test();
+  }
+  while (!pending.front()->test()) {
+  }
+  double flag = rank_;
+  comm_->all_reduce_host(&flag, 1, ReduceOp::sum);  // completes every started collective first
+  EXPECT_EQ(flag, world_ * (world_ - 1) / 2.0);
+  for (auto& p : pending) {
+    EXPECT_TRUE(p->test());
+    p->wait();
+  }
+  for (size_t k = 0; k < kSizes.size(); ++k) {
+    std::vector<std::vector<float>> ref(world_);
+    OnThreadGroup(world_, [&](Communicator& c) {
+      ref[c.rank()] = Input<float>(first_seed + k, c.rank(), kSizes[k]);
+      c.all_reduce_sum(ref[c.rank()].data(), kSizes[k]);
+    });
+    EXPECT_EQ(Difference(mine[k], ref[rank_]), "") << "rank " << rank_ << " n " << kSizes[k];
+  }
+  // And one waited for at once, then a different collective.
+  std::vector<float> one = {static_cast<float>(rank_ + 1)};
+  comm_->start_all_reduce_sum(one.data(), 1)->wait();
+  EXPECT_EQ(one[0], world_ * (world_ + 1) / 2.0f);
+  comm_->barrier();
+}
+
 TEST_P(MpiJob, ReduceScatterSumMatchesTheThreadGroupInAndOutOfPlace) {
   uint64_t seed = 100;
   for (int64_t n : kSizes) {
@@ -213,6 +252,25 @@ TEST_F(MpiJobErrors, DisagreeingCallsThrowTheSameListOnEveryRank) {
       << message;
   // Unusable afterwards, and says so.
   EXPECT_THROW(comm->barrier(), Error);
+}
+
+TEST_F(MpiJobErrors, AStartedAllReduceMetByAnotherCollectiveIsAnErrorOnEveryRank) {
+  const auto comm = mpi::world_communicator(kTimeoutS);
+  std::vector<float> buffer(8, 1.0f);
+  std::string message;
+  try {
+    if (comm->rank() == 1) {
+      comm->broadcast(buffer.data(), 8, 0);
+    } else {
+      auto pending = comm->start_all_reduce_sum(buffer.data(), 8);
+      pending->wait();
+    }
+  } catch (const mpi::CollectiveError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("rank 0 called all_reduce_sum #1 (n = 8), rank 1 called broadcast #1 (n = 8, root 0)"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(MpiJobErrors, ADifferentCollectiveOrRootIsAnErrorOnEveryRank) {
