@@ -31,21 +31,26 @@ namespace {
 
 static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId), "NCCL_UNIQUE_ID_BYTES changed");
 
-// One rank on one device. Work goes to a blocking stream, which waits for the legacy default
-// stream where the kernels put the gradients; each call synchronises before it returns, so the
-// host may read or reuse the buffer at once (the CPU group's contract).
+// One rank on one device. Work goes to a non-blocking stream of the communicator's own, made to
+// wait (by an event) for the legacy default stream where the kernels put the gradients. The
+// blocking calls synchronise before they return, so the host may read or reuse the buffer at
+// once (the CPU group's contract). start_all_reduce_sum returns at once: the kernels launched
+// after it on the default stream (the rest of the backward) run beside the reduction, and its
+// wait() makes the default stream wait for it, without the host waiting.
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int world, int device)
       : comm_(comm), rank_(rank), world_(world), device_(device) {
     TARN_CUDA_CALL(cudaSetDevice(device_));
-    TARN_CUDA_CALL(cudaStreamCreate(&stream_));
+    TARN_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TARN_CUDA_CALL(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     TARN_CUDA_CALL(cudaMalloc(&token_, sizeof(float)));
   }
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
     if (scratch_) cudaFree(scratch_);
     if (token_) cudaFree(token_);
+    if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (stream_) cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
   }
@@ -58,7 +63,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, int64_t n) override {
     TARN_CHECK(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
@@ -67,14 +72,14 @@ class NcclCommunicator final : public Communicator {
   // reduce-scatter, send == recv + rank * n for all-gather.
   void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
     TARN_CHECK(n >= 0, "reduce_scatter_sum: negative length ", n, " on rank ", rank_);
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_NCCL_CALL(ncclReduceScatter(send, recv, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
   void all_gather(const float* send, float* recv, int64_t n) override {
     TARN_CHECK(n >= 0, "all_gather: negative length ", n, " on rank ", rank_);
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_NCCL_CALL(ncclAllGather(send, recv, static_cast<size_t>(n), ncclFloat32, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
@@ -82,7 +87,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(float* data, int64_t n, int root) override {
     TARN_CHECK(n >= 0, "broadcast: negative length ", n, " on rank ", rank_);
     check_root("broadcast", root);
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_NCCL_CALL(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat32, root, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
@@ -96,7 +101,7 @@ class NcclCommunicator final : public Communicator {
     if (n == 0) return;
     const size_t bytes = static_cast<size_t>(n) * sizeof(double);
     char* scratch = device_scratch(bytes * (world_ + 1));
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_CUDA_CALL(cudaMemcpyAsync(scratch, data, bytes, cudaMemcpyHostToDevice, stream_));
     // As bytes: NCCL's all-gather only copies, so the values arrive bit for bit.
     TARN_NCCL_CALL(ncclAllGather(scratch, scratch + bytes, bytes, ncclUint8, comm_, stream_));
@@ -113,7 +118,7 @@ class NcclCommunicator final : public Communicator {
     check_root("broadcast_host_bytes", root);
     if (bytes == 0) return;
     char* scratch = device_scratch(static_cast<size_t>(bytes));
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     if (rank_ == root)
       TARN_CUDA_CALL(cudaMemcpyAsync(scratch, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
     TARN_NCCL_CALL(ncclBroadcast(scratch, scratch, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
@@ -124,12 +129,53 @@ class NcclCommunicator final : public Communicator {
 
   // NCCL has no barrier: an all-reduce of one float completes only when every rank joined.
   void barrier() override {
-    TARN_CUDA_CALL(cudaSetDevice(device_));
+    after_default_stream();
     TARN_NCCL_CALL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
+    TARN_CHECK(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
+    after_default_stream();
+    TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
+    return std::make_unique<Pending>(stream_, device_);
+  }
+
  private:
+  // An all-reduce on stream_: done when the event recorded after it has happened.
+  class Pending final : public PendingCollective {
+   public:
+    Pending(cudaStream_t stream, int device) : device_(device) {
+      TARN_CUDA_CALL(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+      TARN_CUDA_CALL(cudaEventRecord(done_, stream));
+    }
+    ~Pending() override { cudaEventDestroy(done_); }
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    bool test() override {
+      const cudaError_t e = cudaEventQuery(done_);
+      if (e == cudaErrorNotReady) return false;
+      TARN_CUDA_CALL(e);
+      return true;
+    }
+    void wait() override {
+      TARN_CUDA_CALL(cudaSetDevice(device_));
+      TARN_CUDA_CALL(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    }
+
+   private:
+    cudaEvent_t done_ = nullptr;
+    int device_;
+  };
+
+  // stream_'s next work starts after everything launched so far on the legacy default stream
+  // (the kernels that wrote the inputs).
+  void after_default_stream() {
+    TARN_CUDA_CALL(cudaSetDevice(device_));
+    TARN_CUDA_CALL(cudaEventRecord(inputs_ready_, cudaStreamLegacy));
+    TARN_CUDA_CALL(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
+  }
+
   void check_root(const char* op, int root) const {
     TARN_CHECK(root >= 0 && root < world_, op, ": root ", root, " is not a rank of a group of ", world_);
   }
@@ -150,6 +196,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   int rank_, world_, device_;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr;
   float* token_ = nullptr;
   char* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
