@@ -203,6 +203,14 @@ config::Schema build_schema() {
   training.boolean(&TrainingRecipe::shard_optimizer, "shard_optimizer",
                    "data-parallel runs: ZeRO-1, each rank keeps and updates 1/ranks of the AdamW moments "
                    "(gradients reduce-scattered, parameters all-gathered)");
+  training.boolean(&TrainingRecipe::overlap_communication, "overlap_communication",
+                   "data-parallel runs: start each bucket's gradient all-reduce during the backward, as soon as "
+                   "its gradients are final (same results; off: all at once after it; no effect with "
+                   "shard_optimizer)");
+  training.number(&TrainingRecipe::gradient_bucket_mb, "gradient_bucket_mb",
+                  "data-parallel runs: MiB of gradients per all-reduce call (smaller buckets start sooner during "
+                  "the backward; larger ones make fewer calls)")
+      .positive();
 
   auto validation = root.section(&Recipe::validation, "validation", "periodic validation on data.valid");
   validation.integer(&ValidationRecipe::every_steps, "every_steps", "validate every this many steps; 0 = at the end")

@@ -130,6 +130,8 @@ struct TrainingRecipe {
   double collective_timeout_s = 300;
   int64_t check_replicas_every_steps = 200;  // parameter checksum across ranks; 0 = at start only
   bool shard_optimizer = false;              // ZeRO-1: AdamW moments split across the ranks
+  bool overlap_communication = true;         // all-reduce gradient buckets during the backward
+  double gradient_bucket_mb = 32;            // gradients per all-reduce call
 };
 
 struct ValidationRecipe {

@@ -155,6 +155,28 @@ TEST(DataParallel, TwoRanksOnTheEmulatedCudaDeviceTrainLikeOneRank) {
   expect_two_ranks_equal_one("emulated_cuda", {"training.device=cuda"}, 2);
 }
 
+// Overlap starts each bucket's all-reduce during the last backward of the step; the sums are
+// elementwise, so with it, without it and with any bucket size the runs agree bit for bit,
+// accumulation and dropout included.
+TEST(DataParallel, OverlappedGradientBucketsGiveTheBitsOfOneAllReduceAfterTheBackward) {
+  const std::string dir = shared_corpus("overlap");
+  const std::vector<std::string> common = {"training.grad_accumulation=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  const TrainSummary off = train(options(dir, "off", 4, with({"training.overlap_communication=false"}), &world()));
+  const TrainSummary big = train(options(dir, "big", 4, with({}), &world()));
+  const TrainSummary small = train(options(dir, "small", 4, with({"training.gradient_bucket_mb=0.02"}), &world()));
+  EXPECT_EQ(off.buckets_started_early, 0);
+  EXPECT_GT(small.buckets_started_early, 4 * 3) << "at least 3 of the ~50 buckets per step start during the backward";
+  if (world().rank() != 0) return;
+  for (const char* run : {"big", "small"})
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_EQ(compare(dir + "/off", dir + "/" + run, 4, file).bitwise_differ, 0u) << run << " " << file;
+  (void)big;
+}
+
 TEST(DataParallel, SmallGlobalBatchesLeaveSomeRanksWithoutRowsAndStillAgree) {
   // 96 tokens: one or two rows per global batch, so a rank's share is sometimes empty.
   expect_two_ranks_equal_one("empty_share", {"training.tokens_per_batch=96"});

@@ -38,8 +38,14 @@ run() {  # name ranks threads tokens_per_batch [extra --set ...]
   comm=$(sed -n 's/^\[dist\] gradient [a-z +-]*: \([0-9.]*\) ms per step.*/\1/p' "$dir.log")
   printf '%-34s %8s %8s %12s %10s %14s\n' "$name" "$ranks" "$threads" "$tokens" "$tps" "${comm:--}"
 }
+[ -n "${ONLY_OVERLAP:-}" ] && { run "strong: 2 ranks x 1 thread" 2 1 "$base_tokens"
+  run "strong: 2 ranks x 1 thread, no overlap" 2 1 "$base_tokens" --set training.overlap_communication=false
+  run "strong: 2 ranks x 1 thread" 2 1 "$base_tokens"
+  run "strong: 2 ranks x 1 thread, no overlap" 2 1 "$base_tokens" --set training.overlap_communication=false
+  exit 0; }
 run "1 rank x 2 threads" 1 2 "$base_tokens"
 run "strong: 2 ranks x 1 thread" 2 1 "$base_tokens"
+run "strong: 2 ranks x 1 thread, no overlap" 2 1 "$base_tokens" --set training.overlap_communication=false
 run "strong: 2 ranks x 1 thread, ZeRO-1" 2 1 "$base_tokens" --set training.shard_optimizer=true
 run "1 rank x 1 thread" 1 1 "$base_tokens"
 run "weak: 2 ranks x 1 thread" 2 1 $((2 * base_tokens))

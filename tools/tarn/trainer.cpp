@@ -99,6 +99,7 @@ class Trainer {
   void open_communicator();
   void open_gradient_communicator();
   void log_ranks();
+  std::string overlap_note(int64_t steps) const;
   void resume_or_restart();
   void restore_rank_dropout();
   void gather_rank_dropout();
@@ -112,6 +113,7 @@ class Trainer {
   std::unique_ptr<GradientSync> grad_sync_;
   std::string launcher_;
   double comm_s_ = 0;
+  int64_t early_buckets_ = 0;  // gradient buckets started during a backward, over the run
   double norm_ = 0;  // ZeRO-1's gradient norm of this step
   Recipe recipe_;
   Device device_;
@@ -133,6 +135,15 @@ class Trainer {
   double last_grad_norm_ = 0;
   int64_t tokens_this_run_ = 0;
 };
+
+// How much of the gradient all-reduce started during the backward (training.overlap_communication).
+std::string Trainer::overlap_note(int64_t steps) const {
+  if (sharded_) return "";
+  if (!recipe_.training.overlap_communication) return " (training.overlap_communication off)";
+  return str_cat(" in ", grad_sync_->buckets(), " buckets, ",
+                 fmt("%.1f", static_cast<double>(early_buckets_) / static_cast<double>(steps)),
+                 " of them started during the backward per step");
+}
 
 void Trainer::open_communicator() {
   if (opt_.communicator) {
@@ -343,7 +354,9 @@ void Trainer::setup() {
   } else {
     if (recipe_.training.shard_optimizer) log::info("optim", "training.shard_optimizer has no effect on one rank");
     optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
-    grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_);
+    const double bucket_bytes = std::max(4.0, recipe_.training.gradient_bucket_mb * (1 << 20));
+    grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_,
+                                                 static_cast<int64_t>(std::min(bucket_bytes, 1e15)));
   }
 
   schedule_.kind = parse_lr_schedule_kind(recipe_.optimizer.schedule);
@@ -385,7 +398,11 @@ bool Trainer::step() {
   double loss_sum = 0, nll_sum = 0;
   int64_t tokens = 0;
   bool finite = true;
-  for (const Batch& b : batches) {
+  // The last backward of the step makes the gradients final: observed, it starts each bucket's
+  // all-reduce as soon as the bucket is complete (framework/distributed/gradient_sync.h).
+  const bool overlap = grad_sync_ && !solo() && recipe_.training.overlap_communication;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    const Batch& b = batches[k];
     if (b.rows == 0) continue;  // this rank's share of a small global batch was empty
     int64_t n = 0;
     const Tensor logits = forward_batch(*model_, b);
@@ -398,7 +415,13 @@ bool Trainer::step() {
     // Each micro-batch's mean weighted by its share of the step's tokens over all ranks: the
     // summed gradient is that of the mean over all of them (a mean of per-rank means is not,
     // when the shares differ in length).
-    loss.backward(Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device()));
+    const Tensor weight = Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device());
+    if (overlap && k + 1 == batches.size()) {
+      ObserveBackward observe(*grad_sync_);
+      loss.backward(weight);
+    } else {
+      loss.backward(weight);
+    }
     loss_sum += l * static_cast<double>(n);
     if (smoothing > 0) {
       NoGradGuard no_grad;
@@ -409,9 +432,12 @@ bool Trainer::step() {
     tokens += b.src_tokens() + b.tgt_tokens();
   }
   if (!solo()) {
-    // One control reduction agrees on what each rank saw: a non-finite loss anywhere skips the
-    // step everywhere; the sums make the logged figures global; the gradient mask says which
-    // parameters any rank has a gradient for. Then one bucketed gradient all-reduce.
+    // Every bucket not started during the backward starts now, on every rank (whatever its
+    // loss), so that all ranks make the same collectives. One control reduction agrees on what
+    // each rank saw: a non-finite loss anywhere skips the step everywhere; the sums make the
+    // logged figures global; the gradient mask says which parameters any rank has a gradient
+    // for. Then the gradient buckets complete and are unpacked.
+    if (grad_sync_) grad_sync_->start_remaining();
     std::vector<double> control = {finite ? 0.0 : 1.0, loss_sum, nll_sum, static_cast<double>(tokens)};
     const std::vector<double> mask = sharded_ ? sharded_->local_grad_mask() : grad_sync_->local_grad_mask();
     control.insert(control.end(), mask.begin(), mask.end());
@@ -420,9 +446,10 @@ bool Trainer::step() {
     loss_sum = control[1];
     nll_sum = control[2];
     tokens = static_cast<int64_t>(control[3]);
-    if (finite && !sharded_) {
-      grad_sync_->all_reduce(std::vector<double>(control.begin() + 4, control.end()));
+    if (!sharded_) {  // also when the step is skipped: the buckets were started
+      grad_sync_->finish(std::vector<double>(control.begin() + 4, control.end()));
       comm_s_ += grad_sync_->last_comm_seconds();
+      early_buckets_ += grad_sync_->last_buckets_started_early();
     }
     if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
       lr_ = schedule_.lr_at(progress_.step);
@@ -631,6 +658,7 @@ TrainSummary Trainer::run() {
   summary_.wall_s = seconds_since(run_start_);
   summary_.tokens_per_s = tokens_this_run_ / std::max(summary_.wall_s, 1e-9);
   summary_.comm_s = comm_s_;
+  summary_.buckets_started_early = early_buckets_;
   if (test_set_ && !summary_.failed && reason != "SIGINT" && reason != "SIGTERM") {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
     log::info("test", "nll ", fmt("%.4f", summary_.test->mean_nll()), " | ppl ", fmt("%.2f", summary_.test->perplexity()),
@@ -643,7 +671,7 @@ TrainSummary Trainer::run() {
               fmt("%.2f", 1e3 * comm_s_ / static_cast<double>(steps)), " ms per step on rank 0 (waiting for the "
               "other ranks included), ", fmt("%.1f", 100.0 * comm_s_ / std::max(summary_.wall_s, 1e-9)),
               "% of the run; ", log::thousands(sharded_ ? sharded_->elements() : grad_sync_->elements()),
-              " floats per step");
+              " floats per step", overlap_note(steps));
   }
   log::info("train", "stopped (", reason, ") at step ", log::thousands(progress_.step), " after ",
             log::duration(summary_.wall_s), "; ", log::thousands(static_cast<long long>(summary_.tokens_per_s)),

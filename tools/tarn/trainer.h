@@ -38,6 +38,7 @@ struct TrainSummary {
   double train_loss = 0;         // mean loss of the last logging interval
   double tokens_per_s = 0;       // source + target tokens per second over this run (all ranks)
   double comm_s = 0;             // this run's time in the gradient all-reduce (exposed)
+  int64_t buckets_started_early = 0;  // gradient buckets started during a backward, this run
   double wall_s = 0;             // this run
   std::optional<EvalResult> valid, test;
   bool failed = false;           // stopped by non-finite steps
