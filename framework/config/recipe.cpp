@@ -187,7 +187,9 @@ config::Schema build_schema() {
   training.integer(&TrainingRecipe::seed, "seed", "seed of every random stream (Philox)").non_negative();
   training.string(&TrainingRecipe::device, "device", "where to train: cpu, cuda or cuda:N")
       .check(is_device, "cpu, cuda or cuda:N");
-  training.integer(&TrainingRecipe::threads, "threads", "CPU threads; 0 = every core").non_negative();
+  training.integer(&TrainingRecipe::threads, "threads", "CPU threads; 0 = every core (more than the cores only slows a run)")
+      .non_negative()
+      .max(1024);
   training.number(&TrainingRecipe::label_smoothing, "label_smoothing", "label smoothing of the cross-entropy")
       .fraction();
   training.integer(&TrainingRecipe::max_bad_steps, "max_bad_steps",

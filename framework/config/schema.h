@@ -238,9 +238,11 @@ class Loader {
   // A whole document: null (an empty file) or a map of the root's keys. `source` names it
   // in messages (the path as the user gave it).
   void apply_document(const YAML::Node& document, const std::string& source);
-  // Reads and parses `path` (unreadable files and YAML syntax errors become issues), then
-  // applies it. Returns false when it could not be parsed.
+  // Reads and parses `path` (unreadable files, files that are not regular or are over
+  // kMaxRecipeBytes, and YAML syntax errors become issues), then applies it. Returns false
+  // when it could not be parsed.
   bool apply_file(const std::string& path);
+  static constexpr int64_t kMaxRecipeBytes = 1 << 20;
   // The same from text already in memory, named `source` in messages.
   bool apply_text(const std::string& yaml_text, const std::string& source);
   // "dotted.key=value": the value is parsed as YAML (a scalar, or a flow list / map such as

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <filesystem>
 
 #include "framework/io/checkpoint_dir.h"
@@ -108,6 +110,54 @@ TEST(Train, RestartSetsThePreviousRunAsideSoResumeCannotPickItUp) {
     kept = kept || (e.path().filename().string().rfind("previous_", 0) == 0 &&
                     std::filesystem::exists(e.path() / "step_6" / "COMPLETE"));
   EXPECT_TRUE(kept) << "the previous run's checkpoint was not kept aside";
+}
+
+TEST(Train, RestartsWithinOneSecondSetAsideUnderUniqueNames) {
+  const std::string dir = make_tiny_corpus("restart_twice");
+  train(options(dir, 2, {"validation.every_steps=0"}));
+  // The names a restart in the next seconds would take are already there.
+  const long long now = static_cast<long long>(std::time(nullptr));
+  for (long long t = now; t < now + 30; ++t) std::filesystem::create_directories(dir + "/run/previous_" + std::to_string(t));
+  TrainOptions again = options(dir, 2, {"validation.every_steps=0"});
+  again.restart = true;
+  EXPECT_EQ(train(again).steps, 2);
+  EXPECT_EQ(train(again).steps, 2);
+  int kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/run"))
+    kept += e.path().filename().string().rfind("previous_", 0) == 0 && std::filesystem::exists(e.path() / "step_2");
+  EXPECT_EQ(kept, 2) << "each restart keeps the run before it, under a name of its own";
+}
+
+TEST(Train, AFolderThatCannotBeCreatedIsAConfigErrorNamingTheKey) {
+  const std::string dir = make_tiny_corpus("bad_checkpoints_dir");
+  try {
+    train(options(dir, 2, {"checkpoints.dir=/proc/tarn_cannot/run"}));
+    ADD_FAILURE() << "training into /proc did not fail";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoints.dir: cannot create the folder /proc/tarn_cannot/run"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Train, ADivergingRunStopsLikeANonFiniteOneAndItsMetricsStayValidJson) {
+  // A learning rate of 10 sends the loss past 700 nats per token (perplexity overflows a
+  // double) within a few steps while it is still finite.
+  const std::string dir = make_tiny_corpus("diverging");
+  const TrainSummary r = train(options(dir, 60, {"optimizer.lr=10", "optimizer.schedule=constant",
+                                                 "training.max_bad_steps=3", "validation.every_steps=0",
+                                                 "logging.every_steps=1"}));
+  EXPECT_TRUE(r.failed);
+  EXPECT_EQ(r.stop_reason, "non-finite");
+  std::ifstream metrics(dir + "/run/metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    ++lines;
+    EXPECT_EQ(line.find("inf"), std::string::npos) << line;
+    EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  }
+  EXPECT_GT(lines, 0);
 }
 
 TEST(Train, CudaDeviceWithoutAGpuIsAConfigErrorSayingSo) {

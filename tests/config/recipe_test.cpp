@@ -3,6 +3,7 @@
 #include "framework/config/recipe.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "config_test_util.h"
 #include "framework/config/schema.h"
@@ -392,6 +393,53 @@ TEST(RecipeFiles, RelativePathsAreRelativeToTheWorkingDirectory) {
                          "to the working directory "),
             std::string::npos)
       << message;
+}
+
+}  // namespace
+}  // namespace tarn
+
+namespace tarn {
+namespace {
+
+// The message of the ConfigError that loading `path` throws, or "" when it loads.
+std::string load_error(const std::string& path) {
+  try {
+    load_recipe(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RecipeFile, FifosDevicesFoldersAndHugeFilesAreRefusedWithoutReadingThem) {
+  const testing::ScratchDir dir;
+  const std::string fifo = dir.file("recipe.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO with no writer blocks forever: the refusal must come from a stat alone.
+  EXPECT_NE(load_error(fifo).find(fifo + ": is not a regular file (a FIFO, socket or device)"), std::string::npos)
+      << load_error(fifo);
+  EXPECT_NE(load_error("/dev/zero").find("/dev/zero: is not a regular file"), std::string::npos);
+  EXPECT_NE(load_error(dir.file("")).find("is a directory, not a recipe file"), std::string::npos);
+  const std::string huge = dir.write("huge.yaml", "# " + std::string(config::Loader::kMaxRecipeBytes, 'x') + "\n");
+  EXPECT_NE(load_error(huge).find("recipes are kilobytes, and files over 1048576 bytes are refused"), std::string::npos)
+      << load_error(huge);
+  // Just under the bound loads (a comment and the one required key).
+  const std::string big = dir.write("big.yaml", "# " + std::string(config::Loader::kMaxRecipeBytes - 200, 'x') +
+                                                    "\ndata:\n  train: t.txt\n");
+  EXPECT_EQ(load_error(big).find("kilobytes"), std::string::npos) << load_error(big);
+}
+
+TEST(RecipeFile, ThreadsAreBounded) {
+  const std::string recipe = testing::source_path("recipes/tiny.yaml");
+  EXPECT_NO_THROW(load_recipe(recipe, {"training.threads=1024"}));
+  try {
+    load_recipe(recipe, {"training.threads=100000"});
+    ADD_FAILURE() << "100000 threads were accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.threads: expected an integer in [0, 1024], got 100000"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

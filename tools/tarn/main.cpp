@@ -2,7 +2,9 @@
 // errors (bad recipe, missing file, bad flag) exit 2 with a message naming the culprit; bugs
 // exit 1.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <cstring>
 #include <iostream>
@@ -49,6 +51,7 @@ commands:
         model.safetensors (HuggingFace BART names), config.json and spm.model.
   generate --checkpoint DIR [--beam N] [--max-length N]
         Reads source lines on stdin, writes one generated line per source on stdout.
+        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128).
   denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
         Noises the first N lines of FILE as in training and shows input, output, original.
   bench collectives [--max-bytes B] [--iters N] [--threads N] [--help]
@@ -67,6 +70,13 @@ Data-parallel training: launch the same command with mpirun, one rank per GPU or
 training.tokens_per_batch stays the global batch; only rank 0 logs and writes (recipes/README.md).
 )";
 
+// Bounds of the numeric flags. A beam wider than 64 costs 64x the greedy decode for no gain a
+// user could see on this model; a generated line of more than 65,536 tokens is a runaway;
+// a batch of more than 2^24 padded tokens is far beyond any machine's memory for this model.
+constexpr int64_t kMaxBeam = 64;
+constexpr int64_t kMaxGenerateLength = 65536;
+constexpr int64_t kMaxTokensPerBatch = int64_t{1} << 24;
+
 // --flag value pairs, repeated --set, bare flags and positionals.
 struct Args {
   std::vector<std::string> positional;
@@ -82,12 +92,17 @@ struct Args {
     auto it = flags.find(flag);
     return it == flags.end() ? fallback : it->second;
   }
-  int64_t integer(const std::string& flag, int64_t fallback) const {
+  // The flag's integer, which must lie in [lo, hi]; `fallback` when the flag is absent.
+  int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const {
     auto it = flags.find(flag);
     if (it == flags.end()) return fallback;
+    const std::string& text = it->second;
     char* end = nullptr;
-    const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    TARN_CHECK(end && *end == '\0' && !it->second.empty(), "--", flag, ": expected an integer, got \"", it->second, "\"");
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    TARN_CHECK(end && *end == '\0' && !text.empty(), "--", flag, ": expected an integer, got \"", text, "\"");
+    TARN_CHECK(errno != ERANGE && v >= lo && v <= hi, "--", flag, ": ", text, " is out of range: it must be from ", lo,
+               " to ", hi);
     return v;
   }
   bool has(const std::string& flag) const { return flags.count(flag) > 0; }
@@ -112,6 +127,8 @@ Args parse(int argc, char** argv, int first, const std::vector<std::string>& val
     const bool takes_value = name == "set" || std::find(valued.begin(), valued.end(), name) != valued.end();
     const bool is_bare = std::find(bare.begin(), bare.end(), name) != bare.end();
     TARN_CHECK(takes_value || is_bare, "unknown option --", name, " (see tarn --help)");
+    TARN_CHECK(!is_bare || !inline_value, "--", name, " takes no value (got --", name, "=", value,
+               "); leave it out to get the default");
     if (takes_value && !inline_value) {
       TARN_CHECK(i + 1 < argc, "--", name, " needs a value");
       value = argv[++i];
@@ -186,11 +203,14 @@ int cmd_eval(int argc, char** argv) {
     log::set_rank(launch.rank, launch.world);
     comm = kernels::mpi::world_communicator(300);
   }
-  Loaded l = load(a.need("checkpoint"));
+  // The flags are checked before the checkpoint is loaded: a typo costs no loading time.
+  const int64_t tokens_per_batch = a.integer("tokens-per-batch", 0, 1, kMaxTokensPerBatch);  // 0: the recipe's
+  const int64_t max_batches = a.integer("max-batches", 0, 0, std::numeric_limits<int32_t>::max());
   const std::string data = a.need("data");
+  Loaded l = load(a.need("checkpoint"));
   auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "eval");
-  const EvalResult r = evaluate(*l.model, *ds, a.integer("tokens-per-batch", l.recipe.training.tokens_per_batch),
-                                a.integer("max-batches", 0), comm.get());
+  const EvalResult r = evaluate(*l.model, *ds, tokens_per_batch > 0 ? tokens_per_batch : l.recipe.training.tokens_per_batch,
+                                max_batches, comm.get());
   if (comm && comm->rank() != 0) return 0;
   std::printf("nll %.6f\nppl %.4f\ntokens %lld\n", r.mean_nll(), r.perplexity(), static_cast<long long>(r.tokens));
   return 0;
@@ -206,15 +226,15 @@ int cmd_export(int argc, char** argv) {
 
 GenerateOptions generate_options(const Args& a) {
   GenerateOptions g;
-  g.beam = static_cast<int>(a.integer("beam", 1));
-  g.max_length = a.integer("max-length", 128);
+  g.beam = static_cast<int>(a.integer("beam", 1, 1, kMaxBeam));
+  g.max_length = a.integer("max-length", 128, 1, kMaxGenerateLength);
   return g;
 }
 
 int cmd_generate(int argc, char** argv) {
   const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length"}, {});
-  Loaded l = load(a.need("checkpoint"));
   const GenerateOptions g = generate_options(a);
+  Loaded l = load(a.need("checkpoint"));
   const int64_t max_src = l.recipe.data.max_source_len;
   std::string line;
   int64_t lines = 0, truncated = 0;
@@ -235,12 +255,14 @@ int cmd_generate(int argc, char** argv) {
 
 int cmd_denoise(int argc, char** argv) {
   const Args a = parse(argc, argv, 2, {"checkpoint", "data", "count", "beam", "max-length"}, {});
+  const int64_t count = a.integer("count", 5, 0, std::numeric_limits<int32_t>::max());
+  const GenerateOptions g = generate_options(a);
+  const std::string data = a.need("data");
   Loaded l = load(a.need("checkpoint"));
   TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
              " data; use tarn generate");
-  auto ds = open_dataset(l.recipe, *l.tok, a.need("data"), kEvalNoiseSeed, "denoise");
-  const int64_t n = std::min<int64_t>(a.integer("count", 5), static_cast<int64_t>(ds->size()));
-  const GenerateOptions g = generate_options(a);
+  auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "denoise");
+  const int64_t n = std::min<int64_t>(count, static_cast<int64_t>(ds->size()));
   for (int64_t i = 0; i < n; ++i) {
     const Example ex = ds->example(static_cast<size_t>(i), 0);
     const std::vector<int32_t> out = generate(*l.model, {ex.source}, g).at(0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "data/corpus_reader.h"
 #include "data/denoising_dataset.h"
@@ -34,6 +35,10 @@ AttentionConfig attention_config(const AttentionRecipe& r, const std::string& ke
 }  // namespace
 
 void configure_threads(const Recipe& recipe) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (recipe.training.threads > 0 && cores > 0 && recipe.training.threads > static_cast<int64_t>(cores))
+    log::warn("tarn", str_cat("training.threads: ", recipe.training.threads, " is more than this machine's ", cores,
+                              " cores: the threads take turns and every step slows down (0 = every core)"));
   if (recipe.training.threads > 0) kernels::set_num_threads(static_cast<int>(recipe.training.threads));
   const auto blas = kernels::blas_info();
   log::info("tarn", "threads: ", kernels::num_threads(), "; BLAS: ", blas.str());

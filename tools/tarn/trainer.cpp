@@ -8,6 +8,7 @@
 #include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "framework/config/config_error.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
+#include "framework/io/run_lock.h"
 #include "framework/log/log.h"
 #include "framework/log/signals.h"
 #include "framework/optim/adamw.h"
@@ -46,12 +48,25 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A mean loss above this many nats per target token has diverged: its perplexity overflows a
+// double (e^709.8), and no run recovers from there. Such a step is treated as a non-finite one.
+constexpr double kDivergedLoss = 700;
+bool diverged(double mean_loss) { return !(mean_loss <= kDivergedLoss); }
+
+// A path for a message: whole when it is of a sane length, else its start and its length.
+std::string short_path(const std::string& p) {
+  constexpr size_t kShown = 200;
+  return p.size() <= kShown ? p : str_cat(p.substr(0, kShown), "... (", p.size(), " characters)");
+}
+
+// Metrics are JSON numbers when finite; an infinite perplexity (or any other overflow) is null.
+json::Value metric(double v) { return std::isfinite(v) ? json::Value::number(v) : json::Value(); }
+
 // JSON lines for tools: one object per logging step and per validation, appended.
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path) : out_(path, std::ios::app) {
-    TARN_CHECK(out_.good(), "logging.metrics_file: cannot open ", path, " for appending");
-  }
+  explicit MetricsFile(const std::string& path) : out_(path, std::ios::app) {}
+  bool good() const { return out_.good(); }
   void write(const json::Value& v) {
     out_ << v.dump() << "\n";
     out_.flush();
@@ -76,7 +91,10 @@ void set_aside_previous_run(const std::string& run_dir) {
   const auto old = list_checkpoints(run_dir);
   const bool has_best = fs::exists(fs::symlink_status(run_dir + "/best"));
   if (old.empty() && !has_best) return;
-  const std::string aside = run_dir + "/previous_" + std::to_string(static_cast<long long>(std::time(nullptr)));
+  // Unique even for two restarts within one second: previous_<time>, then previous_<time>_2, ...
+  const std::string stem = run_dir + "/previous_" + std::to_string(static_cast<long long>(std::time(nullptr)));
+  std::string aside = stem;
+  for (int k = 2; fs::exists(fs::symlink_status(aside)); ++k) aside = stem + "_" + std::to_string(k);
   fs::create_directories(aside);
   for (const CheckpointEntry& c : old) fs::rename(c.dir, aside + "/" + fs::path(c.dir).filename().string());
   if (has_best) fs::rename(run_dir + "/best", aside + "/best");
@@ -111,6 +129,7 @@ class Trainer {
   kernels::Communicator* comm_ = nullptr;       // control values, files, validation
   kernels::Communicator* grad_comm_ = nullptr;  // gradients: NCCL on GPUs, else comm_
   std::unique_ptr<GradientSync> grad_sync_;
+  std::unique_ptr<RunLock> lock_;  // rank 0's hold on checkpoints.dir
   std::string launcher_;
   double comm_s_ = 0;
   int64_t early_buckets_ = 0;  // gradient buckets started during a backward, over the run
@@ -260,7 +279,13 @@ void Trainer::resume_or_restart() {
   int64_t chosen = -1;  // the step of the checkpoint to resume from
   std::optional<Checkpoint> latest;
   if (lead()) {
-    std::filesystem::create_directories(run_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir, ec);
+    if (ec || !std::filesystem::is_directory(run_dir))
+      throw ConfigError(recipe_.where("checkpoints.dir"), "checkpoints.dir",
+                        str_cat("cannot create the folder ", short_path(run_dir), ": ",
+                                ec ? ec.message() : "a file of that name is in the way"));
+    lock_ = std::make_unique<RunLock>(run_dir);
     for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
       log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
     if (!opt_.restart) {
@@ -382,7 +407,17 @@ void Trainer::setup() {
 
   resume_or_restart();
   elapsed_at_start_ = progress_.elapsed_s;
-  if (lead()) metrics_ = std::make_unique<MetricsFile>(recipe_.logging.metrics_file);
+  if (lead()) {
+    const std::string& path = recipe_.logging.metrics_file;
+    if (const auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);
+    }
+    metrics_ = std::make_unique<MetricsFile>(path);
+    if (!metrics_->good())
+      throw ConfigError(recipe_.where("logging.metrics_file"), "logging.metrics_file",
+                        str_cat("cannot open ", short_path(path), " for appending (", std::strerror(errno), ")"));
+  }
 }
 
 bool Trainer::step() {
@@ -431,6 +466,7 @@ bool Trainer::step() {
     }
     tokens += b.src_tokens() + b.tgt_tokens();
   }
+  if (solo() && finite && diverged(loss_sum / static_cast<double>(counted))) finite = false;
   if (!solo()) {
     // Every bucket not started during the backward starts now, on every rank (whatever its
     // loss), so that all ranks make the same collectives. One control reduction agrees on what
@@ -444,6 +480,7 @@ bool Trainer::step() {
     comm_->all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
     finite = control[0] == 0.0;
     loss_sum = control[1];
+    if (finite && diverged(control[1] / static_cast<double>(counted))) finite = false;  // the same sum everywhere
     nll_sum = control[2];
     tokens = static_cast<int64_t>(control[3]);
     if (!sharded_) {  // also when the step is skipped: the buckets were started
@@ -473,7 +510,10 @@ bool Trainer::step() {
     ++progress_.bad_steps_in_row;
     ++progress_.skipped_steps;
     if (lead())  // agreed by every rank: said once
-      log::warn("train", str_cat("step ", progress_.step + 1, ": non-finite ", norm == 0 ? "loss" : "gradient norm",
+      log::warn("train", str_cat("step ", progress_.step + 1, ": ",
+                                 norm == 0 ? "non-finite or diverged loss (over " + fmt("%.0f", kDivergedLoss) +
+                                                 " nats per token)"
+                                           : std::string("non-finite gradient norm"),
                                  ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
                                  recipe_.training.max_bad_steps, " stop the run)"));
     return false;
@@ -527,12 +567,12 @@ void Trainer::log_progress() {
   m.set("kind", json::Value::string("train"));
   m.set("step", json::Value::number(progress_.step));
   m.set("epoch", json::Value::number(progress_.data.epoch));
-  m.set("loss", json::Value::number(loss));
-  m.set("nll", json::Value::number(nll));
-  m.set("ppl", json::Value::number(std::exp(nll)));
+  m.set("loss", metric(loss));
+  m.set("nll", metric(nll));
+  m.set("ppl", metric(std::exp(nll)));
   m.set("lr", json::Value::number(static_cast<double>(lr_)));
-  m.set("grad_norm", json::Value::number(interval_.grad_norm_sum / interval_.steps));
-  m.set("tokens_per_s", json::Value::number(tps));
+  m.set("grad_norm", metric(interval_.grad_norm_sum / interval_.steps));
+  m.set("tokens_per_s", metric(tps));
   m.set("elapsed_s", json::Value::number(elapsed));
   if (metrics_) metrics_->write(m);
   summary_.train_loss = loss;
@@ -547,7 +587,8 @@ void Trainer::validate_and_maybe_save_best() {
       evaluate(*model_, *valid_set_, recipe_.training.tokens_per_batch, recipe_.validation.max_batches, comm_);
   model_->set_dropout_state(dropout);
   summary_.valid = r;
-  const bool improved = !progress_.has_best || r.mean_nll() < progress_.best_val_nll;
+  // A non-finite validation loss (a diverged model) is never the best.
+  const bool improved = std::isfinite(r.mean_nll()) && (!progress_.has_best || r.mean_nll() < progress_.best_val_nll);
   if (improved) {
     progress_.has_best = true;
     progress_.best_val_nll = r.mean_nll();
@@ -562,8 +603,8 @@ void Trainer::validate_and_maybe_save_best() {
   json::Value m = json::Value::object();
   m.set("kind", json::Value::string("valid"));
   m.set("step", json::Value::number(progress_.step));
-  m.set("nll", json::Value::number(r.mean_nll()));
-  m.set("ppl", json::Value::number(r.perplexity()));
+  m.set("nll", metric(r.mean_nll()));
+  m.set("ppl", metric(r.perplexity()));
   m.set("tokens", json::Value::number(r.tokens));
   m.set("best", json::Value::boolean(improved));
   if (metrics_) metrics_->write(m);
@@ -643,9 +684,12 @@ TrainSummary Trainer::run() {
   summary_.failed = reason == "non-finite";
   if (summary_.failed) {
     log::line("train", str_cat("stopped: ", progress_.bad_steps_in_row,
-                               " steps in a row had a non-finite loss or gradient; the last good checkpoint (",
-                               last_saved_step_ >= 0 ? checkpoint_dir(recipe_.checkpoints.dir, last_saved_step_) : "none",
-                               ") is intact. Lower optimizer.lr or check the data."));
+                               " steps in a row had a non-finite or diverged loss or gradient; ",
+                               last_saved_step_ >= 0
+                                   ? "the last good checkpoint (" + checkpoint_dir(recipe_.checkpoints.dir, last_saved_step_) +
+                                         ") is intact"
+                                   : std::string("no checkpoint had been written yet"),
+                               ". Lower optimizer.lr or check the data."));
   } else {
     if (reason != "SIGINT" && reason != "SIGTERM" && (recipe_.validation.every_steps == 0 ||
                                                       progress_.step % recipe_.validation.every_steps != 0))

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The tarn command line against bad flags and bad recipe files (ctest: cli_bad_inputs): each
+# must end at once with exit status 2 and a message naming what was wrong, before any loading.
+#   bad_inputs.sh <tarn> <recipe>
+set -uo pipefail
+tarn=$1 recipe=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+# expect <message> <command...>: exit 2 within 20 s, the message on stderr.
+expect() {
+  local message=$1 out status
+  shift
+  out=$(timeout 20 "$@" 2>&1 </dev/null)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "$message" <<<"$out"; then
+    echo "[cli] FAIL: $* -> exit $status, expected 2 with: $message"
+    echo "$out" | tail -n 3
+    failures=$((failures + 1))
+  else
+    echo "[cli] ok: $*"
+  fi
+}
+mkfifo "$work/recipe.fifo"
+expect "is not a regular file" "$tarn" config "$work/recipe.fifo"
+expect "is not a regular file" "$tarn" train "$work/recipe.fifo"
+expect "is not a regular file" "$tarn" config /dev/zero
+expect "--restart takes no value (got --restart=false)" "$tarn" train "$recipe" --restart=false
+expect "--restart takes no value (got --restart=yes)" "$tarn" train "$recipe" --restart=yes
+expect "--beam: 4294967297 is out of range: it must be from 1 to 64" "$tarn" generate --checkpoint "$work/none" --beam 4294967297
+expect "--beam: 100000 is out of range" "$tarn" denoise --checkpoint "$work/none" --data x --beam 100000
+expect "--max-batches: -1 is out of range" "$tarn" eval --checkpoint "$work/none" --data x --max-batches -1
+expect "--count: -1 is out of range" "$tarn" denoise --checkpoint "$work/none" --data x --count -1
+expect "--tokens-per-batch: 99999999999999999999 is out of range" \
+  "$tarn" eval --checkpoint "$work/none" --data x --tokens-per-batch 99999999999999999999
+expect "--max-length: 0 is out of range" "$tarn" generate --checkpoint "$work/none" --max-length 0
+expect "training.threads: expected an integer in [0, 1024], got 100000" "$tarn" config "$recipe" --set training.threads=100000
+[ "$failures" -eq 0 ] || { echo "[cli] $failures failures"; exit 1; }
+echo "[cli] all bad inputs refused with exit 2"
