@@ -2,6 +2,7 @@
 // validation and checkpoints appear where the recipe says.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -10,6 +11,8 @@
 #include "framework/io/checkpoint_dir.h"
 #include "framework/config/config_error.h"
 #include "framework/io/safetensors.h"
+#include "layers/bart.h"
+#include "tools/tarn/session.h"
 #include "kernels/backend.h"
 #include "tests/app/app_test_util.h"
 #include "tools/tarn/checkpoint_state.h"
@@ -158,6 +161,63 @@ TEST(Train, ADivergingRunStopsLikeANonFiniteOneAndItsMetricsStayValidJson) {
     EXPECT_EQ(line.find("nan"), std::string::npos) << line;
   }
   EXPECT_GT(lines, 0);
+}
+
+// A copy of checkpoint `from` as `to` with file `name` replaced by `bytes`, written through the
+// checkpoint writer: every checksum is valid, so only loading can find what is wrong.
+void rewrite_checkpoint(const std::string& from, const std::string& to, const std::string& name,
+                        const std::string& bytes) {
+  const Checkpoint c = open_checkpoint(from);
+  CheckpointWriter w(to);
+  for (const CheckpointFile& f : c.files) w.write_file(f.name, f.name == name ? bytes : read_file(c.path(f.name)));
+  w.commit();
+}
+
+std::string model_with_a_nan(const std::string& checkpoint) {
+  SafetensorsFile f = load_safetensors(checkpoint + "/model.safetensors");
+  Tensor t = f.tensors.back().second.clone();
+  t.f32()[t.numel() / 2] = std::nanf("");
+  f.tensors.back().second = t;
+  const std::string tmp = checkpoint + ".nan.safetensors";
+  save_safetensors(tmp, f.tensors, f.metadata);
+  std::string bytes = read_file(tmp);
+  std::filesystem::remove(tmp);
+  return bytes;
+}
+
+TEST(Train, ANewestCheckpointThatPassesItsChecksumsButDoesNotLoadIsSkippedForTheNewestThatDoes) {
+  const std::string dir = make_tiny_corpus("fallback");
+  train(options(dir, 4, {"validation.every_steps=0", "checkpoints.every_steps=2", "checkpoints.keep_last=0"}));
+  const std::string run = dir + "/run", step4 = checkpoint_dir(run, 4);
+  const std::string optimizer = read_file(step4 + "/optimizer.safetensors");
+  const std::vector<std::pair<std::string, std::string>> damage = {
+      {"progress.json", "{\"step\": "},                                // unparsable
+      {"optimizer.safetensors", optimizer.substr(0, optimizer.size() / 2)},  // truncated
+      {"model.safetensors", model_with_a_nan(step4)},                   // diverged weights
+  };
+  for (const auto& [file, bytes] : damage) {
+    std::filesystem::remove_all(checkpoint_dir(run, 6));
+    std::filesystem::remove_all(checkpoint_dir(run, 5));
+    rewrite_checkpoint(step4, checkpoint_dir(run, 6), file, bytes);
+    ASSERT_TRUE(open_checkpoint(checkpoint_dir(run, 6)).files.size() > 0) << "the checksums must pass";
+    const TrainSummary r =
+        train(options(dir, 5, {"validation.every_steps=0", "checkpoints.every_steps=0", "checkpoints.keep_last=0"}));
+    EXPECT_EQ(r.steps, 5) << file;
+    EXPECT_EQ(r.steps_this_run, 1) << "resumed from step_4, past the damaged step_6 (" << file << ")";
+  }
+  // Weights that are not finite are refused by name wherever a checkpoint is loaded.
+  try {
+    const Tokenizer tok = Tokenizer::load(dir + "/spm.model");
+    BartForConditionalGeneration model(
+        model_config(checkpoint_recipe(open_checkpoint(checkpoint_dir(run, 6))), tok.vocab_size()));
+    load_model_weights(open_checkpoint(checkpoint_dir(run, 6)), model);
+    ADD_FAILURE() << "NaN weights were loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a non-finite value"), std::string::npos) << e.what();
+  }
+  // When no checkpoint loads, the run stops rather than start over on top of a half-loaded one.
+  for (int64_t step : {2, 4, 5}) std::filesystem::remove_all(checkpoint_dir(run, step));
+  EXPECT_THROW(train(options(dir, 8, {"validation.every_steps=0"})), Error);
 }
 
 TEST(Train, CudaDeviceWithoutAGpuIsAConfigErrorSayingSo) {

@@ -169,7 +169,17 @@ Recipe checkpoint_recipe(const Checkpoint& ckpt) {
 
 void load_model_weights(const Checkpoint& ckpt, BartForConditionalGeneration& model) {
   const std::string path = ckpt.path(kModelFile);
-  load_state_dict(model, load_safetensors(path).tensors, true, path);
+  const SafetensorsFile f = load_safetensors(path);
+  // Valid CRCs over NaN weights: the run that wrote them had diverged. Nothing useful comes of
+  // evaluating, exporting or continuing them, so they are refused by name.
+  for (const auto& [name, t] : f.tensors) {
+    if (t.dtype() != DType::f32) continue;
+    const float* v = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      TARN_CHECK(std::isfinite(v[i]), path, ": tensor ", name, " holds a non-finite value (", v[i], " at index ", i,
+                 "): the run that wrote this checkpoint had diverged; use an earlier checkpoint");
+  }
+  load_state_dict(model, f.tensors, true, path);
 }
 
 Checkpoint open_checkpoint_or_run(const std::string& path) {

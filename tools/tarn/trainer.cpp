@@ -119,6 +119,7 @@ class Trainer {
   void log_ranks();
   std::string overlap_note(int64_t steps) const;
   void resume_or_restart();
+  void load_from(const Checkpoint& c);
   void restore_rank_dropout();
   void gather_rank_dropout();
   bool lead() const { return comm_->rank() == 0; }
@@ -271,6 +272,16 @@ void Trainer::gather_rank_dropout() {
   }
 }
 
+// Parameters, optimizer state, progress and the data cursor from `c`; throws when any of it
+// does not fit this run.
+void Trainer::load_from(const Checkpoint& c) {
+  if (sharded_)
+    sharded_->load_state(load_training_checkpoint(c, *model_, progress_));
+  else
+    load_training_checkpoint(c, *model_, *optimizer_, progress_);
+  batcher_->set_position(progress_.data);
+}
+
 // Rank 0 alone touches checkpoints.dir (cleanup, --restart) and picks the checkpoint; every
 // rank then loads that one (the ranks must see the same files: one machine, or a shared
 // filesystem) and rank 0's parameters are broadcast, so the replicas start identical.
@@ -288,13 +299,29 @@ void Trainer::resume_or_restart() {
     lock_ = std::make_unique<RunLock>(run_dir);
     for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
       log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
-    if (!opt_.restart) {
-      std::vector<std::string> rejected;
-      latest = latest_valid_checkpoint(run_dir, &rejected);
-      for (const std::string& r : rejected) log::warn("ckpt", "skipping a damaged checkpoint: " + r);
-      if (latest) chosen = checkpoint_progress(*latest).step;
-    } else {
+    if (opt_.restart) {
       set_aside_previous_run(run_dir);
+    } else {
+      // The newest checkpoint that passes its checksums and loads (names, shapes, progress,
+      // optimizer state); each one skipped is said, with why.
+      const auto all = list_checkpoints(run_dir);
+      bool touched = false;  // a failed load may have changed part of the model already
+      std::string reasons;
+      for (auto it = all.rbegin(); it != all.rend() && chosen < 0; ++it) {
+        try {
+          const Checkpoint c = open_checkpoint(it->dir);
+          touched = true;
+          load_from(c);
+          chosen = it->step;
+          latest = c;
+        } catch (const Error& e) {
+          log::warn("ckpt", str_cat("skipping ", it->dir, ": ", e.what()));
+          reasons += str_cat("\n  ", it->dir, ": ", e.what());
+        }
+      }
+      if (chosen < 0 && touched)
+        throw Error(str_cat("no checkpoint in ", run_dir, " could be loaded:", reasons,
+                            "\n--restart sets them aside and starts over"));
     }
   }
   if (!solo()) {
@@ -307,14 +334,10 @@ void Trainer::resume_or_restart() {
                  ", the checkpoint rank 0 resumes from: every rank must see the same checkpoints.dir (run on one "
                  "machine, or put it on a shared filesystem)");
       latest = open_checkpoint(dir);
+      load_from(*latest);
     }
   }
   if (latest) {
-    if (sharded_)
-      sharded_->load_state(load_training_checkpoint(*latest, *model_, progress_));
-    else
-      load_training_checkpoint(*latest, *model_, *optimizer_, progress_);
-    batcher_->set_position(progress_.data);
     last_saved_step_ = progress_.step;
     log::info("ckpt", "resumed from ", latest->dir, " (step ", log::thousands(progress_.step), ", epoch ",
               progress_.data.epoch, "); --restart starts over");
