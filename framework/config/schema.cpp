@@ -356,8 +356,35 @@ bool Loader::apply_text(const std::string& yaml_text, const std::string& source)
     issue({source, line}, "", "YAML syntax error: " + e.msg + tab_hint(yaml_text, line));
     return false;
   }
+  text_ = yaml_text;
   apply_document(document, source);
+  text_ = {};
   return true;
+}
+
+// The lines a quoted scalar of the file being applied spans, from its opening quote to its
+// closing one (1 for a plain scalar, or when there is no file text: an override).
+int64_t Loader::quoted_scalar_lines(const YAML::Node& value) const {
+  const YAML::Mark m = value.Mark();
+  if (m.pos < 0 || static_cast<size_t>(m.pos) >= text_.size()) return 1;
+  const char quote = text_[static_cast<size_t>(m.pos)];
+  if (quote != '"' && quote != '\'') return 1;
+  int64_t lines = 1;
+  for (size_t i = static_cast<size_t>(m.pos) + 1; i < text_.size(); ++i) {
+    const char c = text_[i];
+    if (c == '\n') {
+      ++lines;
+    } else if (quote == '"' && c == '\\') {
+      ++i;  // an escape: the next character is not the closing quote
+    } else if (c == quote) {
+      if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+        ++i;  // '' inside single quotes is a quote character
+        continue;
+      }
+      return lines;
+    }
+  }
+  return lines;
 }
 
 void Loader::apply_document(const YAML::Node& document, const std::string& source) {
@@ -440,7 +467,14 @@ void Loader::apply_leaf(const Field& f, const YAML::Node& v, const ConfigOrigin&
     case FieldType::string:
       if (v.IsScalar()) {
         const std::string s = v.Scalar();
-        good = !(f.required && s.empty()) && (!f.accept || f.accept(&s));
+        // No value of a recipe spans lines: a quoted one that does almost always lost its
+        // closing quote and swallowed the lines after it (YAML folds them into the value, and
+        // the keys there would silently fall back to their defaults).
+        const int64_t lines = quoted_scalar_lines(v);
+        good = lines == 1 && !(f.required && s.empty()) && (!f.accept || f.accept(&s));
+        if (lines > 1)
+          hint = str_cat(" (a quoted value over ", lines, " lines: a quote that is never closed takes in the rest "
+                         "of the file)");
         if (good) *static_cast<std::string*>(member(f)) = s;
       }
       break;

@@ -34,6 +34,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 #include <vector>
 
@@ -277,6 +278,7 @@ class Loader {
   void apply(const Field& field, const YAML::Node& value, const ConfigOrigin& at, const std::string& source);
   void apply_section(const Field& section, const YAML::Node& map, const ConfigOrigin& at, const std::string& source);
   void apply_leaf(const Field& field, const YAML::Node& value, const ConfigOrigin& at, const std::string& source);
+  int64_t quoted_scalar_lines(const YAML::Node& value) const;
   void unknown_key(const Field& section, const std::string& key, const ConfigOrigin& at);
   void mark_given(const Field& field, const ConfigOrigin& at);
   void issue(const ConfigOrigin& at, const std::string& key, const std::string& message);
@@ -287,6 +289,7 @@ class Loader {
   std::map<std::string, ConfigOrigin> origins_;
   std::set<std::string> rejected_;  // fields given with a bad value (already reported)
   std::string first_source_;
+  std::string_view text_;  // of the file being applied (apply_text), for quoted_scalar_lines
   std::vector<ConfigIssue> errors_, warnings_;
 };
 
