@@ -1,5 +1,6 @@
 #include "layers/config.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "framework/ops/attention.h"
@@ -118,6 +119,36 @@ std::string BartConfig::str() const {
      << attention_dropout << "/" << activation_dropout << ", attention enc " << encoder_self_attention.str()
      << " dec " << decoder_self_attention.str() << " cross " << cross_attention.str() << ")";
   return os.str();
+}
+
+// Matches the modules' registration (layers/bart.cpp): token embedding V x d (the output layer
+// shares it), learned positions (max_positions + 2) x d per stack (HuggingFace's offset of 2),
+// a LayerNorm on each stack's embeddings; per layer, attention projections 4 (d^2 + d) per
+// attention, 2d per LayerNorm, and the feed-forward d f + f + f d + d.
+BartConfig::Footprint BartConfig::footprint() const {
+  const double d = static_cast<double>(d_model);
+  const double attention = 4 * (d * d + d), norm = 2 * d;
+  const double enc_ffn = 2 * d * static_cast<double>(encoder_ffn_dim) + static_cast<double>(encoder_ffn_dim) + d;
+  const double dec_ffn = 2 * d * static_cast<double>(decoder_ffn_dim) + static_cast<double>(decoder_ffn_dim) + d;
+  Footprint f;
+  f.embedding_parameters = static_cast<double>(vocab_size) * d +
+                           2 * (static_cast<double>(max_position_embeddings) + 2) * d + 2 * norm;
+  f.encoder_parameters = static_cast<double>(encoder_layers) * (attention + norm + enc_ffn + norm);
+  f.decoder_parameters = static_cast<double>(decoder_layers) * (2 * (attention + norm) + dec_ffn + norm);
+  // FAVOR+ projections: features x head_dim per attention module; the output bias, V.
+  auto favor = [&](const AttentionConfig& a, double heads, double layers) {
+    if (!a.is_linear() || a.feature_map != "favor") return 0.0;
+    const double head_dim = d / std::max(1.0, heads);
+    const double m = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head_dim;
+    return layers * m * head_dim;
+  };
+  f.buffer_values = static_cast<double>(vocab_size) +
+                    favor(encoder_self_attention, static_cast<double>(encoder_attention_heads),
+                          static_cast<double>(encoder_layers)) +
+                    favor(decoder_self_attention, static_cast<double>(decoder_attention_heads),
+                          static_cast<double>(decoder_layers)) +
+                    favor(cross_attention, static_cast<double>(decoder_attention_heads), static_cast<double>(decoder_layers));
+  return f;
 }
 
 }  // namespace tarn

@@ -74,6 +74,17 @@ struct BartConfig {
   // by encoder_attention_heads = 12"). `prefix` is prepended to field names.
   void validate(const std::string& prefix = "model.") const;
   std::string str() const;  // one line, for logs
+
+  // Sizes computed from the fields alone, in doubles (absurd recipes overflow int64): what
+  // up-front memory checks need before anything is allocated.
+  struct Footprint {
+    double embedding_parameters = 0;  // tokens (tied with the output layer) and both position tables
+    double encoder_parameters = 0;    // every encoder layer
+    double decoder_parameters = 0;    // every decoder layer
+    double buffer_values = 0;         // FAVOR+ projections and other non-trained tensors (estimate)
+    double parameters() const { return embedding_parameters + encoder_parameters + decoder_parameters; }
+  };
+  Footprint footprint() const;
 };
 
 }  // namespace tarn

@@ -239,6 +239,28 @@ TEST(Train, BadRecipeValueIsAConfigErrorBeforeAnyWork) {
   EXPECT_THROW(train(options(dir, 5, {"data.train=" + dir + "/missing.txt"})), ConfigError);
 }
 
+TEST(Train, AModelThatCannotFitInMemoryIsRefusedBeforeAnyAllocation) {
+  const std::string dir = make_tiny_corpus("too_big");
+  for (const auto& [override_, key] : std::vector<std::pair<std::string, std::string>>{
+           {"model.encoder_layers=1000000000", "model.encoder_layers"},
+           {"model.max_positions=1000000000000", "model.max_positions"},
+           {"model.ffn_dim=1000000000000", "model.ffn_dim"},
+           {"training.tokens_per_batch=1000000000", "training.tokens_per_batch"}}) {
+    try {
+      train(options(dir, 2, {override_}));
+      ADD_FAILURE() << override_ << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--set " + key + ": this model and its training state need at least"), std::string::npos) << m;
+      EXPECT_NE(m.find("and this machine has"), std::string::npos) << m;
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "refused before any work";
+  for (const char* shipped : {"tiny", "small-linear", "small-softmax", "small-linear-encoder", "base-linear"})
+    EXPECT_NO_THROW(check_memory(load_recipe(std::string(TARN_SOURCE_DIR) + "/recipes/" + shipped + ".yaml")))
+        << shipped;
+}
+
 TEST(Train, NonFiniteStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
   const std::string dir = make_tiny_corpus("nonfinite");
   train(options(dir, 4, {"validation.every_steps=0"}));

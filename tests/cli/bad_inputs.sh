@@ -35,5 +35,8 @@ expect "--tokens-per-batch: 99999999999999999999 is out of range" \
   "$tarn" eval --checkpoint "$work/none" --data x --tokens-per-batch 99999999999999999999
 expect "--max-length: 0 is out of range" "$tarn" generate --checkpoint "$work/none" --max-length 0
 expect "training.threads: expected an integer in [0, 1024], got 100000" "$tarn" config "$recipe" --set training.threads=100000
+expect "model.encoder_layers: this model and its training state need at least" \
+  "$tarn" config "$recipe" --set model.encoder_layers=1000000000
+expect "is not a regular file" "$tarn" train /dev/urandom
 [ "$failures" -eq 0 ] || { echo "[cli] $failures failures"; exit 1; }
 echo "[cli] all bad inputs refused with exit 2"

@@ -167,5 +167,28 @@ TEST(BartConfigTest, ValidateNamesTheOffendingField) {
   EXPECT_EQ(parse_attention_kind("linear"), AttentionConfig::Kind::linear);
 }
 
+// The footprint that up-front memory checks use (BartConfig::footprint) counts exactly the
+// parameters the model registers, for every preset and for odd sizes, and the FAVOR+ buffers.
+TEST(BartFootprint, CountsExactlyTheParametersTheModelRegisters) {
+  std::vector<BartConfig> configs = {BartConfig::tiny(), BartConfig::small()};
+  BartConfig odd = BartConfig::tiny();
+  odd.vocab_size = 77, odd.d_model = 24, odd.encoder_layers = 3, odd.decoder_layers = 1;
+  odd.encoder_ffn_dim = 40, odd.decoder_ffn_dim = 40, odd.max_position_embeddings = 33;
+  odd.encoder_attention_heads = odd.decoder_attention_heads = 3;
+  configs.push_back(odd);
+  for (const BartConfig& c : configs) {
+    BartForConditionalGeneration model(c);
+    EXPECT_EQ(c.footprint().parameters(), static_cast<double>(model.parameter_count())) << c.str();
+  }
+  BartConfig favor = BartConfig::tiny();
+  AttentionConfig a = AttentionConfig::linear_attention("favor");
+  a.favor_features = 32;
+  favor.with_attention(a);
+  const double head_dim = 64.0 / 4;
+  // The output bias (vocab) and a features x head_dim projection per attention module.
+  EXPECT_EQ(favor.footprint().buffer_values, 1000 + 32 * head_dim * (2 + 2 + 2));
+}
+
 }  // namespace
 }  // namespace tarn
+

@@ -159,6 +159,7 @@ int cmd_config(int argc, char** argv) {
   TARN_CHECK(a.positional.size() == 1, "usage: tarn config RECIPE.yaml [--set KEY=VALUE ...] | tarn config --keys");
   const Recipe r = load_recipe(a.positional[0], a.sets);
   for (const std::string& w : r.warnings) log::warn("config", w);
+  check_memory(r);
   std::cout << to_yaml(r);
   return 0;
 }

@@ -1,9 +1,12 @@
 #include "tools/tarn/session.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "data/corpus_reader.h"
@@ -17,6 +20,7 @@
 
 namespace tarn::app {
 namespace {
+
 bool file_exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -32,6 +36,47 @@ AttentionConfig attention_config(const AttentionRecipe& r, const std::string& ke
   a.eps = static_cast<float>(r.eps);
   return a;
 }
+
+// The recipe's model as a BartConfig, every size as written (no checks): what model_config
+// validates and check_memory sizes.
+BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
+  const ModelRecipe& m = recipe.model;
+  BartConfig c = BartConfig::preset(m.preset == "custom" ? "small" : m.preset);
+  c.vocab_size = vocab_size;
+  c.d_model = m.d_model;
+  c.encoder_layers = m.encoder_layers;
+  c.decoder_layers = m.decoder_layers;
+  c.encoder_attention_heads = c.decoder_attention_heads = m.heads;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = m.ffn_dim;
+  c.max_position_embeddings = m.max_positions;
+  c.dropout = static_cast<float>(m.dropout);
+  c.attention_dropout = static_cast<float>(m.attention_dropout);
+  c.activation_dropout = static_cast<float>(m.activation_dropout);
+  c.scale_embedding = m.scale_embedding;
+  c.init_std = static_cast<float>(m.init_std);
+  c.encoder_self_attention = attention_config(m.attention.encoder_self, "model.attention.encoder_self");
+  c.decoder_self_attention = attention_config(m.attention.decoder_self, "model.attention.decoder_self");
+  c.cross_attention = attention_config(m.attention.cross, "model.attention.cross");
+  return c;
+}
+
+// Bytes this process may use: physical memory, or the cgroup (v2, then v1) limit when lower.
+double usable_memory_bytes() {
+  double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit);
+    double v = 0;
+    if (in >> v && v > 0 && v < bytes) bytes = v;  // "max" (no limit) does not parse
+  }
+  return bytes;
+}
+
+std::string gigabytes(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, bytes < 1e15 ? "%.1f GB" : "%.2g GB", bytes / 1e9);
+  return buf;
+}
+
 }  // namespace
 
 void configure_threads(const Recipe& recipe) {
@@ -78,30 +123,53 @@ Tokenizer open_tokenizer(const Recipe& recipe) {
 }
 
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
-  const ModelRecipe& m = recipe.model;
-  BartConfig c = BartConfig::preset(m.preset == "custom" ? "small" : m.preset);
-  c.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
+  BartConfig c = mapped_model_config(recipe, recipe.model.vocab_size > 0 ? recipe.model.vocab_size : tokenizer_vocab);
   TARN_CHECK(c.vocab_size >= tokenizer_vocab, "model.vocab_size: ", c.vocab_size,
              " is smaller than the tokenizer's vocabulary (", tokenizer_vocab, ")");
-  c.d_model = m.d_model;
-  c.encoder_layers = m.encoder_layers;
-  c.decoder_layers = m.decoder_layers;
-  c.encoder_attention_heads = c.decoder_attention_heads = m.heads;
-  c.encoder_ffn_dim = c.decoder_ffn_dim = m.ffn_dim;
-  c.max_position_embeddings = m.max_positions;
-  c.dropout = static_cast<float>(m.dropout);
-  c.attention_dropout = static_cast<float>(m.attention_dropout);
-  c.activation_dropout = static_cast<float>(m.activation_dropout);
-  c.scale_embedding = m.scale_embedding;
-  c.init_std = static_cast<float>(m.init_std);
-  c.encoder_self_attention = attention_config(m.attention.encoder_self, "model.attention.encoder_self");
-  c.decoder_self_attention = attention_config(m.attention.decoder_self, "model.attention.decoder_self");
-  c.cross_attention = attention_config(m.attention.cross, "model.attention.cross");
   const int64_t longest = std::max(recipe.data.max_source_len, recipe.data.max_target_len);
   TARN_CHECK(longest <= c.max_position_embeddings, "model.max_positions: ", c.max_position_embeddings,
              " is shorter than the longest sequence the data allows (", longest, ")");
   c.validate();
   return c;
+}
+
+void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
+  const ModelRecipe& m = recipe.model;
+  const BartConfig c = mapped_model_config(
+      recipe, m.vocab_size > 0 ? m.vocab_size : (tokenizer_vocab > 0 ? tokenizer_vocab : recipe.data.tokenizer.train.vocab_size));
+  const BartConfig::Footprint f = c.footprint();
+  // A lower bound: every parameter four times in f32 (weights, gradients, AdamW's two moments),
+  // the buffers, and the logits of one batch with their gradient. Activations come on top.
+  const double state = 16 * f.parameters() + 4 * f.buffer_values;
+  const double logits = 2.0 * 4 * static_cast<double>(recipe.training.tokens_per_batch) * static_cast<double>(c.vocab_size);
+  const double need = state + logits;
+  const double have = usable_memory_bytes();
+  if (need <= have) {
+    if (need > 0.8 * have)
+      log::warn("config", str_cat("the model's parameters, gradients, optimizer state and logits alone take ",
+                                  gigabytes(need), " of this machine's ", gigabytes(have),
+                                  ": activations may not fit (lower training.tokens_per_batch or the model's size)"));
+    return;
+  }
+  // Name the key whose part is the largest.
+  std::string key = "model.d_model";
+  double largest = f.embedding_parameters;
+  if (f.encoder_parameters > largest) key = "model.encoder_layers", largest = f.encoder_parameters;
+  if (f.decoder_parameters > largest) key = "model.decoder_layers", largest = f.decoder_parameters;
+  if (4 * f.buffer_values > 16 * largest) key = "model.attention", largest = f.buffer_values / 4;
+  if (logits > 16 * largest) key = "training.tokens_per_batch";
+  if (key == "model.d_model" && static_cast<double>(c.max_position_embeddings) > static_cast<double>(c.vocab_size))
+    key = "model.max_positions";
+  if (key == "model.encoder_layers" || key == "model.decoder_layers")
+    if (static_cast<double>(m.ffn_dim) > 8.0 * static_cast<double>(m.d_model)) key = "model.ffn_dim";
+  char params[64];
+  std::snprintf(params, sizeof params, "%.3g", f.parameters());
+  throw ConfigError(recipe.where(key), key,
+                    str_cat("this model and its training state need at least ", gigabytes(need), " (", params,
+                            " parameters at 16 bytes each for weights, gradients and AdamW moments, plus one batch's "
+                            "logits) and this machine has ", gigabytes(have),
+                            ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
+                            "the batch (training.tokens_per_batch)"));
 }
 
 std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok, const std::string& path,

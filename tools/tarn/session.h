@@ -28,6 +28,12 @@ Device training_device(const Recipe& recipe);
 // The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
 
+// Refuses, before anything is allocated, a recipe whose model and training state cannot fit in
+// this machine's memory (physical memory, or the cgroup's limit when lower): a ConfigError that
+// names the model key responsible and the sizes. `tokenizer_vocab` 0 takes the recipe's
+// vocabulary size. Warns above 80%. `tarn config` and `tarn train` both call it.
+void check_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
+
 // Keys the denoising noise of validation, test and `tarn eval` / `denoise` data: apart from the
 // training noise, and fixed, so that scores of different runs and commands compare.
 constexpr uint64_t kEvalNoiseSeed = 0x5eed0e7a1ULL;

@@ -364,6 +364,7 @@ void Trainer::setup() {
     recipe_.training.device = "cuda:" + std::to_string(kernels::mpi::local_rank());  // my machine's GPU
   device_ = training_device(recipe_);  // before any data work: a missing GPU is reported at once
   check_recipe_files(recipe_);
+  check_memory(recipe_);  // an absurd model is refused before any allocation
   log::set_color(recipe_.logging.color);
   // threads: 0 means every core; ranks sharing a machine share its cores.
   if (launch.launched && recipe_.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
