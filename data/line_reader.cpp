@@ -46,6 +46,12 @@ void for_each_line(const std::string& path, ReadStats& stats, const LineVisitor&
       ++stats.empty;
       continue;
     }
+    if (line.size() > kMaxLineBytes) {
+      ++stats.malformed;
+      stats.warn(str_cat(path, ":", number, ": skipped: the line is ", line.size(), " bytes, over the ", kMaxLineBytes,
+                         " a line may have"));
+      continue;
+    }
     const size_t bad = first_invalid_utf8(line);
     if (bad != line.size()) {
       ++stats.invalid_utf8;

@@ -1,7 +1,8 @@
 #pragma once
 // Reads a corpus file line by line and applies the rules every corpus format shares: a missing,
 // unreadable or empty file is an error naming it; blank lines are skipped; lines that are not
-// valid UTF-8 are skipped and counted, the first few with a warning naming file and line.
+// valid UTF-8 or longer than kMaxLineBytes are skipped and counted, the first few with a warning
+// naming file and line.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,6 +13,10 @@ namespace tarn {
 
 // How many skip warnings a read keeps (the counts always cover every line).
 constexpr size_t kMaxReadWarnings = 10;
+// Lines longer than this are skipped as malformed, with a warning: an example is a sentence or
+// a paragraph, and a runaway line (a binary file, a missing newline) would otherwise cost
+// memory far beyond its use after tokenisation. The tokenizer's trainer takes the same bound.
+constexpr size_t kMaxLineBytes = 65536;
 
 struct ReadStats {
   int64_t lines = 0;         // physical lines seen

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "data/corpus_reader.h"
+#include "data/line_reader.h"
 #include "kernels/check.h"
 
 namespace tarn {
@@ -55,6 +56,7 @@ std::string Tokenizer::train_on_lines(const std::vector<std::string>& lines, con
       {"character_coverage", std::to_string(options.character_coverage)},
       {"input_sentence_size", std::to_string(options.input_sentence_size)},
       {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", std::to_string(kMaxLineBytes)},  // what the corpus readers let through
       {"hard_vocab_limit", options.hard_vocab_limit ? "true" : "false"},
       {"num_threads", std::to_string(std::max(1, options.num_threads))},
       {"bos_id", std::to_string(kBosId)},

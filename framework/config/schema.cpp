@@ -525,6 +525,13 @@ void Loader::apply_leaf(const Field& f, const YAML::Node& v, const ConfigOrigin&
 }
 
 void Loader::unknown_key(const Field& section, const std::string& key, const ConfigOrigin& at) {
+  // No key of a recipe is long: a huge one is shown cut, and not compared with the known ones.
+  constexpr size_t kShownKeyChars = 80;
+  if (key.size() > kShownKeyChars) {
+    issue(at, child_path(section, key.substr(0, kShownKeyChars) + "..."),
+          str_cat("unknown key of ", key.size(), " characters"));
+    return;
+  }
   const std::string path = child_path(section, key);
   // The same key in another section ("training.lr" for "optimizer.lr") is the likeliest mistake.
   std::vector<std::string> elsewhere;

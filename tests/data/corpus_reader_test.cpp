@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "data/line_reader.h"
 #include "kernels/check.h"
 #include "test_files.h"
 
@@ -37,6 +38,19 @@ TEST(TextCorpus, ReadsEveryNonBlankLineInOrderAcrossFiles) {
   EXPECT_EQ(stats.kept, 4);
   EXPECT_EQ(stats.empty, 2);
   EXPECT_TRUE(stats.warnings.empty());
+}
+
+TEST(TextCorpus, ALineOverTheBoundIsSkippedWithAWarningNamingIt) {
+  TempDir dir;
+  const auto a = dir.write("a.txt", "short\n" + std::string(kMaxLineBytes + 1, 'x') + "\n" +
+                                        std::string(kMaxLineBytes, 'y') + "\nend\n");
+  ReadStats stats;
+  const auto lines = read_text_lines({a}, &stats);
+  ASSERT_EQ(lines.size(), 3u) << "a line of exactly the bound is kept";
+  EXPECT_EQ(lines[1].size(), kMaxLineBytes);
+  EXPECT_EQ(stats.malformed, 1);
+  ASSERT_EQ(stats.warnings.size(), 1u);
+  EXPECT_TRUE(contains(stats.warnings[0], a + ":2: skipped: the line is 65537 bytes, over the 65536")) << stats.warnings[0];
 }
 
 TEST(TextCorpus, MissingFileIsAnErrorNamingIt) {
