@@ -62,7 +62,7 @@ commands:
 
 A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
 newest valid checkpoint). Exit codes: 0 success, 2 user error (bad recipe, flag or file),
-3 training stopped by non-finite losses (the last good checkpoint is kept), 4 a data-parallel
+3 training stopped by non-finite or diverged losses (the last good checkpoint is kept), 4 a data-parallel
 collective failed (a rank died, hung or disagreed), 1 internal error.
 
 Data-parallel training: launch the same command with mpirun, one rank per GPU or CPU node:
