@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "framework/autograd.h"
@@ -36,6 +38,23 @@ double weighted_sum(const Tensor& y, const std::vector<float>& w) {
   for (size_t i = 0; i < v.size(); ++i) s += static_cast<double>(v[i]) * w[i];
   return s;
 }
+
+// Every index when there are at most `most`; else `most` distinct indices drawn at random
+// (seeded), the first and the last among them, in ascending order. A fixed stride from 0 would
+// check the same few columns of a matrix whose width divides it, and never the others.
+std::vector<int64_t> checked_indices(int64_t n, int64_t most, uint64_t seed) {
+  std::vector<int64_t> out;
+  if (n <= most) {
+    for (int64_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + 17);
+  std::set<int64_t> picked = {0, n - 1};
+  std::uniform_int_distribution<int64_t> any(0, n - 1);
+  while (static_cast<int64_t>(picked.size()) < most) picked.insert(any(rng));
+  return {picked.begin(), picked.end()};
+}
+
 }  // namespace
 
 ::testing::AssertionResult gradients_match(const OpFn& fn, const std::vector<Tensor>& given,
@@ -72,9 +91,8 @@ double weighted_sum(const Tensor& y, const std::vector<float>& w) {
     }
     const std::vector<float> analytic = g.to_vector();
     const int64_t n = x.numel();
-    const int64_t stride = std::max<int64_t>(1, n / opt.max_checked_per_input);
     float* p = x.f32();
-    for (int64_t i = 0; i < n; i += stride) {
+    for (const int64_t i : checked_indices(n, opt.max_checked_per_input, opt.seed + k)) {
       const float saved = p[i];
       double plus, minus;
       {

@@ -22,7 +22,7 @@ struct GradcheckOptions {
   double atol = 2e-3;
   double rtol = 2e-2;
   uint64_t seed = 1234;
-  int64_t max_checked_per_input = 200;  // spread evenly over the input when it is bigger
+  int64_t max_checked_per_input = 200;  // drawn at random (seeded) when the input is bigger
 };
 
 using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
