@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <thread>
 
 #include "framework/io/checkpoint_dir.h"
@@ -53,18 +54,45 @@ bool wait_for_checkpoint(const std::string& run, int64_t step, double seconds) {
 
 class StopSignal : public ::testing::TestWithParam<int> {};
 
+// The step of the last "train" line of metrics.jsonl (logged every step), or -1.
+int64_t last_logged_step(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::string line;
+  int64_t step = -1;
+  const std::string key = "\"kind\":\"train\",\"step\":";
+  while (std::getline(in, line)) {
+    const size_t at = line.find(key);
+    if (at != std::string::npos) step = std::stoll(line.substr(at + key.size()));
+  }
+  return step;
+}
+
+// Periodic checkpoints are off, so the only checkpoint there can be is the one the signal
+// handler's clean stop writes: it must hold the step in progress when the signal came (the
+// last step logged, at or past the one seen before the signal).
 TEST_P(StopSignal, FinishesTheStepWritesACheckpointAndExitsCleanly) {
   const std::string dir = testing::make_tiny_corpus(std::string("signal_") + std::to_string(GetParam()));
-  const pid_t pid = start_training(long_run(dir));
-  ASSERT_TRUE(wait_for_checkpoint(dir + "/run", 2, 120)) << "training never reached step 2";
+  TrainOptions o = long_run(dir);
+  o.overrides.insert(o.overrides.end(), {"checkpoints.every_steps=0", "logging.every_steps=1"});
+  const pid_t pid = start_training(o);
+  const std::string metrics = dir + "/run/metrics.jsonl";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (last_logged_step(metrics) < 3 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int64_t seen = last_logged_step(metrics);
+  ASSERT_GE(seen, 3) << "training never reached step 3";
+  EXPECT_TRUE(list_checkpoints(dir + "/run").empty()) << "a checkpoint before the signal: periodic ones are off";
   kill(pid, GetParam());
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status)) << "killed by the signal instead of stopping cleanly";
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const auto latest = latest_valid_checkpoint(dir + "/run");
-  ASSERT_TRUE(latest.has_value());
-  EXPECT_GE(checkpoint_progress(*latest).step, 2);
+  ASSERT_TRUE(latest.has_value()) << "the stop wrote no checkpoint";
+  const int64_t saved = checkpoint_progress(*latest).step;
+  EXPECT_GE(saved, seen);
+  EXPECT_EQ(saved, last_logged_step(metrics)) << "the checkpoint is not the last step the run finished";
+  EXPECT_EQ(list_checkpoints(dir + "/run").size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(IntAndTerm, StopSignal, ::testing::Values(SIGINT, SIGTERM));
