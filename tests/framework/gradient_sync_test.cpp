@@ -81,7 +81,7 @@ std::vector<Result> run(bool overlap, int64_t bucket_bytes) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TEST(GradientSync, OverlapGivesTheBitsOfTheRankOrderSumForAnyBucketSize) {
