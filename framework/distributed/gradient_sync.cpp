@@ -87,7 +87,7 @@ void GradientSync::pack(size_t i) {
 
 // Starts, in order, every bucket whose gradients are all packed, up to the first that is not.
 void GradientSync::start_ready_buckets() {
-  if (comm_.world() == 1) return;
+  if (comm_.world() == 1 || params_.empty()) return;
   while (pending_.size() < bucket_ends_.size() && bucket_packed_[pending_.size()] == bucket_size_[pending_.size()]) {
     const size_t b = pending_.size();
     const int64_t begin = b == 0 ? 0 : bucket_ends_[b - 1];
