@@ -312,31 +312,26 @@ void Loader::throw_if_errors() const {
 bool Loader::apply_file(const std::string& path) {
   // A recipe is a small regular file: a FIFO would block the read forever, a device such as
   // /dev/zero never ends, and anything of megabytes is not a recipe.
+  auto refuse = [&](const std::string& why) {
+    if (first_source_.empty()) first_source_ = path;
+    issue({path, 0}, "", why);
+    return false;
+  };
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
-  std::string refusal;
+  if (exists && S_ISDIR(st.st_mode)) return refuse("is a directory, not a recipe file");
   if (exists && !S_ISREG(st.st_mode))
-    refusal = S_ISDIR(st.st_mode) ? "is a directory, not a recipe file"
-                                  : "is not a regular file (a FIFO, socket or device): recipes must be regular files";
-  else if (exists && st.st_size > kMaxRecipeBytes)
-    refusal = str_cat("is ", st.st_size, " bytes; recipes are kilobytes, and files over ", kMaxRecipeBytes,
-                      " bytes are refused");
-  std::ifstream in;
-  if (refusal.empty()) in.open(path, std::ios::binary);
-  if (refusal.empty() && !in) refusal = str_cat("cannot read the file (", std::strerror(errno), ")");
-  if (!refusal.empty()) {
-    if (first_source_.empty()) first_source_ = path;
-    issue({path, 0}, "", refusal);
-    return false;
-  }
+    return refuse("is not a regular file (a FIFO, socket or device): recipes must be regular files");
+  if (exists && st.st_size > kMaxRecipeBytes)
+    return refuse(str_cat("is ", st.st_size, " bytes; recipes are kilobytes, and files over ", kMaxRecipeBytes,
+                          " bytes are refused"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return refuse(str_cat("cannot read the file (", std::strerror(errno), ")"));
   std::string text(static_cast<size_t>(kMaxRecipeBytes) + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > kMaxRecipeBytes) {  // grew since the stat
-    if (first_source_.empty()) first_source_ = path;
-    issue({path, 0}, "", str_cat("is over ", kMaxRecipeBytes, " bytes; recipes are kilobytes"));
-    return false;
-  }
+  if (static_cast<int64_t>(text.size()) > kMaxRecipeBytes)  // grew since the stat
+    return refuse(str_cat("is over ", kMaxRecipeBytes, " bytes; recipes are kilobytes"));
   return apply_text(text, path);
 }
 

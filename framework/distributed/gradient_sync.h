@@ -57,8 +57,6 @@ class GradientSync final : public BackwardObserver {
   // is the mask's maximum over the ranks (the same on every rank). Starts what start_remaining
   // would have, when it was not called.
   void finish(const std::vector<double>& any_rank_has_grad);
-  // start_remaining() and finish() in one: no overlap.
-  void all_reduce(const std::vector<double>& any_rank_has_grad) { finish(any_rank_has_grad); }
 
   // BackwardObserver: a parameter's gradient is final, a node has run.
   void leaf_ready(const AutogradMeta& leaf) override;

@@ -22,10 +22,11 @@ RunLock::RunLock(const std::string& dir) {
     const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    TARN_CHECK(err != EWOULDBLOCK, "another tarn train", n > 0 ? str_cat(" (process ", std::string(holder, static_cast<size_t>(n)), ")") : std::string(),
-               " is using ", dir, ": two runs on one checkpoints.dir would overwrite each other's checkpoints. "
-               "Wait for it, stop it, or set another checkpoints.dir");
-    TARN_CHECK(false, path, ": cannot lock (", std::strerror(err), ")");
+    if (err != EWOULDBLOCK) throw Error(str_cat(path, ": cannot lock (", std::strerror(err), ")"));
+    const std::string who = n > 0 ? str_cat(" (process ", std::string(holder, static_cast<size_t>(n)), ")") : "";
+    throw Error(str_cat("another tarn train", who, " is using ", dir,
+                        ": two runs on one checkpoints.dir would overwrite each other's checkpoints. "
+                        "Wait for it, stop it, or set another checkpoints.dir"));
   }
   // Who holds it, for the message of the next one that tries.
   const std::string pid = std::to_string(::getpid());

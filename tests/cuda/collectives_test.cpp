@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -299,15 +300,23 @@ TEST(EmulatedCollectives, LocalGroupIsTheCpuThreadGroup) {
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(SameBits(data[r], SumInRankOrder(3, 65))) << "rank " << r;
 }
 
+#if defined(TARN_WITH_CUDA)
+// Why the NCCL tests cannot run here, or "" when they can.
+std::string NcclSkipReason() {
+  if (!cuda::nccl_available()) return "built without NCCL (cmake/TarnCuda.cmake did not find it)";
+  if (cuda::device_count() == 0) return "no CUDA device (cudaGetDeviceCount() == 0)";
+  return "";
+}
+#endif
+
 // NCCL on every GPU of this machine (one rank per device): sums of small integers, exact in any
 // order, so NCCL's own summation order does not matter here.
 TEST(NcclCollectives, AllReduceAndBroadcastOnEveryDevice) {
 #if !defined(TARN_WITH_CUDA)
   GTEST_SKIP() << "built without the CUDA backend (TARN_CUDA=OFF)";
 #else
-  if (!cuda::nccl_available()) GTEST_SKIP() << "built without NCCL (cmake/TarnCuda.cmake did not find it)";
+  if (const std::string why = NcclSkipReason(); !why.empty()) GTEST_SKIP() << why;
   const int devices = cuda::device_count();
-  if (devices == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount() == 0)";
   const auto ranks = cuda::local_communicators(devices);
   constexpr int64_t n = 1 << 16;
   std::vector<float*> buffers(devices);
@@ -351,9 +360,8 @@ TEST(NcclCollectives, ReduceScatterAllGatherAndHostCollectivesOnEveryDevice) {
 #if !defined(TARN_WITH_CUDA)
   GTEST_SKIP() << "built without the CUDA backend (TARN_CUDA=OFF)";
 #else
-  if (!cuda::nccl_available()) GTEST_SKIP() << "built without NCCL (cmake/TarnCuda.cmake did not find it)";
+  if (const std::string why = NcclSkipReason(); !why.empty()) GTEST_SKIP() << why;
   const int devices = cuda::device_count();
-  if (devices == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount() == 0)";
   const auto ranks = cuda::local_communicators(devices);
   const auto reference = cpu::thread_communicators(devices);
   constexpr int64_t n = 4099;

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "framework/autograd.h"
@@ -63,12 +64,9 @@ std::vector<Result> run(bool overlap, int64_t bucket_bytes) {
       Replica m;
       GradientSync sync(m.params(), *comms[r], bucket_bytes);
       const Tensor loss = m.loss(r);
-      if (overlap) {
-        ObserveBackward observe(sync);
-        loss.backward();
-      } else {
-        loss.backward();
-      }
+      std::optional<ObserveBackward> observe;
+      if (overlap) observe.emplace(sync);
+      loss.backward();
       sync.start_remaining();
       std::vector<double> mask = sync.local_grad_mask();
       comms[r]->all_reduce_host(mask.data(), static_cast<int64_t>(mask.size()), kernels::ReduceOp::max);

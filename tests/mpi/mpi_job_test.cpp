@@ -217,6 +217,18 @@ INSTANTIATE_TEST_SUITE_P(Chunks, MpiJob, ::testing::Values(int64_t{0}, int64_t{4
                            return info.param == 0 ? std::string("DefaultChunk") : "Chunk" + std::to_string(info.param);
                          });
 
+// The message of the E that f() throws, or "" when it throws nothing (any other exception
+// escapes and fails the test).
+template <typename E = mpi::CollectiveError, typename F>
+std::string MessageOf(const F& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The job-level checks below need one communicator each and no chunk parameter.
 class MpiJobErrors : public ::testing::Test {
  protected:
@@ -241,12 +253,7 @@ TEST_F(MpiJobErrors, LaunchInfoAndLocalRankAgreeWithTheCommunicator) {
 TEST_F(MpiJobErrors, DisagreeingCallsThrowTheSameListOnEveryRank) {
   const auto comm = mpi::world_communicator(kTimeoutS);
   std::vector<float> buffer(8, 1.0f);
-  std::string message;
-  try {
-    comm->all_reduce_sum(buffer.data(), comm->rank() == 1 ? 5 : 4);
-  } catch (const mpi::CollectiveError& e) {
-    message = e.what();
-  }
+  const std::string message = MessageOf([&] { comm->all_reduce_sum(buffer.data(), comm->rank() == 1 ? 5 : 4); });
   EXPECT_NE(message.find("rank 0 called all_reduce_sum #1 (n = 4), rank 1 called all_reduce_sum #1 (n = 5)"),
             std::string::npos)
       << message;
@@ -257,17 +264,12 @@ TEST_F(MpiJobErrors, DisagreeingCallsThrowTheSameListOnEveryRank) {
 TEST_F(MpiJobErrors, AStartedAllReduceMetByAnotherCollectiveIsAnErrorOnEveryRank) {
   const auto comm = mpi::world_communicator(kTimeoutS);
   std::vector<float> buffer(8, 1.0f);
-  std::string message;
-  try {
-    if (comm->rank() == 1) {
+  const std::string message = MessageOf([&] {
+    if (comm->rank() == 1)
       comm->broadcast(buffer.data(), 8, 0);
-    } else {
-      auto pending = comm->start_all_reduce_sum(buffer.data(), 8);
-      pending->wait();
-    }
-  } catch (const mpi::CollectiveError& e) {
-    message = e.what();
-  }
+    else
+      comm->start_all_reduce_sum(buffer.data(), 8)->wait();
+  });
   EXPECT_NE(message.find("rank 0 called all_reduce_sum #1 (n = 8), rank 1 called broadcast #1 (n = 8, root 0)"),
             std::string::npos)
       << message;
@@ -276,24 +278,17 @@ TEST_F(MpiJobErrors, AStartedAllReduceMetByAnotherCollectiveIsAnErrorOnEveryRank
 TEST_F(MpiJobErrors, ADifferentCollectiveOrRootIsAnErrorOnEveryRank) {
   const auto comm = mpi::world_communicator(kTimeoutS);
   std::vector<float> buffer(8, 1.0f);
-  std::string message;
-  try {
-    comm->broadcast(buffer.data(), 8, comm->world());  // every rank: root out of range
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  std::string message =
+      MessageOf<Error>([&] { comm->broadcast(buffer.data(), 8, comm->world()); });  // every rank: root out of range
   EXPECT_NE(message.find("broadcast: root " + std::to_string(comm->world()) + " is not a rank"), std::string::npos)
       << message;
   comm->barrier();  // an agreed bad root leaves the communicator usable
-  message.clear();
-  try {
+  message = MessageOf([&] {
     if (comm->rank() == 1)
       comm->barrier();
     else
       comm->broadcast(buffer.data(), 8, 0);
-  } catch (const mpi::CollectiveError& e) {
-    message = e.what();
-  }
+  });
   EXPECT_NE(message.find("rank 0 called broadcast #3 (n = 8, root 0), rank 1 called barrier #3 (n = 0)"),
             std::string::npos)
       << message;
@@ -306,14 +301,11 @@ TEST_F(MpiJobErrors, ACollectivePastItsDeadlineNamesRankCollectiveSequenceAndSiz
   const auto sync = mpi::world_communicator(kTimeoutS);
   sync->barrier();
   const auto comm = mpi::world_communicator(0.3);
-  std::string message;
   const auto start = std::chrono::steady_clock::now();
-  try {
+  const std::string message = MessageOf([&] {
     if (comm->rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
     comm->barrier();
-  } catch (const mpi::CollectiveError& e) {
-    message = e.what();
-  }
+  });
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (comm->rank() == 0) {
     EXPECT_EQ(message,

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "data/batcher.h"
@@ -475,12 +476,9 @@ bool Trainer::step() {
     // summed gradient is that of the mean over all of them (a mean of per-rank means is not,
     // when the shares differ in length).
     const Tensor weight = Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device());
-    if (overlap && k + 1 == batches.size()) {
-      ObserveBackward observe(*grad_sync_);
-      loss.backward(weight);
-    } else {
-      loss.backward(weight);
-    }
+    std::optional<ObserveBackward> observe;
+    if (overlap && k + 1 == batches.size()) observe.emplace(*grad_sync_);
+    loss.backward(weight);
     loss_sum += l * static_cast<double>(n);
     if (smoothing > 0) {
       NoGradGuard no_grad;
@@ -490,7 +488,7 @@ bool Trainer::step() {
     }
     tokens += b.src_tokens() + b.tgt_tokens();
   }
-  if (solo() && finite && diverged(loss_sum / static_cast<double>(counted))) finite = false;
+  std::vector<double> grad_mask;  // several ranks: which parameters any rank has a gradient for
   if (!solo()) {
     // Every bucket not started during the backward starts now, on every rank (whatever its
     // loss), so that all ranks make the same collectives. One control reduction agrees on what
@@ -504,21 +502,22 @@ bool Trainer::step() {
     comm_->all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
     finite = control[0] == 0.0;
     loss_sum = control[1];
-    if (finite && diverged(control[1] / static_cast<double>(counted))) finite = false;  // the same sum everywhere
     nll_sum = control[2];
     tokens = static_cast<int64_t>(control[3]);
-    if (!sharded_) {  // also when the step is skipped: the buckets were started
-      grad_sync_->finish(std::vector<double>(control.begin() + 4, control.end()));
-      comm_s_ += grad_sync_->last_comm_seconds();
-      early_buckets_ += grad_sync_->last_buckets_started_early();
-    }
-    if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
-      lr_ = schedule_.lr_at(progress_.step);
-      norm_ = sharded_->step(std::vector<double>(control.begin() + 4, control.end()),
-                             static_cast<float>(recipe_.optimizer.clip_norm), lr_);
-      comm_s_ += sharded_->last_comm_seconds();
-      finite = std::isfinite(norm_);
-    }
+    grad_mask.assign(control.begin() + 4, control.end());
+  }
+  // On the agreed sum: every rank reaches the same answer.
+  if (finite && diverged(loss_sum / static_cast<double>(counted))) finite = false;
+  if (!solo() && !sharded_) {  // also when the step is skipped: the buckets were started
+    grad_sync_->finish(grad_mask);
+    comm_s_ += grad_sync_->last_comm_seconds();
+    early_buckets_ += grad_sync_->last_buckets_started_early();
+  }
+  if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
+    lr_ = schedule_.lr_at(progress_.step);
+    norm_ = sharded_->step(grad_mask, static_cast<float>(recipe_.optimizer.clip_norm), lr_);
+    comm_s_ += sharded_->last_comm_seconds();
+    finite = std::isfinite(norm_);
   }
   double norm = sharded_ ? norm_ : 0;
   if (finite && !sharded_) {
