@@ -13,6 +13,7 @@ namespace tarn::kernels::cpu {
 
 struct CrossEntropySum {
   double loss = 0.0;  // sum of the counted rows' losses
+  double nll = 0.0;   // sum of the counted rows' lse - x_t (the loss without smoothing, for perplexity)
   int64_t count = 0;  // rows whose target is not ignore_index
 };
 

@@ -94,4 +94,6 @@ std::string thousands(long long n) {
   return n < 0 ? "-" + out : out;
 }
 
+std::string mebibytes(long long bytes) { return thousands((bytes + (1LL << 19)) >> 20) + " MiB"; }
+
 }  // namespace tarn::log

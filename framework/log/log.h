@@ -33,5 +33,7 @@ void end_progress();  // moves past a redrawn line before other output
 std::string duration(double seconds);
 // "5,310" (thousands separators).
 std::string thousands(long long n);
+// "1,234 MiB" (rounded to the nearest mebibyte).
+std::string mebibytes(long long bytes);
 
 }  // namespace tarn::log

@@ -15,13 +15,14 @@ Tensor log_softmax(const Tensor& x);
 // nothing; other targets must lie in [0, V). label_smoothing eps mixes the one-hot target with
 // the uniform distribution: loss = (1-eps) * nll + eps * mean(-logp). Returns the mean over
 // non-ignored rows (shape ()); `count` (optional) receives how many rows counted, so the sum
-// (for perplexity) is mean * count.
+// (for perplexity) is mean * count; `nll_sum` (optional) the summed NLL of the counted rows
+// without smoothing, from the same pass.
 struct CrossEntropyOptions {
   int32_t ignore_index = -100;
   float label_smoothing = 0.0f;
 };
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets,
-                     const CrossEntropyOptions& opt = {}, int64_t* count = nullptr);
+                     const CrossEntropyOptions& opt = {}, int64_t* count = nullptr, double* nll_sum = nullptr);
 
 // Layer norm over the last axis, statistics in f32: y = (x - mean) / sqrt(var + eps) * gamma + beta.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f);

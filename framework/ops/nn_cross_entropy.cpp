@@ -11,7 +11,7 @@
 namespace tarn {
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, const CrossEntropyOptions& opt,
-                     int64_t* count) {
+                     int64_t* count, double* nll_sum) {
   constexpr const char* kOp = "cross_entropy";
   const kernels::Backend& k = ops_internal::kernels_for(kOp, logits);
   TARN_CHECK(logits.dim() >= 1, kOp, ": logits need a vocabulary axis, got shape ", logits.shape().str());
@@ -37,6 +37,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, 
   const kernels::cpu::CrossEntropySum total = k.cross_entropy_forward(
       logits.device_f32(), ptargets, rows, vocab, opt.ignore_index, opt.label_smoothing, lse.device_f32());
   if (count) *count = total.count;
+  if (nll_sum) *nll_sum = total.nll;
   // Every row ignored: the mean of nothing is taken as 0 (with a zero gradient) rather than
   // PyTorch's NaN, so that an all-padding batch cannot poison the parameters.
   const double mean = total.count ? total.loss / static_cast<double>(total.count) : 0.0;

@@ -10,7 +10,7 @@ namespace tarn::kernels::cpu {
 
 CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                       int32_t ignore_index, float smoothing, float* lse) {
-  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0), row_nll(static_cast<size_t>(rows), 0.0);
   const double inv_vocab = 1.0 / static_cast<double>(vocab);
 #pragma omp parallel for if (rows * vocab > kParallelGrain) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -21,14 +21,17 @@ CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* target
     if (t == ignore_index) continue;
     // Both terms are >= 0 and formed as differences with lse, so large logits (1e4) lose
     // nothing to cancellation beyond the f32 rounding of the logits themselves.
-    double loss = (1.0 - smoothing) * (static_cast<double>(l) - x[t]);
+    const double nll = static_cast<double>(l) - x[t];
+    double loss = (1.0 - smoothing) * nll;
     if (smoothing != 0.0f) loss += smoothing * (static_cast<double>(l) - row::sum(x, vocab) * inv_vocab);
     row_loss[r] = loss;
+    row_nll[r] = nll;
   }
   CrossEntropySum total;
   for (int64_t r = 0; r < rows; ++r) {
     if (targets[r] == ignore_index) continue;
     total.loss += row_loss[r];
+    total.nll += row_nll[r];
     ++total.count;
   }
   return total;

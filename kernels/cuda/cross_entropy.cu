@@ -14,9 +14,11 @@ using device::block_sum;
 using device::kBlock;
 using device::Scratch;
 
-// One block per row: lse[r], and row_loss[r] (0 on ignored rows, NaN for a target out of range).
+// One block per row: lse[r], row_loss[r] and row_nll[r] (0 on ignored rows, NaN for a target out
+// of range).
 __global__ void cross_entropy_rows_kernel(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                          int32_t ignore_index, float smoothing, float* lse, double* row_loss) {
+                                          int32_t ignore_index, float smoothing, float* lse, double* row_loss,
+                                          double* row_nll) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * vocab;
     float m = -INFINITY;
@@ -33,35 +35,41 @@ __global__ void cross_entropy_rows_kernel(const float* logits, const int32_t* ta
       const float l = m + logf(s);
       lse[r] = l;
       const int32_t t = targets[r];
-      double loss = 0.0;
+      double loss = 0.0, nll = 0.0;
       if (t != ignore_index) {
         if (t < 0 || t >= vocab) {
-          loss = NAN;  // the caller checks targets; never read outside the row
+          loss = nll = NAN;  // the caller checks targets; never read outside the row
         } else {
           // Differences with lse: both terms >= 0, no cancellation beyond the logits' rounding.
-          loss = (1.0 - smoothing) * (static_cast<double>(l) - x[t]);
+          nll = static_cast<double>(l) - x[t];
+          loss = (1.0 - smoothing) * nll;
           if (smoothing != 0.0f) loss += smoothing * (static_cast<double>(l) - static_cast<double>(sx) / vocab);
         }
       }
       row_loss[r] = loss;
+      row_nll[r] = nll;
     }
   }
 }
 
-// One block: total[0] = sum of row_loss over counted rows, total[1] = their count.
-__global__ void cross_entropy_total_kernel(const double* row_loss, const int32_t* targets, int64_t rows,
-                                           int32_t ignore_index, double* total) {
-  double loss = 0.0, count = 0.0;
+// One block: total[0] = sum of row_loss over counted rows, total[1] = their count, total[2] =
+// sum of row_nll.
+__global__ void cross_entropy_total_kernel(const double* row_loss, const double* row_nll, const int32_t* targets,
+                                           int64_t rows, int32_t ignore_index, double* total) {
+  double loss = 0.0, count = 0.0, nll = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     if (targets[r] == ignore_index) continue;
     loss += row_loss[r];
+    nll += row_nll[r];
     count += 1.0;
   }
   loss = block_sum(loss);
   count = block_sum(count);
+  nll = block_sum(nll);
   if (threadIdx.x == 0) {
     total[0] = loss;
     total[1] = count;
+    total[2] = nll;
   }
 }
 
@@ -90,18 +98,20 @@ CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* target
   CrossEntropySum out;
   if (rows <= 0) return out;
   TARN_CHECK(vocab > 0, "cross_entropy_forward: vocab must be positive, got ", vocab);
-  Scratch<double> work(rows + 2);
+  Scratch<double> work(2 * rows + 3);
   double* row_loss = work.get();
-  double* total = work.get() + rows;
+  double* row_nll = work.get() + rows;
+  double* total = work.get() + 2 * rows;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, device::kMaxGridY));
   tarn::launch(cross_entropy_rows_kernel, blocks, device::threads_for_row(vocab), 0, nullptr, logits, targets, rows,
-               vocab, ignore_index, smoothing, lse, row_loss);
-  tarn::launch(cross_entropy_total_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(row_loss), targets, rows,
-               ignore_index, total);
-  double host[2] = {0.0, 0.0};
+               vocab, ignore_index, smoothing, lse, row_loss, row_nll);
+  tarn::launch(cross_entropy_total_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(row_loss),
+               static_cast<const double*>(row_nll), targets, rows, ignore_index, total);
+  double host[3] = {0.0, 0.0, 0.0};
   TARN_CUDA_CALL(cudaMemcpy(host, total, sizeof host, cudaMemcpyDeviceToHost));
   out.loss = host[0];
   out.count = static_cast<int64_t>(host[1]);
+  out.nll = host[2];
   return out;
 }
 

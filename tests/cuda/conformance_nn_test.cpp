@@ -70,6 +70,7 @@ TEST_P(NnConformance, CrossEntropyWithIgnoreIndexAndSmoothingMatchesCpu) {
                                lse.get());
       EXPECT_EQ(got.count, want.count);
       EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss)) << "vocab " << vocab << " eps " << smoothing;
+      EXPECT_NEAR(got.nll, want.nll, 1e-5 * std::fabs(want.nll)) << "vocab " << vocab << " eps " << smoothing;
       EXPECT_TRUE(AllClose(lse.host(), want_lse, 1e-6f, 1e-6f));
       const float scale = 1.0f / static_cast<float>(want.count);
       std::vector<float> want_d(kRows * vocab);

@@ -107,6 +107,22 @@ TEST(CrossEntropy, LabelSmoothingMatchesTheFormula) {
   EXPECT_NEAR(cross_entropy(x, {2}, opt).item(), 0.7 * nll + 0.3 * uniform, 1e-6);
 }
 
+TEST(CrossEntropy, NllSumIsTheUnsmoothedLossOfTheCountedRows) {
+  // Two rows counted, one ignored: nll_sum must equal the eps = 0 loss times the count, while
+  // the returned (smoothed) loss differs from it.
+  Tensor x = param({3, 7}, 12);
+  const std::vector<int32_t> t = {3, -100, 6};
+  CrossEntropyOptions smoothed;
+  smoothed.label_smoothing = 0.2f;
+  int64_t count = 0;
+  double nll_sum = 0;
+  const float loss = cross_entropy(x, t, smoothed, &count, &nll_sum).item();
+  const float plain = cross_entropy(x, t).item();
+  EXPECT_EQ(count, 2);
+  EXPECT_NEAR(nll_sum, 2.0 * plain, 1e-5);
+  EXPECT_GT(std::fabs(loss - plain), 1e-3);
+}
+
 TEST(CrossEntropy, LargeLogitsGiveFiniteLossAndGradient) {
   Tensor x = param({8, 50}, 4);
   for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] *= 1e4f;

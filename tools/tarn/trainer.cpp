@@ -16,6 +16,7 @@
 
 #include "data/batcher.h"
 #include "data/seed.h"
+#include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/distributed/gradient_sync.h"
 #include "framework/distributed/parameter_sync.h"
@@ -465,8 +466,9 @@ bool Trainer::step() {
     const Batch& b = batches[k];
     if (b.rows == 0) continue;  // this rank's share of a small global batch was empty
     int64_t n = 0;
+    double nll = 0;
     const Tensor logits = forward_batch(*model_, b);
-    const Tensor loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &n);
+    const Tensor loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &n, &nll);
     const double l = loss.item();
     if (!std::isfinite(l)) {
       finite = false;
@@ -480,12 +482,7 @@ bool Trainer::step() {
     if (overlap && k + 1 == batches.size()) observe.emplace(*grad_sync_);
     loss.backward(weight);
     loss_sum += l * static_cast<double>(n);
-    if (smoothing > 0) {
-      NoGradGuard no_grad;
-      nll_sum += static_cast<double>(seq2seq_loss(logits, b.tgt_labels, kPadId, 0.0f).item()) * static_cast<double>(n);
-    } else {
-      nll_sum += l * static_cast<double>(n);
-    }
+    nll_sum += nll;
     tokens += b.src_tokens() + b.tgt_tokens();
   }
   std::vector<double> grad_mask;  // several ranks: which parameters any rank has a gradient for
@@ -620,9 +617,18 @@ void Trainer::validate_and_maybe_save_best() {
   } else {
     ++progress_.evals_without_improvement;
   }
+  // Memory so far: the allocator's live high water on the training device (what the model
+  // and its steps needed) beside the process's resident peak (what the machine paid).
+  const MemoryStats mem = memory_stats(device_);
+  const ResidentMemory rss = resident_memory();
+  summary_.live_peak_bytes = mem.high_water_bytes;
+  summary_.rss_peak_bytes = rss.peak_bytes;
+  const double elapsed = elapsed_at_start_ + seconds_since(run_start_);
   log::info("valid", "step ", log::thousands(progress_.step), " | nll ", fmt("%.4f", r.mean_nll()), " | ppl ",
             fmt("%.2f", r.perplexity()), " over ", log::thousands(r.tokens), " tokens (", r.batches, " batches, ",
-            log::duration(seconds_since(start)), ")", improved ? " | best so far" : "");
+            log::duration(seconds_since(start)), ") | ", log::duration(elapsed), " | mem live peak ",
+            log::mebibytes(mem.high_water_bytes), device_.is_cpu() ? "" : " on " + device_.str(), ", RSS peak ",
+            log::mebibytes(rss.peak_bytes), improved ? " | best so far" : "");
   json::Value m = json::Value::object();
   m.set("kind", json::Value::string("valid"));
   m.set("step", json::Value::number(progress_.step));
@@ -630,6 +636,10 @@ void Trainer::validate_and_maybe_save_best() {
   m.set("ppl", metric(r.perplexity()));
   m.set("tokens", json::Value::number(r.tokens));
   m.set("best", json::Value::boolean(improved));
+  m.set("elapsed_s", json::Value::number(elapsed));
+  m.set("memory_live_peak_bytes", json::Value::number(static_cast<double>(mem.high_water_bytes)));
+  m.set("memory_cached_bytes", json::Value::number(static_cast<double>(mem.cached_bytes)));
+  m.set("rss_peak_bytes", json::Value::number(static_cast<double>(rss.peak_bytes)));
   if (metrics_) metrics_->write(m);
   if (improved && recipe_.checkpoints.keep_best) {
     save("best validation");

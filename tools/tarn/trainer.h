@@ -42,6 +42,8 @@ struct TrainSummary {
   double wall_s = 0;             // this run
   std::optional<EvalResult> valid, test;
   bool failed = false;           // stopped by non-finite steps
+  int64_t live_peak_bytes = 0;   // at the last validation: the allocator's live high water on the device
+  int64_t rss_peak_bytes = 0;    // and the process's resident peak (VmHWM)
 };
 
 TrainSummary train(const TrainOptions& options);
