@@ -41,10 +41,25 @@ step "4/6 train $recipe for up to $minutes minutes (the tokenizer is trained fir
 step "5/6 test perplexity of the best checkpoint, and export"
 ckpt=$run/best
 [ -e "$ckpt" ] || ckpt=$run
-"$tarn" eval --checkpoint "$ckpt" --data work/wordnet/test.txt
+"$tarn" eval --checkpoint "$ckpt" --data work/wordnet/test.txt 2>&1 | tee "$run/test_eval.log"
 "$tarn" export --checkpoint "$ckpt" --out "$run/export"
 
 step "6/6 denoising examples (input with <mask> spans, model output, original)"
 "$tarn" denoise --checkpoint "$ckpt" --data work/wordnet/test.txt --count 5 --beam 4
 
-printf '\nDone. Metrics: %s/metrics.jsonl; exported model: %s/export\n' "$run" "$run"
+# What this machine reached, beside the README's figure for the reference machine (the same
+# numbers as README.md's "Measured" table: keep them in step).
+ref_machine="AMD EPYC, 2 cores, OpenBLAS Cooperlake kernels"
+ref_steps=REF_STEPS
+ref_ppl=REF_PPL
+ref_rss_mib=REF_RSS
+ppl=$(sed -n 's/.*\[test\].*| ppl \([0-9.]*\).*/\1/p' "$run/test_eval.log" | tail -1)
+steps=$(grep -o '"step":[0-9]*' "$run/metrics.jsonl" | tail -1 | cut -d: -f2)
+rss=$(grep -o '"rss_peak_bytes":[0-9.e+]*' "$run/metrics.jsonl" | tail -1 | cut -d: -f2)
+rss_mib=$(awk -v b="${rss:-0}" 'BEGIN { printf "%.0f", b / 1048576 }')
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+printf '\nThis machine (%s, %s cores): test perplexity %s after %s steps, peak resident memory %s MiB.\n' \
+  "${cpu:-unknown CPU}" "$(nproc)" "${ppl:-?}" "${steps:-?}" "$rss_mib"
+printf 'Reference (%s, README.md): test perplexity %s after %s steps in 10 minutes, %s MiB.\n' \
+  "$ref_machine" "$ref_ppl" "$ref_steps" "$ref_rss_mib"
+printf 'Metrics: %s/metrics.jsonl; exported model: %s/export\n' "$run" "$run"
