@@ -50,10 +50,10 @@ step "6/6 denoising examples (input with <mask> spans, model output, original)"
 # What this machine reached, beside the README's figure for the reference machine (the same
 # numbers as README.md's "Measured" table: keep them in step).
 ref_machine="AMD EPYC, 2 cores, OpenBLAS Cooperlake kernels"
-ref_steps=REF_STEPS
-ref_ppl=REF_PPL
-ref_rss_mib=REF_RSS
-ppl=$(sed -n 's/.*\[test\].*| ppl \([0-9.]*\).*/\1/p' "$run/test_eval.log" | tail -1)
+ref_steps=671
+ref_ppl=18.8
+ref_rss_mib=925
+ppl=$(sed -n 's/^ppl \([0-9.]*\)$/\1/p' "$run/test_eval.log" | tail -1)
 steps=$(grep -o '"step":[0-9]*' "$run/metrics.jsonl" | tail -1 | cut -d: -f2)
 rss=$(grep -o '"rss_peak_bytes":[0-9.e+]*' "$run/metrics.jsonl" | tail -1 | cut -d: -f2)
 rss_mib=$(awk -v b="${rss:-0}" 'BEGIN { printf "%.0f", b / 1048576 }')

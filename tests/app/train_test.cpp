@@ -279,6 +279,10 @@ TEST(Train, NonFiniteStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
 // pile up. Batches of 8k tokens make the live peak dominate the fixed costs (the OpenBLAS
 // buffers, the tokenizer), which the margin below covers.
 TEST(Train, ResidentPeakStaysWithinTheBoundOfTheLivePeak) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine and maps shadow memory: the "
+                  "process's resident size is not the allocator's (the Release build runs this test)";
+#endif
   const std::string dir = make_tiny_corpus("resident");
   testing::write_corpus(dir + "/train.txt", 3000, 1);  // 3000 lines: many batch shapes
   // One step elsewhere first: the tokenizer, libraries and thread pools are up before the peak is reset.
@@ -286,16 +290,14 @@ TEST(Train, ResidentPeakStaysWithinTheBoundOfTheLivePeak) {
   std::ofstream("/proc/self/clear_refs") << "5";        // VmHWM := VmRSS (Linux 4.0 and later)
   const int64_t before = resident_memory().peak_bytes;
   const TrainSummary r =
-      train(options(dir, 40, {"training.tokens_per_batch=8192", "validation.every_steps=40", "model.d_model=128", "model.ffn_dim=512", "data.max_source_len=128",
-                              "data.max_target_len=128"}));
+      train(options(dir, 40, {"training.tokens_per_batch=8192", "validation.every_steps=40", "model.d_model=128",
+                              "model.ffn_dim=512", "data.max_source_len=128", "data.max_target_len=128"}));
   ASSERT_GT(r.live_peak_bytes, 0);
   const int64_t grown = r.rss_peak_bytes - before;
   constexpr int64_t kFixedCosts = 48 << 20;  // OpenBLAS buffers for 2 threads, the data set
   EXPECT_LE(grown, 1.5 * static_cast<double>(r.live_peak_bytes) + kFixedCosts)
       << "resident peak grew by " << grown / 1048576 << " MiB for a live peak of " << r.live_peak_bytes / 1048576
       << " MiB";
-  std::printf("resident peak grew by %lld MiB; live peak %lld MiB\n", static_cast<long long>(grown >> 20),
-              static_cast<long long>(r.live_peak_bytes >> 20));
 }
 
 }  // namespace
