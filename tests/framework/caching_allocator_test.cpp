@@ -93,14 +93,19 @@ TEST(CachingAllocator, BestFitTakesTheSmallestCachedBlockWithinAQuarter) {
   a.deallocate(big, 200000);
   a.deallocate(mid, 110000);
   a.deallocate(small, 100000);
-  EXPECT_EQ(a.allocate(99000), small);  // exact class first
-  EXPECT_EQ(a.allocate(100000), mid);   // then the smallest larger block within 25%
-  void* fresh = a.allocate(120000);     // 200000 is more than a quarter too large
+  void* first = a.allocate(99000);
+  EXPECT_EQ(first, small);  // exact class first
+  void* second = a.allocate(100000);
+  EXPECT_EQ(second, mid);  // then the smallest larger block within 25%
+  void* fresh = a.allocate(120000);  // 200000 is more than a quarter too large
   EXPECT_NE(fresh, big);
   EXPECT_EQ(a.stats().system_allocations, 4);
   EXPECT_EQ(a.stats().current_bytes, static_cast<int64_t>(a.rounded_size(100000) + a.rounded_size(110000) +
                                                           a.rounded_size(120000)))
       << "a block counts as live in full, slack included";
+  a.deallocate(first, 99000);
+  a.deallocate(second, 100000);
+  a.deallocate(fresh, 120000);
 }
 
 TEST(CachingAllocator, OverTheBoundTheLeastRecentlyFreedBlocksGoFirst) {
@@ -121,7 +126,9 @@ TEST(CachingAllocator, OverTheBoundTheLeastRecentlyFreedBlocksGoFirst) {
   // The newest freed 10 MiB block (first.back()) survives the eviction of older ones.
   a.deallocate(other, 7 * mib);
   a.deallocate(another, 30 * mib);
-  EXPECT_EQ(a.allocate(10 * mib), first.back());
+  void* again = a.allocate(10 * mib);
+  EXPECT_EQ(again, first.back());
+  a.deallocate(again, 10 * mib);
 }
 
 TEST(CachingAllocator, PressureReleasesTheCacheAndRetries) {
