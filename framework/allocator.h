@@ -3,7 +3,7 @@
 // freed blocks are kept for re-use (a training step re-uses last step's buffers instead of
 // paying for page faults or cudaMalloc again), a request takes the best-fitting cached block
 // within a small slack, and the cache is bounded by the live high-water mark, so variable
-// batch shapes cannot make it hoard (cached + live <= kCacheBoundRatio * high water + a floor).
+// batch shapes cannot make it hoard (the bound is stated beside kCacheBoundRatio below).
 #include <cstddef>
 #include <cstdint>
 

@@ -154,6 +154,9 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   double elapsed_at_start_ = 0;
   Clock::time_point run_start_ = Clock::now();
+  // Training time over every run of this checkpoint folder: what progress.json keeps and the
+  // time budget counts.
+  double elapsed_s() const { return elapsed_at_start_ + seconds_since(run_start_); }
   double last_grad_norm_ = 0;
   int64_t tokens_this_run_ = 0;
 };
@@ -565,7 +568,7 @@ void Trainer::log_progress() {
   const double loss = interval_.loss_sum / static_cast<double>(interval_.steps);
   const double nll = interval_.nll_sum / static_cast<double>(std::max<int64_t>(1, interval_.nll_tokens));
   const double tps = interval_.tokens / std::max(secs, 1e-9);
-  const double elapsed = elapsed_at_start_ + seconds_since(run_start_);
+  const double elapsed = elapsed_s();
   const int64_t max_steps = recipe_.training.max_steps;
   double eta = NAN;
   const double per_step = secs / static_cast<double>(interval_.steps);
@@ -623,7 +626,7 @@ void Trainer::validate_and_maybe_save_best() {
   const ResidentMemory rss = resident_memory();
   summary_.live_peak_bytes = mem.high_water_bytes;
   summary_.rss_peak_bytes = rss.peak_bytes;
-  const double elapsed = elapsed_at_start_ + seconds_since(run_start_);
+  const double elapsed = elapsed_s();
   log::info("valid", "step ", log::thousands(progress_.step), " | nll ", fmt("%.4f", r.mean_nll()), " | ppl ",
             fmt("%.2f", r.perplexity()), " over ", log::thousands(r.tokens), " tokens (", r.batches, " batches, ",
             log::duration(seconds_since(start)), ") | ", log::duration(elapsed), " | mem live peak ",
@@ -657,7 +660,7 @@ void Trainer::save(const char* why) {
   last_saved_step_ = progress_.step;
   summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
   if (!lead()) return;
-  progress_.elapsed_s = elapsed_at_start_ + seconds_since(run_start_);
+  progress_.elapsed_s = elapsed_s();
   capture_favor_state(*model_, progress_);
   const auto start = Clock::now();
   save_training_checkpoint(recipe_.checkpoints.dir, recipe_, *tok_, *model_, optimizer_state, progress_);
@@ -673,7 +676,7 @@ std::string Trainer::stop_reason() {
   const TrainingRecipe& t = recipe_.training;
   double flags[3] = {stop_requested() && stop_signal() == SIGTERM ? 1.0 : 0.0,
                      stop_requested() && stop_signal() != SIGTERM ? 1.0 : 0.0,
-                     t.max_time_minutes > 0 && elapsed_at_start_ + seconds_since(run_start_) >= t.max_time_minutes * 60
+                     t.max_time_minutes > 0 && elapsed_s() >= t.max_time_minutes * 60
                          ? 1.0
                          : 0.0};
   if (!solo()) comm_->all_reduce_host(flags, 3, kernels::ReduceOp::max);
