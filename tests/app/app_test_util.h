@@ -35,6 +35,23 @@ inline void write_corpus(const std::string& path, int lines, uint64_t seed) {
   }
 }
 
+// Lines of 5 to 10 words drawn independently and uniformly from the toy grammar's words: no
+// sentence is likelier than another, so a model that reproduces one cannot be leaning on a
+// language-model prior; it has to read its input.
+inline void write_word_salad(const std::string& path, int lines, uint64_t seed) {
+  static const std::vector<std::string> words = {
+      "the",  "a",      "every",  "some",  "small", "red",     "old",   "quiet", "bright", "green",
+      "cat",  "bird",   "river",  "stone", "house", "tree",    "child", "road",  "sees",   "follows",
+      "finds", "crosses", "holds", "likes", "near",  "under",  "beside", "behind"};
+  Philox rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < lines; ++i) {
+    const uint32_t n = 5 + rng.below(6);
+    for (uint32_t w = 0; w < n; ++w) out << (w ? " " : "") << words[rng.below(static_cast<uint32_t>(words.size()))];
+    out << "\n";
+  }
+}
+
 // --set overrides that point recipes/tiny.yaml at a corpus and run folder under `dir`.
 inline std::vector<std::string> tiny_overrides(const std::string& dir, int64_t max_steps) {
   return {"data.train=" + dir + "/train.txt",
