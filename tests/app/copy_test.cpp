@@ -35,10 +35,11 @@ TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
   o.recipe_path = testing::tiny_recipe();
   o.overrides = testing::tiny_overrides(dir, 500);
   o.overrides.insert(o.overrides.end(), {
-      // Measured: 10 of 10 lines copied exactly at step 500 with seeds 1 and 2; at step 300, 9 of
-      // 10 (the last word of a 10-word line dropped). Most training inputs are left clean (round(0.02 n) is 0 for most lines), so the identity is
-      // part of what the model is taught; with BART's 0.3 every input is masked, an unmasked one is
-      // out of distribution and 0 of 20 came back intact after 500 steps.
+      // Most training inputs stay clean (round(0.02 n) is 0 for most lines), so the identity is
+      // part of what the model is taught. With BART's 0.3 every input is masked, an unmasked one
+      // is out of distribution, and 0 of 20 came back intact after 500 steps. Measured with 0.02:
+      // 10 of 10 lines exact at step 500 with seeds 1 and 2; 9 of 10 at step 300 (the last word
+      // of a 10-word line dropped).
       "data.noising.mask_ratio=0.02",
       // d_model 64 needs a larger init than BART's 0.02 (sized for 768-1024): 16 of 20 at step
       // 500 with 0.02.
