@@ -168,7 +168,7 @@ else()
   target_compile_definitions(tarn_kernels_emu PUBLIC TARN_CUDA_EMULATED=1)
   # Kernels carry `#pragma unroll`, which g++ does not know.
   target_compile_options(tarn_kernels_emu PRIVATE -Wno-unknown-pragmas)
-  # gemm.cu's emulated build forwards to the CPU kernels (cuBLAS has no emulated twin).
+  # Emulated kernels share CPU code (feature-map names, rank-order reductions, thread groups).
   target_link_libraries(tarn_kernels_emu PUBLIC tarn_emu tarn_kernels)
 endif()
 

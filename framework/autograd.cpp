@@ -15,8 +15,8 @@ thread_local BackwardObserver* g_observer = nullptr;
 // dst += src. Gradients only meet on the device they were computed on.
 void accumulate_into(Tensor& dst, const Tensor& src, const char* where) {
   check_same_shape(where, dst, src);
-  TARN_CHECK(dst.device() == src.device(), where, ": gradients on ", dst.device().str(), " and ",
-             src.device().str(), " meet (every input of an op must live on one device)");
+  TARN_ASSERT(dst.device() == src.device(), where, ": gradients on ", dst.device().str(), " and ",
+              src.device().str(), " meet (every input of an op must live on one device)");
   if (dst.device().is_cpu())
     kernels::cpu::accumulate(dst.f32(), src.f32(), dst.numel());
   else
@@ -85,17 +85,17 @@ Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, Bac
 
 void run_backward(const Tensor& root, const Tensor& seed) {
   NoGradGuard no_grad;  // backward functions compute plain tensors: no graph of the graph
-  TARN_CHECK(root.defined(), "backward: undefined tensor");
+  TARN_ASSERT(root.defined(), "backward: undefined tensor");
   Tensor grad = seed;
   if (!grad.defined()) {
-    TARN_CHECK(root.numel() == 1, "backward: without an explicit gradient the output must be a scalar, got shape ",
-               root.shape().str());
+    TARN_ASSERT(root.numel() == 1, "backward: without an explicit gradient the output must be a scalar, got shape ",
+                root.shape().str());
     grad = Tensor::ones(root.shape(), root.device());
   }
   check_same_shape("backward", root, grad);
 
   if (!root.grad_fn()) {
-    TARN_CHECK(root.requires_grad(), "backward: the tensor does not require gradients (no op recorded it)");
+    TARN_ASSERT(root.requires_grad(), "backward: the tensor does not require gradients (no op recorded it)");
     Pending p{root.grad(), true};
     add_pending(p, grad, "backward");
     root.meta()->grad = p.grad;
@@ -132,18 +132,18 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     ready.pop_back();
     Tensor dy = std::move(pending[n].grad);
     pending.erase(n);
-    TARN_CHECK(n->backward, "backward: ", n->name,
-               " was already differentiated (its saved tensors are released after one backward pass)");
+    TARN_ASSERT(n->backward, "backward: ", n->name,
+                " was already differentiated (its saved tensors are released after one backward pass)");
     Grads grads(n->inputs.size());
     if (dy.defined()) {  // undefined when every consumer returned no gradient for it
-      TARN_CHECK(dy.shape() == n->out_shape, "backward: ", n->name, " got a gradient of shape ",
-                 dy.shape().str(), " for an output of shape ", n->out_shape.str());
+      TARN_ASSERT(dy.shape() == n->out_shape, "backward: ", n->name, " got a gradient of shape ",
+                  dy.shape().str(), " for an output of shape ", n->out_shape.str());
       grads = n->backward(dy, n->needs);
       dy = Tensor();
     }
     n->backward = nullptr;  // releases everything the op saved
-    TARN_CHECK(grads.size() == n->inputs.size(), "backward: ", n->name, " returned ", grads.size(),
-               " gradients for ", n->inputs.size(), " inputs");
+    TARN_ASSERT(grads.size() == n->inputs.size(), "backward: ", n->name, " returned ", grads.size(),
+                " gradients for ", n->inputs.size(), " inputs");
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& e = n->inputs[i];
       if (!e.active() || !grads[i].defined()) continue;

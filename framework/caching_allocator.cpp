@@ -45,9 +45,9 @@ void CachingAllocator::deallocate(void* p, size_t bytes) {
   if (!p) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(p);
-  TARN_CHECK(it != live_.end(), "allocator: freeing a block it did not give out");
+  TARN_ASSERT(it != live_.end(), "allocator: freeing a block it did not give out");
   const size_t size = it->second;
-  TARN_CHECK(rounded_size(bytes) <= size, "allocator: freeing ", bytes, " bytes from a block of ", size);
+  TARN_ASSERT(rounded_size(bytes) <= size, "allocator: freeing ", bytes, " bytes from a block of ", size);
   live_.erase(it);
   stats_.current_bytes -= static_cast<int64_t>(size);
   const uint64_t t = ++clock_;

@@ -20,8 +20,8 @@ float normal_at(const RngState& s, int64_t i) {
 // Fills t with f(i) for every element i, in parallel, on the host; copies to the device after.
 template <typename F>
 void fill_by_index(Tensor& t, const char* who, F f) {
-  TARN_CHECK(t.defined(), who, ": the tensor is undefined");
-  TARN_CHECK(t.dtype() == DType::f32, who, ": only f32 tensors, got ", dtype_name(t.dtype()));
+  TARN_ASSERT(t.defined(), who, ": the tensor is undefined");
+  TARN_ASSERT(t.dtype() == DType::f32, who, ": only f32 tensors, got ", dtype_name(t.dtype()));
   Tensor host = t.device().is_cpu() ? t : Tensor::empty(t.shape());
   float* p = host.f32();
   const int64_t n = t.numel();
@@ -38,14 +38,14 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 }  // namespace
 
 void normal_(Tensor& t, float mean, float std, Philox& rng) {
-  TARN_CHECK(std >= 0.0f, "normal_: std must be >= 0, got ", std);
+  TARN_ASSERT(std >= 0.0f, "normal_: std must be >= 0, got ", std);
   const RngState s = rng.state();
   fill_by_index(t, "normal_", [&](int64_t i) { return mean + std * normal_at(s, i); });
   rng.skip(2 * static_cast<uint64_t>(t.numel()));
 }
 
 void uniform_(Tensor& t, float lo, float hi, Philox& rng) {
-  TARN_CHECK(lo <= hi, "uniform_: lo (", lo, ") must be <= hi (", hi, ")");
+  TARN_ASSERT(lo <= hi, "uniform_: lo (", lo, ") must be <= hi (", hi, ")");
   const RngState s = rng.state();
   const float width = hi - lo;
   fill_by_index(t, "uniform_",
@@ -54,18 +54,18 @@ void uniform_(Tensor& t, float lo, float hi, Philox& rng) {
 }
 
 void zeros_(Tensor& t) {
-  TARN_CHECK(t.defined(), "zeros_: the tensor is undefined");
+  TARN_ASSERT(t.defined(), "zeros_: the tensor is undefined");
   t.fill(0.0f);
 }
 
 void ones_(Tensor& t) {
-  TARN_CHECK(t.defined(), "ones_: the tensor is undefined");
+  TARN_ASSERT(t.defined(), "ones_: the tensor is undefined");
   t.fill(1.0f);
 }
 
 Fans fans(const Tensor& t) {
-  TARN_CHECK(t.defined() && t.dim() >= 2, "init: fan in and fan out need a tensor of at least 2 dimensions, got ",
-             t.defined() ? t.shape().str() : "(undefined)");
+  TARN_ASSERT(t.defined() && t.dim() >= 2, "init: fan in and fan out need a tensor of at least 2 dimensions, got ",
+              t.defined() ? t.shape().str() : "(undefined)");
   int64_t receptive = 1;
   for (int i = 2; i < t.dim(); ++i) receptive *= t.size(i);
   return {t.size(1) * receptive, t.size(0) * receptive};
@@ -73,14 +73,14 @@ Fans fans(const Tensor& t) {
 
 void xavier_uniform_(Tensor& t, Philox& rng, float gain) {
   const Fans f = fans(t);
-  TARN_CHECK(f.fan_in + f.fan_out > 0, "xavier_uniform_: empty tensor ", t.shape().str());
+  TARN_ASSERT(f.fan_in + f.fan_out > 0, "xavier_uniform_: empty tensor ", t.shape().str());
   const float bound = gain * static_cast<float>(std::sqrt(6.0 / static_cast<double>(f.fan_in + f.fan_out)));
   uniform_(t, -bound, bound, rng);
 }
 
 void kaiming_uniform_(Tensor& t, Philox& rng, float a) {
   const Fans f = fans(t);
-  TARN_CHECK(f.fan_in > 0, "kaiming_uniform_: fan_in is 0 for shape ", t.shape().str());
+  TARN_ASSERT(f.fan_in > 0, "kaiming_uniform_: fan_in is 0 for shape ", t.shape().str());
   const double gain = std::sqrt(2.0 / (1.0 + static_cast<double>(a) * a));
   const float bound = static_cast<float>(gain * std::sqrt(3.0 / static_cast<double>(f.fan_in)));
   uniform_(t, -bound, bound, rng);
@@ -99,12 +99,12 @@ void bart_linear_(Tensor& weight, Tensor& bias, Philox& rng, float std) {
 }
 
 void bart_embedding_(Tensor& weight, Philox& rng, int64_t padding_idx, float std) {
-  TARN_CHECK(weight.defined() && weight.dim() == 2, "bart_embedding_: expected a (vocab, dim) weight, got ",
-             weight.defined() ? weight.shape().str() : "(undefined)");
+  TARN_ASSERT(weight.defined() && weight.dim() == 2, "bart_embedding_: expected a (vocab, dim) weight, got ",
+              weight.defined() ? weight.shape().str() : "(undefined)");
   normal_(weight, 0.0f, std, rng);
   if (padding_idx < 0) return;
-  TARN_CHECK(padding_idx < weight.size(0), "bart_embedding_: padding_idx ", padding_idx, " is outside the ",
-             weight.size(0), "-row embedding");
+  TARN_ASSERT(padding_idx < weight.size(0), "bart_embedding_: padding_idx ", padding_idx, " is outside the ",
+              weight.size(0), "-row embedding");
   Tensor row = weight.narrow0(padding_idx, padding_idx + 1);
   row.fill(0.0f);
 }

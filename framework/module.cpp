@@ -10,7 +10,7 @@ std::string join(const std::string& prefix, const std::string& name) {
 }  // namespace
 
 Tensor& Module::register_parameter(const std::string& name, Tensor& t) {
-  TARN_CHECK(t.defined(), "register_parameter: ", name, " is undefined");
+  TARN_ASSERT(t.defined(), "register_parameter: ", name, " is undefined");
   t.set_requires_grad(true);
   params_.emplace_back(name, &t);
   return t;

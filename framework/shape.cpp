@@ -9,12 +9,12 @@ namespace tarn {
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(dims)) {}
 
 Shape::Shape(const std::vector<int64_t>& dims) {
-  TARN_CHECK(static_cast<int>(dims.size()) <= kMaxDims, "shape: at most ", kMaxDims, " dimensions, got ",
-             dims.size());
+  TARN_ASSERT(static_cast<int>(dims.size()) <= kMaxDims, "shape: at most ", kMaxDims, " dimensions, got ",
+              dims.size());
   ndim_ = static_cast<int>(dims.size());
   for (int i = 0; i < ndim_; ++i) {
     // -1 is allowed only as "infer this extent" for view/reshape, which resolve it.
-    TARN_CHECK(dims[i] >= -1, "shape: negative extent ", dims[i], " in dimension ", i);
+    TARN_ASSERT(dims[i] >= -1, "shape: negative extent ", dims[i], " in dimension ", i);
     dims_[i] = dims[i];
   }
 }
@@ -27,7 +27,7 @@ int64_t Shape::numel() const {
 
 int Shape::axis(int a, const char* op) const {
   const int resolved = a < 0 ? a + ndim_ : a;
-  TARN_CHECK(resolved >= 0 && resolved < ndim_, op, ": axis ", a, " is out of range for shape ", str());
+  TARN_ASSERT(resolved >= 0 && resolved < ndim_, op, ": axis ", a, " is out of range for shape ", str());
   return resolved;
 }
 

@@ -20,7 +20,7 @@ Device Tensor::device() const { return storage_ ? storage_->device() : Device::c
 
 Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
   for (int i = 0; i < shape.size(); ++i)
-    TARN_CHECK(shape[i] >= 0, "empty: negative extent in shape ", shape.str());
+    TARN_ASSERT(shape[i] >= 0, "empty: negative extent in shape ", shape.str());
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -38,28 +38,28 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
-  TARN_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
-             " values do not fill shape ", shape.str());
+  TARN_ASSERT(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+              " values do not fill shape ", shape.str());
   Tensor t = empty(shape);
   if (!values.empty()) std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
 float* Tensor::f32() const {
-  TARN_CHECK(defined(), "tensor: access to an undefined tensor");
-  TARN_CHECK(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
-  TARN_CHECK(device().is_cpu(), "tensor: host access to a tensor on ", device().str());
+  TARN_ASSERT(defined(), "tensor: access to an undefined tensor");
+  TARN_ASSERT(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
+  TARN_ASSERT(device().is_cpu(), "tensor: host access to a tensor on ", device().str());
   return data<float>();
 }
 
 float* Tensor::device_f32() const {
-  TARN_CHECK(defined(), "tensor: access to an undefined tensor");
-  TARN_CHECK(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
+  TARN_ASSERT(defined(), "tensor: access to an undefined tensor");
+  TARN_ASSERT(dtype_ == DType::f32, "tensor: expected f32 data, got ", dtype_name(dtype_));
   return data<float>();
 }
 
 float Tensor::item() const {
-  TARN_CHECK(numel() == 1, "item: expected one element, got shape ", shape_.str());
+  TARN_ASSERT(numel() == 1, "item: expected one element, got shape ", shape_.str());
   return to(Device::cpu()).f32()[0];
 }
 
@@ -75,18 +75,18 @@ Tensor Tensor::view(const Shape& shape) const {
   int64_t known = 1;
   for (int i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
-      TARN_CHECK(infer < 0, "view: more than one -1 in ", shape.str());
+      TARN_ASSERT(infer < 0, "view: more than one -1 in ", shape.str());
       infer = i;
     } else {
       known *= s[i];
     }
   }
   if (infer >= 0) {
-    TARN_CHECK(known > 0 && numel() % known == 0, "view: cannot view shape ", shape_.str(), " as ", shape.str());
+    TARN_ASSERT(known > 0 && numel() % known == 0, "view: cannot view shape ", shape_.str(), " as ", shape.str());
     s[infer] = numel() / known;
   }
-  TARN_CHECK(s.numel() == numel(), "view: cannot view shape ", shape_.str(), " (", numel(), " elements) as ",
-             shape.str());
+  TARN_ASSERT(s.numel() == numel(), "view: cannot view shape ", shape_.str(), " (", numel(), " elements) as ",
+              shape.str());
   Tensor t = *this;
   t.shape_ = s;
   t.meta_.reset();
@@ -94,9 +94,9 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::narrow0(int64_t begin, int64_t end) const {
-  TARN_CHECK(dim() >= 1, "narrow0: needs at least one dimension, got shape ", shape_.str());
-  TARN_CHECK(0 <= begin && begin <= end && end <= shape_[0], "narrow0: rows [", begin, ", ", end,
-             ") out of range for shape ", shape_.str());
+  TARN_ASSERT(dim() >= 1, "narrow0: needs at least one dimension, got shape ", shape_.str());
+  TARN_ASSERT(0 <= begin && begin <= end && end <= shape_[0], "narrow0: rows [", begin, ", ", end,
+              ") out of range for shape ", shape_.str());
   Tensor t = *this;
   t.shape_[0] = end - begin;
   t.offset_ = offset_ + begin * (shape_[0] ? numel() / shape_[0] : 0);
@@ -118,9 +118,9 @@ Tensor Tensor::to(Device d) const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  TARN_CHECK(src.numel() == numel(), "copy_from: source shape ", src.shape().str(), " does not match ",
-             shape_.str());
-  TARN_CHECK(src.dtype() == dtype_, "copy_from: dtype ", dtype_name(src.dtype()), " into ", dtype_name(dtype_));
+  TARN_ASSERT(src.numel() == numel(), "copy_from: source shape ", src.shape().str(), " does not match ",
+              shape_.str());
+  TARN_ASSERT(src.dtype() == dtype_, "copy_from: dtype ", dtype_name(src.dtype()), " into ", dtype_name(dtype_));
   const size_t bytes = nbytes();
   if (bytes == 0) return;
   const Device from = src.device(), to = device();
@@ -134,14 +134,14 @@ void Tensor::copy_from(const Tensor& src) {
   } else if (to.is_cpu()) {
     backend_for(from).copy_device_to_host(data<char>(), src.data<char>(), bytes, from.index);
   } else {
-    TARN_CHECK(from.index == to.index, "copy_from: peer copies (", from.str(), " to ", to.str(),
-               ") go through the host");
+    TARN_ASSERT(from.index == to.index, "copy_from: peer copies (", from.str(), " to ", to.str(),
+                ") go through the host");
     backend_for(to).copy_device_to_device(data<char>(), src.data<char>(), bytes, to.index);
   }
 }
 
 void Tensor::fill(float value) {
-  TARN_CHECK(dtype_ == DType::f32, "fill: only f32 tensors, got ", dtype_name(dtype_));
+  TARN_ASSERT(dtype_ == DType::f32, "fill: only f32 tensors, got ", dtype_name(dtype_));
   if (device().is_cpu())
     kernels::cpu::fill(data<float>(), numel(), value);
   else
@@ -149,7 +149,7 @@ void Tensor::fill(float value) {
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {
-  TARN_CHECK(!grad_fn(), "set_requires_grad: only leaves can be marked (this tensor came out of an op)");
+  TARN_ASSERT(!grad_fn(), "set_requires_grad: only leaves can be marked (this tensor came out of an op)");
   if (on || meta_) mutable_meta()->requires_grad = on;
   return *this;
 }
@@ -200,7 +200,7 @@ std::string Tensor::str(int max_values) const {
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  TARN_CHECK(a.shape() == b.shape(), op, ": shapes ", a.shape().str(), " and ", b.shape().str(), " differ");
+  TARN_ASSERT(a.shape() == b.shape(), op, ": shapes ", a.shape().str(), " and ", b.shape().str(), " differ");
 }
 
 }  // namespace tarn

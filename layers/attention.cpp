@@ -20,8 +20,8 @@ constexpr float kMaskedScore = -1e9f;
 constexpr uint64_t kFavorStreamBase = uint64_t{1} << 40;
 
 void check_padding(const char* what, const PaddingMask& pad, int64_t batch, int64_t length) {
-  TARN_CHECK(pad.empty() || static_cast<int64_t>(pad.size()) == batch * length, what, ": key padding mask has ",
-             pad.size(), " flags, expected batch ", batch, " x keys ", length, " = ", batch * length);
+  TARN_ASSERT(pad.empty() || static_cast<int64_t>(pad.size()) == batch * length, what, ": key padding mask has ",
+              pad.size(), " flags, expected batch ", batch, " x keys ", length, " = ", batch * length);
 }
 
 // Additive softmax mask broadcastable to scores (B, H, Nq, Nk): (B or 1, 1, Nq or 1, Nk);
@@ -78,8 +78,8 @@ Tensor favor_unstabilised(const Tensor& x, const Tensor& w) {
 
 Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Device device) {
   if (pad.empty()) return Tensor();
-  TARN_CHECK(static_cast<int64_t>(pad.size()) == batch * length, "padding mask: ", pad.size(), " flags for (",
-             batch, ", ", length, ")");
+  TARN_ASSERT(static_cast<int64_t>(pad.size()) == batch * length, "padding mask: ", pad.size(), " flags for (",
+              batch, ", ", length, ")");
   Tensor t = Tensor::empty({batch, length});
   float* p = t.f32();
   for (size_t i = 0; i < pad.size(); ++i) p[i] = pad[i] ? 1.0f : 0.0f;
@@ -95,7 +95,7 @@ void reorder(AttentionCache& cache, const std::vector<int64_t>& indices) {
     Tensor out = Tensor::empty(s, t.device());
     for (size_t i = 0; i < indices.size(); ++i) {
       const int64_t src = indices[i];
-      TARN_CHECK(src >= 0 && src < rows, "reorder: index ", src, " out of range for batch ", rows);
+      TARN_ASSERT(src >= 0 && src < rows, "reorder: index ", src, " out of range for batch ", rows);
       out.narrow0(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).copy_from(t.narrow0(src, src + 1));
     }
     t = out;
@@ -126,8 +126,8 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
       attention_dropout_(attention_dropout),
       scaling_(heads > 0 ? 1.0f / std::sqrt(static_cast<float>(d_model / heads)) : 0.0f),
       dropout_(&dropout) {
-  TARN_CHECK(heads > 0 && d_model % heads == 0, "attention: d_model ", d_model, " is not divisible by ", heads,
-             " heads");
+  TARN_ASSERT(heads > 0 && d_model % heads == 0, "attention: d_model ", d_model, " is not divisible by ", heads,
+              " heads");
   register_module("k_proj", k_proj);
   register_module("v_proj", v_proj);
   register_module("q_proj", q_proj);
@@ -183,13 +183,13 @@ Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
-  TARN_CHECK(query.dim() == 3 && key_value.dim() == 3 && query.size(0) == key_value.size(0) &&
+  TARN_ASSERT(query.dim() == 3 && key_value.dim() == 3 && query.size(0) == key_value.size(0) &&
                  query.size(2) == heads_ * head_dim_ && key_value.size(2) == heads_ * head_dim_,
-             "attention: query ", query.shape().str(), " and key/value ", key_value.shape().str(),
-             " must be (B, N, ", heads_ * head_dim_, ") with the same B");
+              "attention: query ", query.shape().str(), " and key/value ", key_value.shape().str(),
+              " must be (B, N, ", heads_ * head_dim_, ") with the same B");
   const int64_t batch = query.size(0), nq = query.size(1), nk = key_value.size(1);
   check_padding("attention", pad, batch, nk);
-  TARN_CHECK(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
+  TARN_ASSERT(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
 
   const Tensor q = split_heads(q_proj.forward(query));
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -233,10 +233,10 @@ AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
 
 Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache) const {
   NoGradGuard no_grad;
-  TARN_CHECK(query.dim() == 3 && query.size(1) == 1 && query.size(2) == heads_ * head_dim_,
-             "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
-  TARN_CHECK(cache.defined(), "attention step: the cache was not started (start_self)");
-  TARN_CHECK(causal_, "attention step: only causal self-attention decodes step by step");
+  TARN_ASSERT(query.dim() == 3 && query.size(1) == 1 && query.size(2) == heads_ * head_dim_,
+              "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
+  TARN_ASSERT(cache.defined(), "attention step: the cache was not started (start_self)");
+  TARN_ASSERT(causal_, "attention step: only causal self-attention decodes step by step");
   const Tensor q = split_heads(q_proj.forward(query));  // (B, H, 1, dh)
   const Tensor k = split_heads(k_proj.forward(query));
   const Tensor v = split_heads(v_proj.forward(query));
@@ -265,10 +265,10 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
 
 AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, const PaddingMask& pad) const {
   NoGradGuard no_grad;
-  TARN_CHECK(key_value.dim() == 3 && key_value.size(2) == heads_ * head_dim_,
-             "cross-attention: encoder output must be (B, S, ", heads_ * head_dim_, "), got ",
-             key_value.shape().str());
-  TARN_CHECK(!causal_, "cross-attention: a causal attention module cannot precompute its keys");
+  TARN_ASSERT(key_value.dim() == 3 && key_value.size(2) == heads_ * head_dim_,
+              "cross-attention: encoder output must be (B, S, ", heads_ * head_dim_, "), got ",
+              key_value.shape().str());
+  TARN_ASSERT(!causal_, "cross-attention: a causal attention module cannot precompute its keys");
   const int64_t batch = key_value.size(0), nk = key_value.size(1);
   check_padding("cross-attention", pad, batch, nk);
   AttentionCache c;
@@ -290,9 +290,9 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
 
 Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache& cache) const {
   NoGradGuard no_grad;
-  TARN_CHECK(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
-             "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
-  TARN_CHECK(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
+  TARN_ASSERT(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
+              "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
+  TARN_ASSERT(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
   const Tensor q = split_heads(q_proj.forward(query));
   Tensor ctx;
   if (!config_.is_linear()) {

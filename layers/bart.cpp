@@ -12,14 +12,14 @@ namespace tarn {
 namespace {
 
 void check_ids(const char* what, const std::vector<int32_t>& ids, const Shape& shape) {
-  TARN_CHECK(shape.size() == 2, what, ": ids shape must be (B, N), got ", shape.str());
-  TARN_CHECK(static_cast<int64_t>(ids.size()) == shape.numel(), what, ": ", ids.size(),
-             " ids do not fill shape ", shape.str());
+  TARN_ASSERT(shape.size() == 2, what, ": ids shape must be (B, N), got ", shape.str());
+  TARN_ASSERT(static_cast<int64_t>(ids.size()) == shape.numel(), what, ": ", ids.size(),
+              " ids do not fill shape ", shape.str());
 }
 
 void check_mask(const char* what, const PaddingMask& pad, const Shape& shape) {
-  TARN_CHECK(pad.empty() || static_cast<int64_t>(pad.size()) == shape.numel(), what, ": ", pad.size(),
-             " padding flags for ids of shape ", shape.str());
+  TARN_ASSERT(pad.empty() || static_cast<int64_t>(pad.size()) == shape.numel(), what, ": ", pad.size(),
+              " padding flags for ids of shape ", shape.str());
 }
 
 float embed_scale(const BartConfig& c) {
@@ -59,7 +59,7 @@ Tensor BartEncoder::forward(const std::vector<int32_t>& ids, const Shape& shape,
 // ---------------------------------------------------------------------------------------------
 void reorder(DecodingState& state, const std::vector<int64_t>& indices) {
   for (int64_t i : indices)
-    TARN_CHECK(i >= 0 && i < state.batch, "reorder: index ", i, " out of range for a decoding batch of ", state.batch);
+    TARN_ASSERT(i >= 0 && i < state.batch, "reorder: index ", i, " out of range for a decoding batch of ", state.batch);
   for (DecoderLayerCache& layer : state.layers) {
     reorder(layer.self_attn, indices);
     reorder(layer.encoder_attn, indices);
@@ -103,8 +103,8 @@ Tensor BartDecoder::forward(const std::vector<int32_t>& ids, const Shape& shape,
                             const PaddingMask& encoder_padding, const PaddingMask& padding) const {
   check_ids("decoder", ids, shape);
   check_mask("decoder", padding, shape);
-  TARN_CHECK(encoder_out.dim() == 3 && encoder_out.size(0) == shape[0], "decoder: encoder output ",
-             encoder_out.shape().str(), " does not match decoder batch ", shape[0]);
+  TARN_ASSERT(encoder_out.dim() == 3 && encoder_out.size(0) == shape[0], "decoder: encoder output ",
+              encoder_out.shape().str(), " does not match decoder batch ", shape[0]);
   Tensor x = dropout_->apply(embed(ids, shape, 0), dropout_p_, training());
   for (const auto& layer : layers) x = layer->forward(x, padding, encoder_out, encoder_padding);
   return x;
@@ -112,8 +112,8 @@ Tensor BartDecoder::forward(const std::vector<int32_t>& ids, const Shape& shape,
 
 DecodingState BartDecoder::start_decoding(const Tensor& encoder_out, const PaddingMask& encoder_padding) const {
   NoGradGuard no_grad;
-  TARN_CHECK(encoder_out.dim() == 3, "start_decoding: encoder output must be (B, S, D), got ",
-             encoder_out.shape().str());
+  TARN_ASSERT(encoder_out.dim() == 3, "start_decoding: encoder output must be (B, S, D), got ",
+              encoder_out.shape().str());
   DecodingState st;
   st.batch = encoder_out.size(0);
   for (const auto& layer : layers) st.layers.push_back(layer->start_decoding(encoder_out, encoder_padding));
@@ -122,10 +122,10 @@ DecodingState BartDecoder::start_decoding(const Tensor& encoder_out, const Paddi
 
 Tensor BartDecoder::step(DecodingState& state, const std::vector<int32_t>& ids) const {
   NoGradGuard no_grad;
-  TARN_CHECK(static_cast<int64_t>(ids.size()) == state.batch, "decode step: ", ids.size(),
-             " tokens for a decoding batch of ", state.batch);
-  TARN_CHECK(state.layers.size() == layers.size(), "decode step: the state has ", state.layers.size(),
-             " layers, the decoder ", layers.size(), " (start_decoding first)");
+  TARN_ASSERT(static_cast<int64_t>(ids.size()) == state.batch, "decode step: ", ids.size(),
+              " tokens for a decoding batch of ", state.batch);
+  TARN_ASSERT(state.layers.size() == layers.size(), "decode step: the state has ", state.layers.size(),
+              " layers, the decoder ", layers.size(), " (start_decoding first)");
   Tensor x = embed(ids, Shape{state.batch, 1}, state.step);
   for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->step(x, state.layers[i]);
   ++state.step;
@@ -182,8 +182,8 @@ Tensor BartForConditionalGeneration::forward(const std::vector<int32_t>& src_ids
                                              const Shape& tgt_shape, const PaddingMask& tgt_padding) const {
   check_ids("forward (source)", src_ids, src_shape);
   check_ids("forward (target)", tgt_in_ids, tgt_shape);
-  TARN_CHECK(src_shape[0] == tgt_shape[0], "forward: source batch ", src_shape[0], " != target batch ",
-             tgt_shape[0]);
+  TARN_ASSERT(src_shape[0] == tgt_shape[0], "forward: source batch ", src_shape[0], " != target batch ",
+              tgt_shape[0]);
   const Tensor encoder_out = encode(src_ids, src_shape, src_padding);
   return decode(tgt_in_ids, tgt_shape, encoder_out, src_padding, tgt_padding);
 }
@@ -229,8 +229,8 @@ std::vector<std::pair<std::string, std::string>> BartForConditionalGeneration::t
 // ---------------------------------------------------------------------------------------------
 Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, int32_t pad_id, float label_smoothing,
                     int64_t* count, double* nll_sum, int32_t ignore_index) {
-  TARN_CHECK(logits.dim() >= 2 && static_cast<int64_t>(labels.size()) * logits.shape().back() == logits.numel(),
-             "seq2seq_loss: ", labels.size(), " labels for logits of shape ", logits.shape().str());
+  TARN_ASSERT(logits.dim() >= 2 && static_cast<int64_t>(labels.size()) * logits.shape().back() == logits.numel(),
+              "seq2seq_loss: ", labels.size(), " labels for logits of shape ", logits.shape().str());
   std::vector<int32_t> targets(labels);
   for (int32_t& t : targets)
     if (t == pad_id) t = ignore_index;

@@ -7,16 +7,16 @@ namespace tarn {
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, ParamInit& init, int64_t padding_idx) {
   weight = init.normal({num_embeddings, dim});
   if (padding_idx >= 0) {
-    TARN_CHECK(padding_idx < num_embeddings, "Embedding: padding_idx ", padding_idx, " outside [0, ",
-               num_embeddings, ")");
+    TARN_ASSERT(padding_idx < num_embeddings, "Embedding: padding_idx ", padding_idx, " outside [0, ",
+                num_embeddings, ")");
     weight.narrow0(padding_idx, padding_idx + 1).fill(0.0f);
   }
   register_parameter("weight", weight);
 }
 
 Tensor Embedding::forward(const std::vector<int32_t>& ids, const Shape& ids_shape) const {
-  TARN_CHECK(static_cast<int64_t>(ids.size()) == ids_shape.numel(), "Embedding: ", ids.size(),
-             " ids do not fill shape ", ids_shape.str());
+  TARN_ASSERT(static_cast<int64_t>(ids.size()) == ids_shape.numel(), "Embedding: ", ids.size(),
+              " ids do not fill shape ", ids_shape.str());
   return embedding(weight, ids, ids_shape);
 }
 
@@ -26,9 +26,9 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_positions, in
 }
 
 Tensor LearnedPositionalEmbedding::forward(int64_t length, int64_t past_length) const {
-  TARN_CHECK(past_length >= 0 && length >= 0 && past_length + length <= max_positions(),
-             "positional embedding: positions [", past_length, ", ", past_length + length,
-             ") exceed max_position_embeddings = ", max_positions());
+  TARN_ASSERT(past_length >= 0 && length >= 0 && past_length + length <= max_positions(),
+              "positional embedding: positions [", past_length, ", ", past_length + length,
+              ") exceed max_position_embeddings = ", max_positions());
   std::vector<int32_t> rows(static_cast<size_t>(length));
   for (int64_t i = 0; i < length; ++i) rows[i] = static_cast<int32_t>(past_length + i + kOffset);
   return embedding(weight, rows, Shape{length});

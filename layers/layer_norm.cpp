@@ -12,8 +12,8 @@ LayerNorm::LayerNorm(int64_t dim, float eps) : eps_(eps) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
-  TARN_CHECK(x.dim() >= 1 && x.shape().back() == dim(), "LayerNorm: input shape ", x.shape().str(),
-             " does not end in ", dim());
+  TARN_ASSERT(x.dim() >= 1 && x.shape().back() == dim(), "LayerNorm: input shape ", x.shape().str(),
+              " does not end in ", dim());
   return layer_norm(x, weight, bias, eps_);
 }
 

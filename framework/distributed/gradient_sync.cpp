@@ -32,7 +32,7 @@ void pack_gradient(const Tensor& param, Tensor dst) {
 
 GradientSync::GradientSync(std::vector<Tensor*> params, kernels::Communicator& comm, int64_t bucket_bytes)
     : params_(std::move(params)), comm_(comm) {
-  TARN_CHECK(bucket_bytes >= 4, "GradientSync: bucket_bytes must be at least 4, got ", bucket_bytes);
+  TARN_ASSERT(bucket_bytes >= 4, "GradientSync: bucket_bytes must be at least 4, got ", bucket_bytes);
   const int64_t bucket_elements = bucket_bytes / 4;
   offsets_.resize(params_.size());
   bucket_of_.resize(params_.size());
@@ -40,9 +40,9 @@ GradientSync::GradientSync(std::vector<Tensor*> params, kernels::Communicator& c
   // Last parameter first: the backward makes the last layers' gradients final first.
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor* p = params_[k];
-    TARN_CHECK(p->dtype() == DType::f32, "GradientSync: parameters must be f32");
-    TARN_CHECK(p->device() == params_.front()->device(), "GradientSync: parameters on ", p->device().str(), " and ",
-               params_.front()->device().str());
+    TARN_ASSERT(p->dtype() == DType::f32, "GradientSync: parameters must be f32");
+    TARN_ASSERT(p->device() == params_.front()->device(), "GradientSync: parameters on ", p->device().str(), " and ",
+                params_.front()->device().str());
     if (p->meta()) by_meta_[p->meta().get()].push_back(k);
     offsets_[k] = total_;
     bucket_of_[k] = bucket_ends_.size();
@@ -119,8 +119,8 @@ void GradientSync::start_remaining() {
 }
 
 void GradientSync::finish(const std::vector<double>& any_rank_has_grad) {
-  TARN_CHECK(any_rank_has_grad.size() == params_.size(), "GradientSync: a mask of ", any_rank_has_grad.size(),
-             " values for ", params_.size(), " parameters");
+  TARN_ASSERT(any_rank_has_grad.size() == params_.size(), "GradientSync: a mask of ", any_rank_has_grad.size(),
+              " values for ", params_.size(), " parameters");
   if (comm_.world() == 1 || params_.empty()) {
     last_comm_s_ = 0;
     last_started_early_ = 0;

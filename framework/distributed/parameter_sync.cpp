@@ -7,7 +7,7 @@ namespace tarn {
 void broadcast_tensors(const std::vector<Tensor*>& tensors, kernels::Communicator& comm, int root) {
   if (comm.world() == 1) return;
   for (Tensor* t : tensors) {
-    TARN_CHECK(t->dtype() == DType::f32, "broadcast_tensors: only f32 tensors");
+    TARN_ASSERT(t->dtype() == DType::f32, "broadcast_tensors: only f32 tensors");
     comm.broadcast(t->device_f32(), t->numel(), root);
   }
 }
@@ -38,8 +38,8 @@ void check_replicas_identical(const std::vector<Tensor*>& tensors, kernels::Comm
   std::string differing;
   for (int r = 1; r < comm.world(); ++r)
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-  TARN_CHECK(differing.empty(), "data-parallel replicas drifted ", what, ": the parameters of rank(s) ", differing,
-             " differ from rank 0's (a nondeterministic kernel, or ranks that disagreed on an update)");
+  TARN_ASSERT(differing.empty(), "data-parallel replicas drifted ", what, ": the parameters of rank(s) ", differing,
+              " differ from rank 0's (a nondeterministic kernel, or ranks that disagreed on an update)");
 }
 
 }  // namespace tarn

@@ -19,12 +19,12 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options,
                            kernels::Communicator& comm, DecayRule decays)
     : options_(options), comm_(comm) {
-  TARN_CHECK(!params.empty(), "ShardedAdamW: no parameters");
+  TARN_ASSERT(!params.empty(), "ShardedAdamW: no parameters");
   std::map<const float*, std::string> owners;
   const Device device = params.front().second->device();
   for (const auto& [name, p] : params) {
-    TARN_CHECK(p && p->defined() && p->dtype() == DType::f32, "ShardedAdamW: parameter ", name, " must be f32");
-    TARN_CHECK(p->device() == device, "ShardedAdamW: parameters on ", device.str(), " and ", p->device().str());
+    TARN_ASSERT(p && p->defined() && p->dtype() == DType::f32, "ShardedAdamW: parameter ", name, " must be f32");
+    TARN_ASSERT(p->device() == device, "ShardedAdamW: parameters on ", device.str(), " and ", p->device().str());
     if (!owners.try_emplace(p->device_f32(), name).second) continue;  // tied: updated once
     slots_.push_back({name, p, total_, 0, decays(name)});
     total_ += p->numel();
@@ -57,8 +57,8 @@ std::vector<std::string> ShardedAdamW::names() const {
 }
 
 double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr) {
-  TARN_CHECK(any_rank_has_grad.size() == slots_.size(), "ShardedAdamW: a mask of ", any_rank_has_grad.size(),
-             " values for ", slots_.size(), " parameters");
+  TARN_ASSERT(any_rank_has_grad.size() == slots_.size(), "ShardedAdamW: a mask of ", any_rank_has_grad.size(),
+              " values for ", slots_.size(), " parameters");
   const kernels::Backend& k = backend_for(flat_.device());
   for (const Slot& s : slots_) pack_gradient(*s.param, flat_.narrow0(s.offset, s.offset + s.param->numel()));
   auto start = Clock::now();

@@ -28,6 +28,12 @@ std::string strip_trailing_slashes(std::string s) {
 
 std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
+CheckpointCrashHook crash_hook = nullptr;
+
+void crash_point(const std::string& instant) {
+  if (crash_hook) crash_hook(instant);
+}
+
 bool exists_no_follow(const std::string& path) {
   std::error_code ec;
   return fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec;
@@ -56,6 +62,7 @@ void remove_dir_safely(const std::string& dir) {
   fs::remove_all(doomed, ec);
   rename_or_throw(dir, doomed, "removing " + dir);
   fsync_directory(parent_directory(dir));
+  crash_point("moved aside " + dir);
   fs::remove_all(doomed, ec);
   TARN_CHECK(!ec, doomed, ": cannot remove: ", ec.message());
 }
@@ -112,6 +119,8 @@ uint32_t parse_crc_hex(const json::Value& v, const std::string& what) {
 // ---------------------------------------------------------------------------------------------
 // CheckpointWriter
 
+void set_checkpoint_crash_hook(CheckpointCrashHook hook) { crash_hook = hook; }
+
 CheckpointWriter::CheckpointWriter(std::string dir)
     : dir_(strip_trailing_slashes(std::move(dir))), tmp_(dir_ + ".tmp") {
   const std::string parent = parent_directory(dir_);
@@ -151,6 +160,7 @@ void CheckpointWriter::finish_file(FileWriter& writer) {
   writer.sync();
   writer.close();
   files_.push_back({name, writer.bytes_written(), writer.crc32()});
+  crash_point(str_cat("wrote ", join(tmp_, name)));
 }
 
 void CheckpointWriter::write_file(const std::string& name, std::string_view bytes) {
@@ -189,6 +199,7 @@ void CheckpointWriter::commit() {
     w.close();
   }
   fsync_directory(tmp_);
+  crash_point(str_cat("wrote ", join(tmp_, kManifestFile)));
 
   // Into place. A folder of the same name (a re-save of this step, or one left without COMPLETE)
   // is moved aside first: rename() cannot replace a non-empty folder.
@@ -199,6 +210,7 @@ void CheckpointWriter::commit() {
     std::error_code ec;
     fs::remove_all(old, ec);
     rename_or_throw(dir_, old, what);
+    crash_point("moved aside " + dir_);
   }
   if (::rename(tmp_.c_str(), dir_.c_str()) != 0) {
     const int err = errno;
@@ -206,6 +218,7 @@ void CheckpointWriter::commit() {
     throw Error(str_cat(what, ": cannot rename ", tmp_, " into place: ", std::strerror(err)));
   }
   fsync_directory(parent);
+  crash_point("renamed " + tmp_ + " to " + dir_);
 
   // The completion marker, last: readers ignore the folder until it exists.
   const json::Value complete = json::Value::object(
@@ -213,6 +226,7 @@ void CheckpointWriter::commit() {
        {"manifest_crc32", json::Value::string(crc32_hex(crc32(manifest_text.data(), manifest_text.size())))}});
   write_file_atomic(join(dir_, kCompleteFile), complete.dump() + "\n");
   committed_ = true;
+  crash_point(str_cat("wrote ", join(dir_, kCompleteFile)));
 
   if (replacing) {
     std::error_code ec;
@@ -391,6 +405,7 @@ void set_best_checkpoint(const std::string& run_dir_in, int64_t step) {
     if (fs::is_directory(fs::symlink_status(best, ec))) remove_dir_safely(best);
     rename_or_throw(tmp_link, best, "set_best_checkpoint");
     fsync_directory(run_dir);
+    crash_point("linked " + best);
     return;
   }
   // No symlinks here (some network and FUSE file systems): a verified copy.

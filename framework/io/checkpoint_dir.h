@@ -76,6 +76,14 @@ class CheckpointWriter {
   bool committed_ = false;
 };
 
+// For tests of the write protocol: called at each instant where a writer killed there must still
+// leave the run loadable (after each file, after MANIFEST.json, after the rename, after
+// COMPLETE, after an old folder is moved aside or removed), with the instant's name. A test's
+// hook ends a child process at the instant it picks (SIGKILL), deterministically, where fixed
+// delays would land wherever the machine's speed put them. nullptr (the default) = no hook.
+using CheckpointCrashHook = void (*)(const std::string& instant);
+void set_checkpoint_crash_hook(CheckpointCrashHook hook);
+
 // A verified checkpoint.
 struct Checkpoint {
   std::string dir;

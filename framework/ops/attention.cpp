@@ -27,7 +27,7 @@ Tensor workspace(size_t floats, Device device = Device::cpu()) {
 
 void check_rank4(const char* op, const char* name, const Tensor& t) {
   check_f32(op, t);
-  TARN_CHECK(t.dim() == 4, op, ": ", name, " must be (B, H, N, dim), got shape ", t.shape().str());
+  TARN_ASSERT(t.dim() == 4, op, ": ", name, " must be (B, H, N, dim), got shape ", t.shape().str());
 }
 
 // (B, Nk) f32 mask on the inputs' device `at`, or null when undefined.
@@ -35,8 +35,8 @@ const float* mask_data(const char* op, const Tensor& mask, int64_t batch, int64_
   if (!mask.defined()) return nullptr;
   check_f32(op, mask);
   check_same_device(op, at, mask);
-  TARN_CHECK(mask.shape() == Shape({batch, n_k}), op, ": key_padding_mask must be (B, Nk) = (",
-             batch, ", ", n_k, "), got shape ", mask.shape().str());
+  TARN_ASSERT(mask.shape() == Shape({batch, n_k}), op, ": key_padding_mask must be (B, Nk) = (",
+              batch, ", ", n_k, "), got shape ", mask.shape().str());
   return mask.device_f32();
 }
 
@@ -47,16 +47,16 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_rank4(op, "values", v);
   check_same_device(op, q, k);
   check_same_device(op, q, v);
-  TARN_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && k.size(0) == v.size(0) &&
+  TARN_ASSERT(q.size(0) == k.size(0) && q.size(1) == k.size(1) && k.size(0) == v.size(0) &&
                  k.size(1) == v.size(1),
-             op, ": batch and head extents differ: queries ", q.shape().str(), ", keys ",
-             k.shape().str(), ", values ", v.shape().str());
-  TARN_CHECK(q.size(3) == k.size(3), op, ": queries ", q.shape().str(), " and keys ",
-             k.shape().str(), " differ in feature dimension");
-  TARN_CHECK(k.size(2) == v.size(2), op, ": keys ", k.shape().str(), " and values ",
-             v.shape().str(), " differ in sequence length");
-  TARN_CHECK(!causal || q.size(2) == k.size(2), op, ": causal attention needs as many queries as keys, got ",
-             q.shape().str(), " and ", k.shape().str());
+              op, ": batch and head extents differ: queries ", q.shape().str(), ", keys ",
+              k.shape().str(), ", values ", v.shape().str());
+  TARN_ASSERT(q.size(3) == k.size(3), op, ": queries ", q.shape().str(), " and keys ",
+              k.shape().str(), " differ in feature dimension");
+  TARN_ASSERT(k.size(2) == v.size(2), op, ": keys ", k.shape().str(), " and values ",
+              v.shape().str(), " differ in sequence length");
+  TARN_ASSERT(!causal || q.size(2) == k.size(2), op, ": causal attention needs as many queries as keys, got ",
+              q.shape().str(), " and ", k.shape().str());
 }
 
 void warn_identity_once() {
@@ -80,8 +80,8 @@ FeatureMap parse_feature_map(const std::string& name) {
 // ---- FAVOR+ projection ----
 
 Tensor draw_favor_projection(Philox& rng, int64_t m, int64_t d) {
-  TARN_CHECK(m > 0 && d > 0, "draw_favor_projection: m and d must be positive, got m=", m,
-             " d=", d);
+  TARN_ASSERT(m > 0 && d > 0, "draw_favor_projection: m and d must be positive, got m=", m,
+              " d=", d);
   std::vector<float> normals(kc::favor_projection_normal_count(m, d));
   for (float& x : normals) x = rng.normal();
   Tensor w = Tensor::empty(Shape{m, d});
@@ -118,7 +118,7 @@ bool kernel_fuses(Device device, FeatureMap kind) { return backend_for(device).l
 
 Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Tensor& projection) {
   check_f32("feature_map", x);
-  TARN_CHECK(x.dim() >= 2, "feature_map: x must be (..., N, d), got shape ", x.shape().str());
+  TARN_ASSERT(x.dim() >= 2, "feature_map: x must be (..., N, d), got shape ", x.shape().str());
   const int64_t d = x.shape().back();
   const int64_t rows = d ? x.numel() / d : 0;
   if (kind == FeatureMap::identity) warn_identity_once();
@@ -134,11 +134,11 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
                     return {dx};
                   });
   }
-  TARN_CHECK(projection.defined(), "feature_map: favor needs its (m, d) projection");
+  TARN_ASSERT(projection.defined(), "feature_map: favor needs its (m, d) projection");
   check_f32("feature_map", projection);
   check_same_device("feature_map", x, projection);
-  TARN_CHECK(projection.dim() == 2 && projection.size(1) == d, "feature_map: favor projection must be (m, ",
-             d, ") for inputs ", x.shape().str(), ", got ", projection.shape().str());
+  TARN_ASSERT(projection.dim() == 2 && projection.size(1) == d, "feature_map: favor projection must be (m, ",
+              d, ") for inputs ", x.shape().str(), ", got ", projection.shape().str());
   const int64_t n = x.size(-2);
   const kc::FavorDims g{n ? rows / n : 0, n, d, projection.size(0)};
   const auto stab = role == FeatureRole::query ? kc::FavorStabilizer::per_row
@@ -210,8 +210,8 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
 }
 
 LinearAttentionState LinearAttentionState::zeros(int64_t batch, int64_t heads, int64_t d, int64_t e) {
-  TARN_CHECK(batch >= 0 && heads >= 0 && d > 0 && e > 0, "LinearAttentionState: bad extents B=",
-             batch, " H=", heads, " d=", d, " e=", e);
+  TARN_ASSERT(batch >= 0 && heads >= 0 && d > 0 && e > 0, "LinearAttentionState: bad extents B=",
+              batch, " H=", heads, " d=", d, " e=", e);
   return {Tensor::zeros(Shape{batch, heads, d, e + 1}), 0};
 }
 
@@ -221,8 +221,8 @@ Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const
   for (const Tensor* t : {&a, &b, &v}) {
     check_f32(op, *t);
     check_same_device(op, a, *t);
-    TARN_CHECK(t->dim() == 3 || (t->dim() == 4 && t->size(2) == 1), op,
-               ": expected (B, H, dim) or (B, H, 1, dim), got shape ", t->shape().str());
+    TARN_ASSERT(t->dim() == 3 || (t->dim() == 4 && t->size(2) == 1), op,
+                ": expected (B, H, dim) or (B, H, 1, dim), got shape ", t->shape().str());
   }
   if (!kernel_fuses(a.device(), opt.fused_feature_map)) {
     LinearAttentionStepOptions features = opt;
@@ -231,13 +231,13 @@ Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const
                                  feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
   }
   const int64_t B = a.size(0), H = a.size(1), d = a.shape().back(), e = v.shape().back();
-  TARN_CHECK(b.size(0) == B && b.size(1) == H && b.shape().back() == d && v.size(0) == B &&
+  TARN_ASSERT(b.size(0) == B && b.size(1) == H && b.shape().back() == d && v.size(0) == B &&
                  v.size(1) == H,
-             op, ": shapes differ: a ", a.shape().str(), ", b ", b.shape().str(), ", v ",
-             v.shape().str());
-  TARN_CHECK(state.s.defined() && state.s.shape() == Shape({B, H, d, e + 1}), op,
-             ": state must be (B, H, d, e+1) = (", B, ", ", H, ", ", d, ", ", e + 1, "), got ",
-             state.s.defined() ? state.s.shape().str() : std::string("undefined"));
+              op, ": shapes differ: a ", a.shape().str(), ", b ", b.shape().str(), ", v ",
+              v.shape().str());
+  TARN_ASSERT(state.s.defined() && state.s.shape() == Shape({B, H, d, e + 1}), op,
+              ": state must be (B, H, d, e+1) = (", B, ", ", H, ", ", d, ", ", e + 1, "), got ",
+              state.s.defined() ? state.s.shape().str() : std::string("undefined"));
   check_same_device(op, a, state.s);
   const kernels::Backend& k = backend_for(a.device());
   kc::LinearAttentionConfig cfg;

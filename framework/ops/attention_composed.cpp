@@ -28,7 +28,7 @@ Tensor feature_map_off_host(const Tensor& x, FeatureMap kind, FeatureRole role, 
     case FeatureMap::exp:
       break;
     case FeatureMap::favor:
-      TARN_CHECK(false, "feature_map_off_host: favor runs on the device's own kernels");
+      TARN_ASSERT(false, "feature_map_off_host: favor runs on the device's own kernels");
   }
   const Tensor w = projection.defined() ? projection.to(Device::cpu()) : Tensor();
   return to_device(feature_map(to_device(x, Device::cpu()), kind, role, w), x.device());

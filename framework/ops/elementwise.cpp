@@ -102,7 +102,7 @@ Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
   for (int d = 0; d < n; ++d) {
     const int da = d - (n - a.size()), db = d - (n - b.size());
     const int64_t ea = da >= 0 ? a[da] : 1, eb = db >= 0 ? b[db] : 1;
-    TARN_CHECK(ea == eb || ea == 1 || eb == 1, op, ": shapes ", a.str(), " and ", b.str(), " do not broadcast");
+    TARN_ASSERT(ea == eb || ea == 1 || eb == 1, op, ": shapes ", a.str(), " and ", b.str(), " do not broadcast");
     dims[d] = ea == 1 ? eb : ea;
   }
   return Shape(dims);

@@ -9,15 +9,15 @@
 namespace tarn::ops_internal {
 
 inline void check_f32(const char* op, const Tensor& t) {
-  TARN_CHECK(t.defined(), op, ": input is an undefined tensor");
-  TARN_CHECK(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
-             t.shape().str(), ")");
+  TARN_ASSERT(t.defined(), op, ": input is an undefined tensor");
+  TARN_ASSERT(t.dtype() == DType::f32, op, ": expected f32, got ", dtype_name(t.dtype()), " (shape ",
+              t.shape().str(), ")");
 }
 
 // Inputs of one op must share a device: name the op and both devices otherwise.
 inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  TARN_CHECK(a.device() == b.device(), op, ": inputs on different devices: ", a.device().str(), " (shape ",
-             a.shape().str(), ") and ", b.device().str(), " (shape ", b.shape().str(), ")");
+  TARN_ASSERT(a.device() == b.device(), op, ": inputs on different devices: ", a.device().str(), " (shape ",
+              a.shape().str(), ") and ", b.device().str(), " (shape ", b.shape().str(), ")");
 }
 
 // The kernel table of the device the (defined, f32) inputs live on: an op's one branch.

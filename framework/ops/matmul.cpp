@@ -18,24 +18,24 @@ struct GemmShape {
 
 GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   ops_internal::check_same_device(op, a, b);
-  TARN_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands need at least 2 dimensions, got ", a.shape().str(),
-             " and ", b.shape().str());
+  TARN_ASSERT(a.dim() >= 2 && b.dim() >= 2, op, ": operands need at least 2 dimensions, got ", a.shape().str(),
+              " and ", b.shape().str());
   const int ra = a.dim(), rb = b.dim();
   GemmShape g{};
   g.M = ta ? a.size(-1) : a.size(-2);
   const int64_t ka = ta ? a.size(-2) : a.size(-1);
   const int64_t kb = tb ? b.size(-1) : b.size(-2);
   g.N = tb ? b.size(-2) : b.size(-1);
-  TARN_CHECK(ka == kb, op, ": inner dimensions differ: ", a.shape().str(), (ta ? "ᵀ" : ""), " x ", b.shape().str(),
-             (tb ? "ᵀ" : ""));
+  TARN_ASSERT(ka == kb, op, ": inner dimensions differ: ", a.shape().str(), (ta ? "ᵀ" : ""), " x ", b.shape().str(),
+              (tb ? "ᵀ" : ""));
   g.K = ka;
   g.shared_b = rb == 2;
-  TARN_CHECK(g.shared_b || ra == rb, op, ": batch dimensions differ: ", a.shape().str(), " and ", b.shape().str());
+  TARN_ASSERT(g.shared_b || ra == rb, op, ": batch dimensions differ: ", a.shape().str(), " and ", b.shape().str());
   g.batch = 1;
   std::vector<int64_t> out;
   for (int i = 0; i < ra - 2; ++i) {
-    TARN_CHECK(g.shared_b || a.shape()[i] == b.shape()[i], op, ": batch dimensions differ: ", a.shape().str(),
-               " and ", b.shape().str());
+    TARN_ASSERT(g.shared_b || a.shape()[i] == b.shape()[i], op, ": batch dimensions differ: ", a.shape().str(),
+                " and ", b.shape().str());
     g.batch *= a.shape()[i];
     out.push_back(a.shape()[i]);
   }
@@ -111,9 +111,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  TARN_CHECK(weight.dim() == 2, "linear: weight must be (out, in), got ", weight.shape().str());
-  TARN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape().str(),
-             " does not match weight ", weight.shape().str());
+  TARN_ASSERT(weight.dim() == 2, "linear: weight must be (out, in), got ", weight.shape().str());
+  TARN_ASSERT(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape().str(),
+              " does not match weight ", weight.shape().str());
   const int64_t in = weight.size(1), out = weight.size(0), rows = x.numel() / in;
   std::vector<int64_t> out_dims = x.shape().vec();
   out_dims.back() = out;
@@ -121,8 +121,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const kernels::Backend& k = ops_internal::kernels_for("linear", x, weight);
   float beta = 0.0f;
   if (bias.defined()) {
-    TARN_CHECK(bias.dim() == 1 && bias.size(0) == out, "linear: bias ", bias.shape().str(), " does not match weight ",
-               weight.shape().str());
+    TARN_ASSERT(bias.dim() == 1 && bias.size(0) == out, "linear: bias ", bias.shape().str(), " does not match weight ",
+                weight.shape().str());
     ops_internal::kernels_for("linear", x, bias);
     if (x.device().is_cpu()) {
       const float* pb = bias.f32();

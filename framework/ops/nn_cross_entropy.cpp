@@ -14,19 +14,19 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, 
                      int64_t* count, double* nll_sum) {
   constexpr const char* kOp = "cross_entropy";
   const kernels::Backend& k = ops_internal::kernels_for(kOp, logits);
-  TARN_CHECK(logits.dim() >= 1, kOp, ": logits need a vocabulary axis, got shape ", logits.shape().str());
+  TARN_ASSERT(logits.dim() >= 1, kOp, ": logits need a vocabulary axis, got shape ", logits.shape().str());
   const int64_t vocab = logits.shape().back();
   const int64_t rows = vocab ? logits.numel() / vocab : 0;
-  TARN_CHECK(vocab > 0, kOp, ": logits of shape ", logits.shape().str(), " have an empty vocabulary axis");
-  TARN_CHECK(static_cast<int64_t>(targets.size()) == rows, kOp, ": logits of shape ", logits.shape().str(),
-             " need ", rows, " targets, got ", targets.size());
-  TARN_CHECK(opt.label_smoothing >= 0.0f && opt.label_smoothing <= 1.0f, kOp, ": label_smoothing must be in [0, 1], got ",
-             opt.label_smoothing);
+  TARN_ASSERT(vocab > 0, kOp, ": logits of shape ", logits.shape().str(), " have an empty vocabulary axis");
+  TARN_ASSERT(static_cast<int64_t>(targets.size()) == rows, kOp, ": logits of shape ", logits.shape().str(),
+              " need ", rows, " targets, got ", targets.size());
+  TARN_ASSERT(opt.label_smoothing >= 0.0f && opt.label_smoothing <= 1.0f, kOp,
+              ": label_smoothing must be in [0, 1], got ", opt.label_smoothing);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t t = targets[r];
-    TARN_CHECK(t == opt.ignore_index || (t >= 0 && t < vocab), kOp, ": target ", t, " at row ", r,
-               " is outside the vocabulary [0, ", vocab, ") of logits ", logits.shape().str(),
-               " and is not the ignore_index ", opt.ignore_index);
+    TARN_ASSERT(t == opt.ignore_index || (t >= 0 && t < vocab), kOp, ": target ", t, " at row ", r,
+                " is outside the vocabulary [0, ", vocab, ") of logits ", logits.shape().str(),
+                " and is not the ignore_index ", opt.ignore_index);
   }
 
   const Device dev = logits.device();

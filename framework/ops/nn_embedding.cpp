@@ -12,15 +12,15 @@ namespace tarn {
 Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Shape& ids_shape) {
   constexpr const char* kOp = "embedding";
   const kernels::Backend& k = ops_internal::kernels_for(kOp, weight);
-  TARN_CHECK(weight.dim() == 2, kOp, ": weight must be (vocab, dim), got shape ", weight.shape().str());
-  TARN_CHECK(static_cast<int64_t>(ids.size()) == ids_shape.numel(), kOp, ": ", ids.size(),
-             " ids do not fill ids shape ", ids_shape.str());
-  TARN_CHECK(ids_shape.size() < Shape::kMaxDims, kOp, ": ids shape ", ids_shape.str(), " has too many axes");
+  TARN_ASSERT(weight.dim() == 2, kOp, ": weight must be (vocab, dim), got shape ", weight.shape().str());
+  TARN_ASSERT(static_cast<int64_t>(ids.size()) == ids_shape.numel(), kOp, ": ", ids.size(),
+              " ids do not fill ids shape ", ids_shape.str());
+  TARN_ASSERT(ids_shape.size() < Shape::kMaxDims, kOp, ": ids shape ", ids_shape.str(), " has too many axes");
   const int64_t vocab = weight.shape()[0], dim = weight.shape()[1];
   const int64_t n = static_cast<int64_t>(ids.size());
   for (int64_t i = 0; i < n; ++i)
-    TARN_CHECK(ids[i] >= 0 && ids[i] < vocab, kOp, ": id ", ids[i], " at position ", i,
-               " is outside the vocabulary [0, ", vocab, ") of weight ", weight.shape().str());
+    TARN_ASSERT(ids[i] >= 0 && ids[i] < vocab, kOp, ": id ", ids[i], " at position ", i,
+                " is outside the vocabulary [0, ", vocab, ") of weight ", weight.shape().str());
 
   std::vector<int64_t> out_dims = ids_shape.vec();
   out_dims.push_back(dim);

@@ -10,16 +10,16 @@ namespace tarn {
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
   constexpr const char* kOp = "layer_norm";
   const kernels::Backend& k = ops_internal::kernels_for(kOp, x);
-  TARN_CHECK(x.dim() >= 1, kOp, ": needs at least one axis, got shape ", x.shape().str());
+  TARN_ASSERT(x.dim() >= 1, kOp, ": needs at least one axis, got shape ", x.shape().str());
   const int64_t cols = x.shape().back();
   const int64_t rows = cols ? x.numel() / cols : 0;
   for (const Tensor* p : {&gamma, &beta}) {
     if (!p->defined()) continue;  // undefined gamma / beta: no scale / no shift
     ops_internal::kernels_for(kOp, x, *p);
-    TARN_CHECK(p->dim() == 1 && p->shape()[0] == cols, kOp, ": ", p == &gamma ? "gamma" : "beta", " of shape ",
-               p->shape().str(), " does not match the last axis of x ", x.shape().str());
+    TARN_ASSERT(p->dim() == 1 && p->shape()[0] == cols, kOp, ": ", p == &gamma ? "gamma" : "beta", " of shape ",
+                p->shape().str(), " does not match the last axis of x ", x.shape().str());
   }
-  TARN_CHECK(eps >= 0.0f, kOp, ": eps must be >= 0, got ", eps);
+  TARN_ASSERT(eps >= 0.0f, kOp, ": eps must be >= 0, got ", eps);
 
   const Device dev = x.device();
   Tensor y = Tensor::empty(x.shape(), dev);

@@ -15,7 +15,7 @@ using RowBackward = decltype(kernels::Backend::softmax_backward);
 Tensor row_op(const char* name, const Tensor& x, RowKernel kernels::Backend::*forward,
               RowBackward kernels::Backend::*backward) {
   const kernels::Backend& k = ops_internal::kernels_for(name, x);
-  TARN_CHECK(x.dim() >= 1, name, ": needs at least one axis, got shape ", x.shape().str());
+  TARN_ASSERT(x.dim() >= 1, name, ": needs at least one axis, got shape ", x.shape().str());
   const int64_t cols = x.shape().back();
   const int64_t rows = cols ? x.numel() / cols : 0;
   Tensor y = Tensor::empty(x.shape(), x.device());

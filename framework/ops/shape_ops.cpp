@@ -55,7 +55,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
       known *= shape[d];
   }
   const bool fits = unknown == 0 ? known == x.numel() : unknown == 1 && known > 0 && x.numel() % known == 0;
-  TARN_CHECK(fits, "reshape: cannot reshape ", x.shape().str(), " (", x.numel(), " elements) into ", shape.str());
+  TARN_ASSERT(fits, "reshape: cannot reshape ", x.shape().str(), " (", x.numel(), " elements) into ", shape.str());
   Tensor y = x.view(shape);
   const Shape xs = x.shape();
   return record("reshape", y, {x}, [xs](const Tensor& dy, const NeedsGrad&) -> Grads { return {dy.view(xs)}; });
@@ -73,8 +73,8 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
     if (valid) seen[a] = true;
     resolved[k] = a;
   }
-  TARN_CHECK(valid, "permute: order ", order_str(order), " is not a permutation of the axes of shape ",
-             x.shape().str());
+  TARN_ASSERT(valid, "permute: order ", order_str(order), " is not a permutation of the axes of shape ",
+              x.shape().str());
   Tensor y = permuted(x, resolved);
   std::vector<int> inverse(resolved.size());
   for (size_t k = 0; k < resolved.size(); ++k) inverse[resolved[k]] = static_cast<int>(k);
@@ -93,7 +93,7 @@ Tensor transpose(const Tensor& x, int axis0, int axis1) {
 
 Tensor concat(const std::vector<Tensor>& xs, int axis_arg) {
   constexpr const char* kOp = "concat";
-  TARN_CHECK(!xs.empty(), kOp, ": no tensors given");
+  TARN_ASSERT(!xs.empty(), kOp, ": no tensors given");
   const kernels::Backend& k = kernels_for(kOp, xs[0]);
   for (const Tensor& x : xs) {
     ops_internal::check_f32(kOp, x);
@@ -106,8 +106,8 @@ Tensor concat(const std::vector<Tensor>& xs, int axis_arg) {
     const Shape& s = xs[i].shape();
     bool match = s.size() == first.size();
     for (int d = 0; match && d < s.size(); ++d) match = d == axis || s[d] == first[d];
-    TARN_CHECK(match, kOp, ": shapes ", first.str(), " and ", s.str(), " (input ", i,
-               ") differ outside axis ", axis);
+    TARN_ASSERT(match, kOp, ": shapes ", first.str(), " and ", s.str(), " (input ", i,
+                ") differ outside axis ", axis);
     total += s[axis];
   }
   Shape out_shape = first;
@@ -144,8 +144,8 @@ Tensor slice(const Tensor& x, int axis_arg, int64_t begin, int64_t end) {
   const kernels::Backend& k = kernels_for(kOp, x);
   const int axis = x.shape().axis(axis_arg, kOp);
   const int64_t extent = x.shape()[axis];
-  TARN_CHECK(0 <= begin && begin <= end && end <= extent, kOp, ": [", begin, ", ", end, ") is out of range for axis ",
-             axis, " of shape ", x.shape().str());
+  TARN_ASSERT(0 <= begin && begin <= end && end <= extent, kOp, ": [", begin, ", ", end, ") is out of range for axis ",
+              axis, " of shape ", x.shape().str());
   Shape out_shape = x.shape();
   out_shape[axis] = end - begin;
   Tensor y = Tensor::empty(out_shape, x.device());
@@ -162,7 +162,7 @@ Tensor slice(const Tensor& x, int axis_arg, int64_t begin, int64_t end) {
 }
 
 Tensor to_device(const Tensor& x, Device device) {
-  TARN_CHECK(x.defined(), "to_device: undefined tensor");
+  TARN_ASSERT(x.defined(), "to_device: undefined tensor");
   if (x.device() == device) return x;
   const Device from = x.device();
   return record("to_device", x.to(device), {x},

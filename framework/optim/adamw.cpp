@@ -46,21 +46,21 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const A
              DecayRule decays)
     : options_(options) {
   check_options(options_);
-  TARN_CHECK(decays, "AdamW: the decay rule is empty");
+  TARN_ASSERT(decays, "AdamW: the decay rule is empty");
   std::set<std::string> seen;
   std::map<const float*, std::string> owners;  // data pointer -> first name that holds it
   for (const auto& [name, p] : params) {
-    TARN_CHECK(p && p->defined(), "AdamW: parameter ", name, " is undefined");
-    TARN_CHECK(seen.insert(name).second, "AdamW: parameter name ", name, " appears twice");
-    TARN_CHECK(p->dtype() == DType::f32, "AdamW: parameter ", name, " must be f32, got ", dtype_name(p->dtype()),
-               " on ", p->device().str());
+    TARN_ASSERT(p && p->defined(), "AdamW: parameter ", name, " is undefined");
+    TARN_ASSERT(seen.insert(name).second, "AdamW: parameter name ", name, " appears twice");
+    TARN_ASSERT(p->dtype() == DType::f32, "AdamW: parameter ", name, " must be f32, got ", dtype_name(p->dtype()),
+                " on ", p->device().str());
     // A tied weight listed under two names is one parameter, updated once (as PyTorch's
     // named_parameters() drops duplicates); it keeps the first name.
     const auto [owner, fresh] = owners.try_emplace(p->device_f32(), name);
     if (!fresh) {
       const Slot& first = slot(owner->second);
-      TARN_CHECK(first.param->shape() == p->shape(), "AdamW: parameters ", first.name, " ",
-                 first.param->shape().str(), " and ", name, " ", p->shape().str(), " share storage with different shapes");
+      TARN_ASSERT(first.param->shape() == p->shape(), "AdamW: parameters ", first.name, " ",
+                  first.param->shape().str(), " and ", name, " ", p->shape().str(), " share storage with different shapes");
       continue;
     }
     slots_.push_back({name, p, Tensor::zeros(p->shape(), p->device()), Tensor::zeros(p->shape(), p->device()), 0,
@@ -74,12 +74,12 @@ void AdamW::step() {
     const Tensor g = s.param->grad();
     if (!g.defined()) continue;
     check_same_shape("AdamW gradient", *s.param, g);
-    TARN_CHECK(g.dtype() == DType::f32 && g.device() == s.param->device(), "AdamW: gradient of ", s.name,
-               " must be f32 on ", s.param->device().str(), " (the parameter's device), got ", dtype_name(g.dtype()),
-               " on ", g.device().str());
-    TARN_CHECK(s.exp_avg.device() == s.param->device(), "AdamW: the moments of ", s.name, " are on ",
-               s.exp_avg.device().str(), " but the parameter is on ", s.param->device().str(),
-               " (move the model before building the optimizer)");
+    TARN_ASSERT(g.dtype() == DType::f32 && g.device() == s.param->device(), "AdamW: gradient of ", s.name,
+                " must be f32 on ", s.param->device().str(), " (the parameter's device), got ", dtype_name(g.dtype()),
+                " on ", g.device().str());
+    TARN_ASSERT(s.exp_avg.device() == s.param->device(), "AdamW: the moments of ", s.name, " are on ",
+                s.exp_avg.device().str(), " but the parameter is on ", s.param->device().str(),
+                " (move the model before building the optimizer)");
   }
   ++step_count_;
   for (Slot& s : slots_) {

@@ -105,7 +105,7 @@ class ThreadCommunicator final : public Communicator {
 
   void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
     check_length("reduce_scatter_sum", n);
-    TARN_CHECK(n == 0 || recv != nullptr, "reduce_scatter_sum: null recv buffer for ", n, " values on rank ", rank_);
+    TARN_ASSERT(n == 0 || recv != nullptr, "reduce_scatter_sum: null recv buffer for ", n, " values on rank ", rank_);
     // send is only read (the post's buffer is mutable for the calls that write every rank's).
     group_->post(rank_, {"reduce_scatter_sum", const_cast<float*>(send), n, 0, 0});
     // My slice of every rank's send, in rank order. Only I read slice rank_ of any buffer, so
@@ -121,7 +121,7 @@ class ThreadCommunicator final : public Communicator {
 
   void all_gather(const float* send, float* recv, int64_t n) override {
     check_length("all_gather", n);
-    TARN_CHECK(n == 0 || recv != nullptr, "all_gather: null recv buffer for ", n, " values on rank ", rank_);
+    TARN_ASSERT(n == 0 || recv != nullptr, "all_gather: null recv buffer for ", n, " values on rank ", rank_);
     group_->post(rank_, {"all_gather", const_cast<float*>(send), n, 0, 0});
     // Others read only my send; in place, that is my recv's own slot, which I skip.
     for (int r = 0; r < world() && n > 0; ++r) {
@@ -156,7 +156,7 @@ class ThreadCommunicator final : public Communicator {
 
  private:
   void check_length(const char* op, int64_t n) const {
-    TARN_CHECK(n >= 0, op, ": negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, op, ": negative length ", n, " on rank ", rank_);
   }
 
   // After the post: my slice [n*rank/world, n*(rank+1)/world) reduced from every buffer in rank
@@ -183,7 +183,7 @@ class ThreadCommunicator final : public Communicator {
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> thread_communicators(int world) {
-  TARN_CHECK(world >= 1, "thread_communicators: world must be at least 1, got ", world);
+  TARN_ASSERT(world >= 1, "thread_communicators: world must be at least 1, got ", world);
   auto group = std::make_shared<Group>(world);
   std::vector<std::unique_ptr<Communicator>> ranks;
   for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ThreadCommunicator>(group, r));

@@ -127,7 +127,7 @@ void binary_row(Binary op, const float* a, const float* b, float* out, int64_t r
 
 void binary_broadcast(Binary op, const float* a, const int64_t* a_strides, const float* b, const int64_t* b_strides,
                       float* out, const int64_t* shape, int ndim) {
-  TARN_CHECK(ndim <= kMaxBroadcastDims, "binary_broadcast: at most ", kMaxBroadcastDims, " dimensions, got ", ndim);
+  TARN_ASSERT(ndim <= kMaxBroadcastDims, "binary_broadcast: at most ", kMaxBroadcastDims, " dimensions, got ", ndim);
   // Merge axes: drop extent-1 axes, then fuse an axis into the next when both operands step
   // through them as one (stride[d] == stride[d+1] * shape[d+1]).
   int64_t s[kMaxBroadcastDims], as[kMaxBroadcastDims], bs[kMaxBroadcastDims];

@@ -86,8 +86,8 @@ const char* feature_map_name(FeatureMap kind) {
 
 void feature_map_rows_forward(FeatureMap kind, int64_t rows, int64_t d, const float* x,
                               int64_t ldx, float* y, int64_t ldy) {
-  TARN_CHECK(feature_map_is_row_local(kind), "feature_map_rows_forward: ",
-             feature_map_name(kind), " is not row-local");
+  TARN_ASSERT(feature_map_is_row_local(kind), "feature_map_rows_forward: ",
+              feature_map_name(kind), " is not row-local");
   for (int64_t i = 0; i < rows; ++i) {
     const float* xi = x + i * ldx;
     float* yi = y + i * ldy;
@@ -106,8 +106,8 @@ void feature_map_rows_forward(FeatureMap kind, int64_t rows, int64_t d, const fl
 void feature_map_rows_backward(FeatureMap kind, int64_t rows, int64_t d, const float* x,
                                int64_t ldx, const float* dy, int64_t lddy, float* dx,
                                int64_t lddx) {
-  TARN_CHECK(feature_map_is_row_local(kind), "feature_map_rows_backward: ",
-             feature_map_name(kind), " is not row-local");
+  TARN_ASSERT(feature_map_is_row_local(kind), "feature_map_rows_backward: ",
+              feature_map_name(kind), " is not row-local");
   for (int64_t i = 0; i < rows; ++i) {
     const float* xi = x + i * ldx;
     const float* dyi = dy + i * lddy;
@@ -150,8 +150,8 @@ namespace {
 float favor_input_scale(int64_t d) { return static_cast<float>(std::pow(double(d), -0.25)); }
 
 void check_favor(const char* op, const FavorDims& g) {
-  TARN_CHECK(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op,
-             ": bad dims (slices ", g.slices, ", rows ", g.rows, ", d ", g.d, ", m ", g.m, ")");
+  TARN_ASSERT(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op,
+              ": bad dims (slices ", g.slices, ", rows ", g.rows, ", d ", g.d, ", m ", g.m, ")");
 }
 
 }  // namespace
@@ -216,9 +216,9 @@ void favor_backward(const FavorDims& g, FavorStabilizer stab, const float* x, co
   if (total == 0) return;
   const int64_t tile_floats = simd::padded(kRowsPerTask * g.m);
   const int64_t slice_floats = simd::padded(3 * g.slices);
-  TARN_CHECK(static_cast<int64_t>(workspace_floats) >= slice_floats + tile_floats,
-             "favor_backward: workspace of ", workspace_floats, " floats, need at least ",
-             slice_floats + tile_floats);
+  TARN_ASSERT(static_cast<int64_t>(workspace_floats) >= slice_floats + tile_floats,
+              "favor_backward: workspace of ", workspace_floats, " floats, need at least ",
+              slice_floats + tile_floats);
   const int64_t tasks = (total + kRowsPerTask - 1) / kRowsPerTask;
   const int threads = static_cast<int>(std::min<int64_t>(
       {omp_get_max_threads(), (static_cast<int64_t>(workspace_floats) - slice_floats) / tile_floats,
@@ -290,7 +290,7 @@ size_t favor_projection_normal_count(int64_t m, int64_t d) {
 }
 
 void favor_projection_from_normals(int64_t m, int64_t d, const float* normals, float* w) {
-  TARN_CHECK(m > 0 && d > 0, "favor_projection: bad m ", m, " or d ", d);
+  TARN_ASSERT(m > 0 && d > 0, "favor_projection: bad m ", m, " or d ", d);
   const int64_t blocks = (m + d - 1) / d;
   std::vector<double> q(static_cast<size_t>(d * d));
   for (int64_t b = 0; b < blocks; ++b) {
@@ -308,7 +308,7 @@ void favor_projection_from_normals(int64_t m, int64_t d, const float* normals, f
       double norm = 0.0;
       for (int64_t k = 0; k < d; ++k) norm += qi[k] * qi[k];
       norm = std::sqrt(norm);
-      TARN_CHECK(norm > 0.0, "favor_projection: degenerate Gaussian block");
+      TARN_ASSERT(norm > 0.0, "favor_projection: degenerate Gaussian block");
       for (int64_t k = 0; k < d; ++k) qi[k] /= norm;
     }
     const int64_t take = std::min(d, m - b * d);

@@ -32,18 +32,18 @@ Geometry make_geometry(const LinearAttentionDims& dims, const LinearAttentionCon
 }
 
 void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
-             ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q,
-             ", Nk=", dims.n_k, ")");
-  TARN_CHECK(dims.d > 0 && dims.e > 0, op, ": feature dim d=", dims.d, " and value dim e=",
-             dims.e, " must be positive");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=",
-             dims.n_q, " Nk=", dims.n_k);
-  TARN_CHECK(cfg.chunk > 0, op, ": chunk must be positive, got ", cfg.chunk);
-  TARN_CHECK(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
-  TARN_CHECK(feature_map_is_row_local(cfg.feature_map), op, ": the ",
-             feature_map_name(cfg.feature_map),
-             " feature map cannot be fused; apply it first and pass identity");
+  TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
+              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q,
+              ", Nk=", dims.n_k, ")");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0, op, ": feature dim d=", dims.d, " and value dim e=",
+              dims.e, " must be positive");
+  TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=",
+              dims.n_q, " Nk=", dims.n_k);
+  TARN_ASSERT(cfg.chunk > 0, op, ": chunk must be positive, got ", cfg.chunk);
+  TARN_ASSERT(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
+  TARN_ASSERT(feature_map_is_row_local(cfg.feature_map), op, ": the ",
+              feature_map_name(cfg.feature_map),
+              " feature map cannot be fused; apply it first and pass identity");
 }
 
 // ---- driver ----
@@ -172,8 +172,8 @@ void for_each_slice(const char* op, const Geometry& g, Pass pass, float* workspa
   if (slices == 0) return;
   const int64_t per_thread = per_thread_floats(g, pass);
   const int64_t fits = static_cast<int64_t>(workspace_floats) / per_thread;
-  TARN_CHECK(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
-             " floats is smaller than one thread's ", per_thread);
+  TARN_ASSERT(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
+              " floats is smaller than one thread's ", per_thread);
   const int threads = static_cast<int>(std::min<int64_t>(planned_threads(g), fits));
 #pragma omp parallel num_threads(threads)
   {
@@ -265,8 +265,8 @@ void backward_split(const Geometry& g, const LinearAttentionConfig& cfg, const S
 }  // namespace
 
 void linear_attention_set_cpu_sequence_split(int segments) {
-  TARN_CHECK(segments >= 0, "linear_attention_set_cpu_sequence_split: segments must be >= 0, got ",
-             segments);
+  TARN_ASSERT(segments >= 0, "linear_attention_set_cpu_sequence_split: segments must be >= 0, got ",
+              segments);
   forced_sequence_segments.store(segments, std::memory_order_relaxed);
 }
 

@@ -13,11 +13,11 @@ namespace tarn::kernels::cpu {
 void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,
                            const float* a, const float* b, const float* v, float* state,
                            float* out) {
-  TARN_CHECK(dims.d > 0 && dims.e > 0 && dims.batch >= 0 && dims.heads >= 0,
-             "linear_attention_step: bad dims d=", dims.d, " e=", dims.e);
-  TARN_CHECK(feature_map_is_row_local(cfg.feature_map), "linear_attention_step: the ",
-             feature_map_name(cfg.feature_map), " feature map cannot be fused");
-  TARN_CHECK(cfg.eps > 0.0f, "linear_attention_step: eps must be positive, got ", cfg.eps);
+  TARN_ASSERT(dims.d > 0 && dims.e > 0 && dims.batch >= 0 && dims.heads >= 0,
+              "linear_attention_step: bad dims d=", dims.d, " e=", dims.e);
+  TARN_ASSERT(feature_map_is_row_local(cfg.feature_map), "linear_attention_step: the ",
+              feature_map_name(cfg.feature_map), " feature map cannot be fused");
+  TARN_ASSERT(cfg.eps > 0.0f, "linear_attention_step: eps must be positive, got ", cfg.eps);
   const int64_t slices = dims.batch * dims.heads, d = dims.d, e = dims.e, w = e + 1;
   // Below this much work per call, threads cost more than they save.
   constexpr int64_t kParallelMinFloats = 1 << 15;

@@ -15,8 +15,8 @@ namespace {
 constexpr int kWords = 4;  // outputs per Philox block
 
 void check_fill(const char* op, const float* out, int64_t n) {
-  TARN_CHECK(n >= 0, op, ": negative length ", n);
-  TARN_CHECK(n == 0 || out != nullptr, op, ": null output buffer for ", n, " values");
+  TARN_ASSERT(n >= 0, op, ": negative length ", n);
+  TARN_ASSERT(n == 0 || out != nullptr, op, ": null output buffer for ", n, " values");
 }
 
 // Calls visit(i, word) for the words offset .. offset + count - 1 of the stream, i counted from
@@ -43,14 +43,14 @@ void for_each_word(const PhiloxPosition& at, int64_t count, Visit visit) {
 
 void uniform_fill(float* out, int64_t n, float low, float high, const PhiloxPosition& at) {
   check_fill("uniform_fill", out, n);
-  TARN_CHECK(low <= high, "uniform_fill: low ", low, " is above high ", high);
+  TARN_ASSERT(low <= high, "uniform_fill: low ", low, " is above high ", high);
   const float span = high - low;
   for_each_word(at, n, [=](int64_t i, uint32_t word) { out[i] = std::fma(span, random_math::to_uniform(word), low); });
 }
 
 void normal_fill(float* out, int64_t n, float mean, float stddev, const PhiloxPosition& at) {
   check_fill("normal_fill", out, n);
-  TARN_CHECK(stddev >= 0.0f, "normal_fill: negative standard deviation ", stddev);
+  TARN_ASSERT(stddev >= 0.0f, "normal_fill: negative standard deviation ", stddev);
   const uint64_t first = at.offset;
 #pragma omp parallel for schedule(static) if (n > kParallelGrain / 8)
   for (int64_t i = 0; i < n; ++i) {

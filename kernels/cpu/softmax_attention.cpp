@@ -47,15 +47,15 @@ Geometry make_geometry(const SoftmaxAttentionDims& dims, const SoftmaxAttentionC
 
 void check_args(const char* op, const SoftmaxAttentionDims& dims,
                 const SoftmaxAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
-             ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q,
-             ", Nk=", dims.n_k, ")");
-  TARN_CHECK(dims.d > 0 && dims.e > 0, op, ": d=", dims.d, " and e=", dims.e,
-             " must be positive");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op,
-             ": causal attention needs Nq == Nk, got Nq=", dims.n_q, " Nk=", dims.n_k);
-  TARN_CHECK(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ",
-             cfg.block_q, " x ", cfg.block_k);
+  TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
+              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q,
+              ", Nk=", dims.n_k, ")");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0, op, ": d=", dims.d, " and e=", dims.e,
+              " must be positive");
+  TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op,
+              ": causal attention needs Nq == Nk, got Nq=", dims.n_q, " Nk=", dims.n_k);
+  TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ",
+              cfg.block_q, " x ", cfg.block_k);
 }
 
 enum class Pass { forward, backward };
@@ -226,8 +226,8 @@ void parallel_items(const char* op, const Geometry& g, Pass pass, int64_t items,
   if (items == 0) return;
   const int64_t per_thread = per_thread_floats(g, pass);
   const int64_t fits = static_cast<int64_t>(workspace_floats) / per_thread;
-  TARN_CHECK(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
-             " floats is smaller than one thread's ", per_thread);
+  TARN_ASSERT(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
+              " floats is smaller than one thread's ", per_thread);
   const int threads = static_cast<int>(std::min<int64_t>(planned_threads(g, items), fits));
 #pragma omp parallel num_threads(threads)
   {

@@ -42,9 +42,9 @@ class SoloCommunicator final : public Communicator {
   void barrier() override {}
 
  private:
-  static void check_length(const char* op, int64_t n) { TARN_CHECK(n >= 0, op, ": negative length ", n); }
+  static void check_length(const char* op, int64_t n) { TARN_ASSERT(n >= 0, op, ": negative length ", n); }
   static void check_root(const char* op, int root) {
-    TARN_CHECK(root == 0, op, ": root ", root, " is not a rank of a group of 1");
+    TARN_ASSERT(root == 0, op, ": root ", root, " is not a rank of a group of 1");
   }
   // Out of place: recv <- send. In place (send == recv + 0 * n) there is nothing to do.
   static void copy(const float* send, float* recv, int64_t bytes) {

@@ -62,7 +62,7 @@ class NcclCommunicator final : public Communicator {
   const char* backend() const override { return "nccl"; }
 
   void all_reduce_sum(float* data, int64_t n) override {
-    TARN_CHECK(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
     after_default_stream();
     TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
@@ -71,21 +71,21 @@ class NcclCommunicator final : public Communicator {
   // NCCL's in-place conventions are the interface's: recv == send + rank * n for
   // reduce-scatter, send == recv + rank * n for all-gather.
   void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
-    TARN_CHECK(n >= 0, "reduce_scatter_sum: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "reduce_scatter_sum: negative length ", n, " on rank ", rank_);
     after_default_stream();
     TARN_NCCL_CALL(ncclReduceScatter(send, recv, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
   void all_gather(const float* send, float* recv, int64_t n) override {
-    TARN_CHECK(n >= 0, "all_gather: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "all_gather: negative length ", n, " on rank ", rank_);
     after_default_stream();
     TARN_NCCL_CALL(ncclAllGather(send, recv, static_cast<size_t>(n), ncclFloat32, comm_, stream_));
     TARN_CUDA_CALL(cudaStreamSynchronize(stream_));
   }
 
   void broadcast(float* data, int64_t n, int root) override {
-    TARN_CHECK(n >= 0, "broadcast: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "broadcast: negative length ", n, " on rank ", rank_);
     check_root("broadcast", root);
     after_default_stream();
     TARN_NCCL_CALL(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat32, root, comm_, stream_));
@@ -97,7 +97,7 @@ class NcclCommunicator final : public Communicator {
   // rank order (kernels/cpu/rank_order.h): the thread group's bits, the same on every rank.
   // These are control values (counts, flags, loss sums), a few per step.
   void all_reduce_host(double* data, int64_t n, ReduceOp op) override {
-    TARN_CHECK(n >= 0, "all_reduce_host: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "all_reduce_host: negative length ", n, " on rank ", rank_);
     if (n == 0) return;
     const size_t bytes = static_cast<size_t>(n) * sizeof(double);
     char* scratch = device_scratch(bytes * (world_ + 1));
@@ -114,7 +114,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void broadcast_host_bytes(void* data, int64_t bytes, int root) override {
-    TARN_CHECK(bytes >= 0, "broadcast_host_bytes: negative length ", bytes, " on rank ", rank_);
+    TARN_ASSERT(bytes >= 0, "broadcast_host_bytes: negative length ", bytes, " on rank ", rank_);
     check_root("broadcast_host_bytes", root);
     if (bytes == 0) return;
     char* scratch = device_scratch(static_cast<size_t>(bytes));
@@ -135,7 +135,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
-    TARN_CHECK(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
+    TARN_ASSERT(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
     after_default_stream();
     TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
     return std::make_unique<Pending>(stream_, device_);
@@ -177,7 +177,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void check_root(const char* op, int root) const {
-    TARN_CHECK(root >= 0 && root < world_, op, ": root ", root, " is not a rank of a group of ", world_);
+    TARN_ASSERT(root >= 0 && root < world_, op, ": root ", root, " is not a rank of a group of ", world_);
   }
 
   // At least `bytes` of device memory for the host collectives, grown as needed and kept.
@@ -232,8 +232,8 @@ NcclUniqueId nccl_unique_id() {
 }
 
 std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId& id, int rank, int world, int device) {
-  TARN_CHECK(world >= 1 && rank >= 0 && rank < world, "nccl_communicator: rank ", rank, " is not in a group of ",
-             world);
+  TARN_ASSERT(world >= 1 && rank >= 0 && rank < world, "nccl_communicator: rank ", rank, " is not in a group of ",
+              world);
   ncclUniqueId nccl_id;
   std::memcpy(nccl_id.internal, id.data(), id.size());
   TARN_CUDA_CALL(cudaSetDevice(device));

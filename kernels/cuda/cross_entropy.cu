@@ -97,7 +97,7 @@ CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* target
                                       int32_t ignore_index, float smoothing, float* lse) {
   CrossEntropySum out;
   if (rows <= 0) return out;
-  TARN_CHECK(vocab > 0, "cross_entropy_forward: vocab must be positive, got ", vocab);
+  TARN_ASSERT(vocab > 0, "cross_entropy_forward: vocab must be positive, got ", vocab);
   Scratch<double> work(2 * rows + 3);
   double* row_loss = work.get();
   double* row_nll = work.get() + rows;

@@ -135,8 +135,8 @@ void binary_row(Binary op, const float* a, const float* b, float* out, int64_t r
 
 void binary_broadcast(Binary op, const float* a, const int64_t* a_strides, const float* b, const int64_t* b_strides,
                       float* out, const int64_t* shape, int ndim) {
-  TARN_CHECK(ndim >= 0 && ndim <= kMaxBroadcastDims, "binary_broadcast: at most ", kMaxBroadcastDims,
-             " dimensions, got ", ndim);
+  TARN_ASSERT(ndim >= 0 && ndim <= kMaxBroadcastDims, "binary_broadcast: at most ", kMaxBroadcastDims,
+              " dimensions, got ", ndim);
   // Merge axes as the CPU kernel does: drop extent-1 axes, fuse an axis into the previous one
   // when both operands step through the pair as one.
   Strides s{};

@@ -107,7 +107,7 @@ void embedding_backward(const float* dy, const int32_t* ids, float* dweight, int
   if (vocab <= 0 || dim <= 0) return;
   TARN_CUDA_CALL(cudaMemsetAsync(dweight, 0, static_cast<size_t>(vocab * dim) * sizeof(float), nullptr));
   if (n <= 0) return;
-  TARN_CHECK(n <= 0xffffffffLL, "embedding_backward: at most 2^32 positions, got ", n);
+  TARN_ASSERT(n <= 0xffffffffLL, "embedding_backward: at most 2^32 positions, got ", n);
   int64_t padded = kSortTile;  // a power of two, at least one tile
   while (padded < n) padded *= 2;
   Scratch<uint64_t> keys(padded);

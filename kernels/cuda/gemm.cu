@@ -1,6 +1,6 @@
-// Strided-batched GEMM (kernels/gemm.h) on cuBLAS; the emulated build hands it to the CPU's
-// OpenBLAS path (DESIGN.md section 4: cuBLAS sits behind a small interface), so only the
-// hardware run checks the cuBLAS call itself.
+// Strided-batched GEMM (kernels/gemm.h) on cuBLAS. The emulated build calls a column-major
+// stand-in with cuBLAS' signatures and argument checks (kernels/emu/cublas_standin.h), so the
+// mapping below runs, and is checked against the CPU GEMM, in every build.
 //
 // Row-major to cuBLAS' column-major: a row-major r x c matrix is its column-major transpose, so
 // C = op(A) op(B) (row-major, M x N) is computed as Cᵀ = op(B)ᵀ op(A)ᵀ (column-major, N x M).
@@ -13,12 +13,17 @@
 
 #include <cstdlib>
 #include <cstring>
+#else
+#include "kernels/emu/cublas_standin.h"
 #endif
 
 namespace tarn::kernels::TARN_CUDA_NS {
 
-#if defined(__CUDACC__)
 namespace {
+
+#if !defined(__CUDACC__)
+using namespace ::tarn::emu::cublas;
+#endif
 
 #define TARN_CUBLAS_CALL(call)                                                                  \
   do {                                                                                          \
@@ -27,6 +32,7 @@ namespace {
                __FILE__, ":", __LINE__, ")");                                                   \
   } while (0)
 
+#if defined(__CUDACC__)
 // TF32 tensor-core math only where the user asks for it (TARN_ALLOW_TF32=1 in the
 // environment): it rounds the operands to 10 mantissa bits, which the CPU backend never does,
 // so by default f32 GEMMs stay f32 and CPU and GPU runs agree to f32 rounding.
@@ -44,7 +50,7 @@ cublasHandle_t handle() {
   TARN_CUDA_CALL(cudaGetDevice(&device));
   constexpr int kMaxDevices = 16;
   thread_local cublasHandle_t handles[kMaxDevices] = {};
-  TARN_CHECK(device >= 0 && device < kMaxDevices, "gemm_batched: device ", device, " out of range");
+  TARN_ASSERT(device >= 0 && device < kMaxDevices, "gemm_batched: device ", device, " out of range");
   if (!handles[device]) {
     TARN_CUBLAS_CALL(cublasCreate(&handles[device]));
     TARN_CUBLAS_CALL(
@@ -53,21 +59,25 @@ cublasHandle_t handle() {
   TARN_CUBLAS_CALL(cublasSetStream(handles[device], nullptr));
   return handles[device];
 }
+#else
+cublasHandle_t handle() { return nullptr; }  // the stand-in keeps no state
+#endif
 
 }  // namespace
-#endif
 
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t stride_a, const float* B, int64_t stride_b, float beta, float* C,
                   int64_t stride_c) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
-#if defined(__CUDACC__)
-  TARN_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX,
-             "gemm_batched: extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
+  TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX,
+              "gemm_batched: extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
   cublasHandle_t h = handle();
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ldb = static_cast<int>(trans_b ? K : N), lda = static_cast<int>(trans_a ? M : K), ldc = static_cast<int>(N);
+  // cuBLAS refuses a leading dimension below 1 even where nothing is read (K = 0: C = beta C).
+  const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
+  const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
+  const int ldc = static_cast<int>(N);
   if (stride_c == 0 && batch > 1) {
     // Every product accumulates into one C: one after another (a batched call would race).
     for (int64_t i = 0; i < batch; ++i) {
@@ -80,9 +90,6 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
   TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
                                              static_cast<int>(K), &alpha, B, ldb, stride_b, A, lda, stride_a, &beta,
                                              C, ldc, stride_c, static_cast<int>(batch)));
-#else
-  cpu::gemm_batched(trans_a, trans_b, batch, M, N, K, alpha, A, stride_a, B, stride_b, beta, C, stride_c);
-#endif
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

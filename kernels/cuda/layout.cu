@@ -107,7 +107,7 @@ void permute(const float* src, float* dst, const int64_t* shape, const int* orde
   const dim3 grid(static_cast<unsigned>((a.extent[q] + kTile - 1) / kTile),
                   static_cast<unsigned>((a.extent[p] + kTile - 1) / kTile),
                   static_cast<unsigned>(std::min<int64_t>(batches, kMaxGridZ)));
-  TARN_CHECK(grid.y <= kMaxGridY, "permute: axis of ", a.extent[p], " elements is too long for the tiled transpose");
+  TARN_ASSERT(grid.y <= kMaxGridY, "permute: axis of ", a.extent[p], " elements is too long for the tiled transpose");
   tarn::launch(permute_tile_kernel, grid, dim3(kTile, kTileRows), 0, nullptr, src, dst, batch, batches, a.extent[p],
                a.extent[q], a.src_stride[q], a.dst_stride[p]);
 }

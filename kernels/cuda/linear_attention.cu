@@ -402,7 +402,7 @@ Output gradient_output(float* ptr, const float* pad, const float* raw, FeatureMa
 int linear_attention_forced_segments() { return g_forced_segments.load(); }
 
 void linear_attention_set_sequence_split(int segments) {
-  TARN_CHECK(segments >= 0, "linear_attention_set_sequence_split: segments must be >= 0, got ", segments);
+  TARN_ASSERT(segments >= 0, "linear_attention_set_sequence_split: segments must be >= 0, got ", segments);
   g_forced_segments.store(segments);
 }
 

@@ -443,8 +443,8 @@ void scan(const char* op, const Operand& x, const Operand& y, const Operand& w, 
   int tile = 0;
   for (int t : {64, 32, 16})
     if (bytes(t) <= limit && (tile == 0 || work(t) < work(tile))) tile = t;
-  TARN_CHECK(tile != 0, op, ": the scan over ", p_cols, " columns needs ", bytes(16),
-             " bytes of shared memory, more than the device's ", limit);
+  TARN_ASSERT(tile != 0, op, ": the scan over ", p_cols, " columns needs ", bytes(16),
+              " bytes of shared memory, more than the device's ", limit);
   switch (tile) {
     case 16: launch_scan<16>(x, y, w, out, p, q, heads, slices, mode, segments, states); break;
     case 32: launch_scan<32>(x, y, w, out, p, q, heads, slices, mode, segments, states); break;
@@ -454,8 +454,8 @@ void scan(const char* op, const Operand& x, const Operand& y, const Operand& w, 
 
 void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
   check_linear_attention_args(op, dims, cfg);
-  TARN_CHECK(dims.d >= 1 && dims.d <= kMaxDim && dims.e >= 1 && dims.e <= kMaxDim, op, ": d=", dims.d, " and e=",
-             dims.e, " must lie in [1, ", kMaxDim, "] for the bf16 kernels");
+  TARN_ASSERT(dims.d >= 1 && dims.d <= kMaxDim && dims.e >= 1 && dims.e <= kMaxDim, op, ": d=", dims.d, " and e=",
+              dims.e, " must lie in [1, ", kMaxDim, "] for the bf16 kernels");
 }
 
 // The workspace, in floats from its start:

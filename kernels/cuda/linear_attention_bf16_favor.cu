@@ -40,13 +40,13 @@ void narrow(const float* x, ::tarn::bf16* y, int64_t n) {
 }
 
 void check_dims(const char* op, const FavorDims& g) {
-  TARN_CHECK(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op, ": bad dims (slices ", g.slices, ", rows ",
-             g.rows, ", d ", g.d, ", m ", g.m, ")");
+  TARN_ASSERT(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op, ": bad dims (slices ", g.slices, ", rows ",
+              g.rows, ", d ", g.d, ", m ", g.m, ")");
 }
 
 void check_workspace(const char* op, const float* workspace, size_t have, size_t need) {
-  TARN_CHECK(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
-             need, " it needs");
+  TARN_ASSERT(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
+              need, " it needs");
 }
 
 }  // namespace

@@ -153,9 +153,9 @@ __global__ void favor_rows_dx_kernel(const float* x, const float* dt, float* dx,
 }
 
 void check_favor(const char* op, const FavorDims& g) {
-  TARN_CHECK(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op, ": bad dims (slices ", g.slices, ", rows ",
-             g.rows, ", d ", g.d, ", m ", g.m, ")");
-  TARN_CHECK(g.d <= INT32_MAX && g.m <= INT32_MAX, op, ": d ", g.d, " or m ", g.m, " too large");
+  TARN_ASSERT(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op, ": bad dims (slices ", g.slices, ", rows ",
+              g.rows, ", d ", g.d, ", m ", g.m, ")");
+  TARN_ASSERT(g.d <= INT32_MAX && g.m <= INT32_MAX, op, ": d ", g.d, " or m ", g.m, " too large");
 }
 
 // d^(-1/4), the input scaling x' = d^(-1/4) x (as the CPU computes it).
@@ -192,8 +192,8 @@ void favor_backward(const FavorDims& g, FavorStabilizer stab, const float* x, co
   const int64_t total = g.slices * g.rows;
   if (total == 0) return;
   const size_t need = TARN_CUDA_NS::favor_backward_workspace_floats(g);
-  TARN_CHECK(workspace && workspace_floats >= need, "favor_backward: workspace of ", workspace_floats,
-             " floats, need ", need);
+  TARN_ASSERT(workspace && workspace_floats >= need, "favor_backward: workspace of ", workspace_floats,
+              " floats, need ", need);
   const float scale = favor_input_scale(g.d);
   const int d = static_cast<int>(g.d), m = static_cast<int>(g.m);
   float* dt = workspace;

@@ -140,20 +140,20 @@ void compute_g(const T* dout, const T* out, const float* den, float* g, int64_t 
 // The checks every linear-attention entry point makes (the bf16 ones add their width limit).
 inline void check_linear_attention_args(const char* op, const cpu::LinearAttentionDims& dims,
                                         const cpu::LinearAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
-             ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
-  TARN_CHECK(dims.d > 0 && dims.e > 0, op, ": feature dim d=", dims.d, " and value dim e=", dims.e,
-             " must be positive");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
-             " Nk=", dims.n_k);
-  TARN_CHECK(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cpu::feature_map_is_row_local(cfg.feature_map), op, ": the ", cpu::feature_map_name(cfg.feature_map),
-             " feature map cannot be fused; apply it first (favor_forward) and pass identity");
+  TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
+              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0, op, ": feature dim d=", dims.d, " and value dim e=", dims.e,
+              " must be positive");
+  TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
+              " Nk=", dims.n_k);
+  TARN_ASSERT(cfg.eps > 0.0f, op, ": eps must be positive, got ", cfg.eps);
+  TARN_ASSERT(cpu::feature_map_is_row_local(cfg.feature_map), op, ": the ", cpu::feature_map_name(cfg.feature_map),
+              " feature map cannot be fused; apply it first (favor_forward) and pass identity");
 }
 
 inline void check_workspace(const char* op, const float* workspace, size_t have, size_t need) {
-  TARN_CHECK(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
-             need, " it needs");
+  TARN_ASSERT(need == 0 || (workspace && have >= need), op, ": workspace of ", have, " floats is smaller than the ",
+              need, " it needs");
 }
 
 inline int sm_count() {

@@ -59,17 +59,17 @@ __global__ void linear_attention_step_kernel(const float* a, const float* b, con
 
 void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,
                            const float* b, const float* v, float* state, float* out) {
-  TARN_CHECK(dims.d > 0 && dims.e > 0 && dims.batch >= 0 && dims.heads >= 0, "linear_attention_step: bad dims d=",
-             dims.d, " e=", dims.e);
-  TARN_CHECK(cfg.eps > 0.0f, "linear_attention_step: eps must be positive, got ", cfg.eps);
-  TARN_CHECK(cpu::feature_map_is_row_local(cfg.feature_map), "linear_attention_step: the ",
-             cpu::feature_map_name(cfg.feature_map), " feature map cannot be fused; apply it first and pass identity");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0 && dims.batch >= 0 && dims.heads >= 0, "linear_attention_step: bad dims d=",
+              dims.d, " e=", dims.e);
+  TARN_ASSERT(cfg.eps > 0.0f, "linear_attention_step: eps must be positive, got ", cfg.eps);
+  TARN_ASSERT(cpu::feature_map_is_row_local(cfg.feature_map), "linear_attention_step: the ",
+              cpu::feature_map_name(cfg.feature_map), " feature map cannot be fused; apply it first and pass identity");
   const int64_t slices = dims.batch * dims.heads;
   if (slices == 0) return;
   const int64_t threads = (dims.e + 1 + device::kWarp - 1) / device::kWarp * device::kWarp;
-  TARN_CHECK(threads <= 1024, "linear_attention_step: value dim e=", dims.e, " is above the 1023 one block holds");
+  TARN_ASSERT(threads <= 1024, "linear_attention_step: value dim e=", dims.e, " is above the 1023 one block holds");
   constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;  // hardware limit of gridDim.x
-  TARN_CHECK(slices <= kMaxGridX, "linear_attention_step: ", slices, " (batch, head) pairs exceed one grid");
+  TARN_ASSERT(slices <= kMaxGridX, "linear_attention_step: ", slices, " (batch, head) pairs exceed one grid");
   tarn::launch(linear_attention_step_kernel, static_cast<unsigned>(slices), static_cast<unsigned>(threads), 0, nullptr,
                a, b, v, state, out, cfg.key_padding_mask, dims.heads, static_cast<int>(dims.d),
                static_cast<int>(dims.e), cfg.eps, cfg.feature_map);

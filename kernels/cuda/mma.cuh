@@ -129,10 +129,10 @@ inline int col_of(int t) { return element_of(t) % kTile; }
 // The hardware's requirements (wmma: 256-bit aligned pointer, ld a multiple of 16 bytes), which
 // the GPU does not check.
 inline void check_access(const void* ptr, int ld, size_t element_bytes) {
-  TARN_CHECK(ptr && reinterpret_cast<uintptr_t>(ptr) % 32 == 0, "mma: fragment pointer ", ptr,
-             " is not 32-byte aligned");
-  TARN_CHECK(ld >= kTile && (ld * element_bytes) % 16 == 0, "mma: leading dimension ", ld,
-             " is below 16 or not a multiple of 16 bytes");
+  TARN_ASSERT(ptr && reinterpret_cast<uintptr_t>(ptr) % 32 == 0, "mma: fragment pointer ", ptr,
+              " is not 32-byte aligned");
+  TARN_ASSERT(ld >= kTile && (ld * element_bytes) % 16 == 0, "mma: leading dimension ", ld,
+              " is below 16 or not a multiple of 16 bytes");
 }
 
 // The warp's tiles during one multiply_add: every lane deposits its share of A and B, and

@@ -75,7 +75,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 double sum_squares(const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t blocks = (n + cpu::kSumSquaresBlock - 1) / cpu::kSumSquaresBlock;
-  TARN_CHECK(blocks <= 0x7fffffffLL, "sum_squares: ", n, " values is too many");
+  TARN_ASSERT(blocks <= 0x7fffffffLL, "sum_squares: ", n, " values is too many");
   Scratch<double> partial(blocks + 1);
   double* result = partial.get() + blocks;
   tarn::launch(sum_squares_kernel, static_cast<unsigned>(blocks), kBlock, 0, nullptr, x, n, partial.get());

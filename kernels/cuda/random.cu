@@ -80,15 +80,15 @@ __global__ void normal_kernel(float* out, int64_t n, float mean, float stddev, u
 }
 
 void check_fill(const char* op, const float* out, int64_t n) {
-  TARN_CHECK(n >= 0, op, ": negative length ", n);
-  TARN_CHECK(n == 0 || out != nullptr, op, ": null output buffer for ", n, " values");
+  TARN_ASSERT(n >= 0, op, ": negative length ", n);
+  TARN_ASSERT(n == 0 || out != nullptr, op, ": null output buffer for ", n, " values");
 }
 
 }  // namespace
 
 void uniform_fill(float* out, int64_t n, float low, float high, const PhiloxPosition& at) {
   check_fill("uniform_fill", out, n);
-  TARN_CHECK(low <= high, "uniform_fill: low ", low, " is above high ", high);
+  TARN_ASSERT(low <= high, "uniform_fill: low ", low, " is above high ", high);
   if (n == 0) return;
   const int64_t groups = (n + kWords - 1) / kWords;
   tarn::launch(uniform_kernel, grid_for(groups), kBlock, 0, nullptr, out, n, low, high - low, at.seed, at.stream,
@@ -97,7 +97,7 @@ void uniform_fill(float* out, int64_t n, float low, float high, const PhiloxPosi
 
 void normal_fill(float* out, int64_t n, float mean, float stddev, const PhiloxPosition& at) {
   check_fill("normal_fill", out, n);
-  TARN_CHECK(stddev >= 0.0f, "normal_fill: negative standard deviation ", stddev);
+  TARN_ASSERT(stddev >= 0.0f, "normal_fill: negative standard deviation ", stddev);
   if (n == 0) return;
   const int64_t groups = (n + 1) / 2;
   tarn::launch(normal_kernel, grid_for(groups), kBlock, 0, nullptr, out, n, mean, stddev, at.seed, at.stream,

@@ -458,14 +458,14 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
 }
 
 void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
-  TARN_CHECK(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
-             ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
-  TARN_CHECK(dims.d > 0 && dims.e > 0 && dims.d <= kMaxDim && dims.e <= kMaxDim, op, ": head dim d=", dims.d,
-             " and value dim e=", dims.e, " must be in [1, ", kMaxDim, "] for the CUDA kernels");
-  TARN_CHECK(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
-             " Nk=", dims.n_k);
-  TARN_CHECK(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ", cfg.block_q, " x ",
-             cfg.block_k);
+  TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
+              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0 && dims.d <= kMaxDim && dims.e <= kMaxDim, op, ": head dim d=", dims.d,
+              " and value dim e=", dims.e, " must be in [1, ", kMaxDim, "] for the CUDA kernels");
+  TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
+              " Nk=", dims.n_k);
+  TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ", cfg.block_q, " x ",
+              cfg.block_k);
 }
 
 Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg, int64_t tiles) {
@@ -486,8 +486,8 @@ int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
 unsigned grid_of(const char* op, const Shape& sh) {
   constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
   const int64_t blocks = sh.slices * sh.tiles;
-  TARN_CHECK(blocks <= kMaxGridX, op, ": ", sh.slices, " (batch, head) pairs x ", sh.tiles,
-             " tiles exceed one grid");
+  TARN_ASSERT(blocks <= kMaxGridX, op, ": ", sh.slices, " (batch, head) pairs x ", sh.tiles,
+              " tiles exceed one grid");
   return static_cast<unsigned>(blocks);
 }
 
@@ -554,8 +554,8 @@ void softmax_attention_backward(const SoftmaxAttentionDims& dims, const SoftmaxA
   check_args(op, dims, cfg);
   if (!dq && !dk && !dv) return;
   const size_t need = TARN_CUDA_NS::softmax_attention_backward_workspace_floats(dims, cfg);
-  TARN_CHECK(need == 0 || (workspace && workspace_floats >= need), op, ": workspace of ", workspace_floats,
-             " floats is smaller than the ", need, " it needs");
+  TARN_ASSERT(need == 0 || (workspace && workspace_floats >= need), op, ": workspace of ", workspace_floats,
+              " floats is smaller than the ", need, " it needs");
   const int64_t slices = dims.batch * dims.heads, rows = slices * dims.n_q;
   if (slices == 0) return;
   if (rows > 0)

@@ -34,22 +34,22 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 
 void Event::record() {
-  TARN_CHECK(event_, "Event::record: the event was moved from");
+  TARN_ASSERT(event_, "Event::record: the event was moved from");
   TARN_CUDA_CALL(cudaEventRecord(as_event(event_), nullptr));
 }
 
 void Event::record(const Stream& stream) {
-  TARN_CHECK(event_ && stream.handle(), "Event::record: the event or the stream was moved from");
+  TARN_ASSERT(event_ && stream.handle(), "Event::record: the event or the stream was moved from");
   TARN_CUDA_CALL(cudaEventRecord(as_event(event_), as_stream(stream.handle())));
 }
 
 void Event::synchronize() const {
-  TARN_CHECK(event_, "Event::synchronize: the event was moved from");
+  TARN_ASSERT(event_, "Event::synchronize: the event was moved from");
   TARN_CUDA_CALL(cudaEventSynchronize(as_event(event_)));
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
-  TARN_CHECK(start.event_ && end.event_, "Event::elapsed_ms: an event was moved from");
+  TARN_ASSERT(start.event_ && end.event_, "Event::elapsed_ms: an event was moved from");
   float ms = 0.0f;
   TARN_CUDA_CALL(cudaEventElapsedTime(&ms, as_event(start.event_), as_event(end.event_)));
   return ms;
@@ -83,12 +83,12 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 }
 
 void Stream::synchronize() const {
-  TARN_CHECK(stream_, "Stream::synchronize: the stream was moved from");
+  TARN_ASSERT(stream_, "Stream::synchronize: the stream was moved from");
   TARN_CUDA_CALL(cudaStreamSynchronize(as_stream(stream_)));
 }
 
 void Stream::wait(const Event& event) const {
-  TARN_CHECK(stream_ && event.handle(), "Stream::wait: the stream or the event was moved from");
+  TARN_ASSERT(stream_ && event.handle(), "Stream::wait: the stream or the event was moved from");
   TARN_CUDA_CALL(cudaStreamWaitEvent(as_stream(stream_), as_event(event.handle()), 0));
 }
 

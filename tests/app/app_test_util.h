@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/io/checkpoint_dir.h"
+#include "framework/io/safetensors.h"
 #include "framework/rng.h"
 
 namespace tarn::testing {
@@ -61,6 +63,19 @@ inline std::vector<std::string> tiny_overrides(const std::string& dir, int64_t m
           "training.max_steps=" + std::to_string(max_steps),
           "training.threads=2",
           "logging.every_steps=5"};
+}
+
+// The checkpoint of step `step` as values: weights and optimizer moments, for bit-for-bit
+// comparisons of two runs.
+inline std::vector<float> final_state(const std::string& run_dir, int64_t step) {
+  const Checkpoint c = open_checkpoint(checkpoint_dir(run_dir, step));
+  std::vector<float> all;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    for (const auto& [name, t] : load_safetensors(c.path(file)).tensors) {
+      const auto v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  return all;
 }
 
 inline std::string tiny_recipe() { return std::string(TARN_SOURCE_DIR) + "/recipes/tiny.yaml"; }

@@ -48,18 +48,6 @@ TEST(Train, TinyRecipeTrainsEndToEndAndLossFalls) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/run/step_60/COMPLETE"));
 }
 
-// The checkpoint of the last step, as bytes: weights and optimizer moments.
-std::vector<float> final_state(const std::string& run_dir, int64_t step) {
-  const Checkpoint c = open_checkpoint(checkpoint_dir(run_dir, step));
-  std::vector<float> all;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-    for (const auto& [name, t] : load_safetensors(c.path(file)).tensors) {
-      const auto v = t.to_vector();
-      all.insert(all.end(), v.begin(), v.end());
-    }
-  return all;
-}
-
 void expect_resume_bit_exact(const std::string& name, std::vector<std::string> extra) {
   const std::string a = make_tiny_corpus(name + "_a"), b = make_tiny_corpus(name + "_b");
   extra.insert(extra.end(), {"validation.every_steps=4", "checkpoints.every_steps=0", "model.dropout=0.1"});
@@ -67,7 +55,7 @@ void expect_resume_bit_exact(const std::string& name, std::vector<std::string> e
   train(options(b, 7, extra));            // 7 steps, stop, ...
   const TrainSummary r = train(options(b, 12, extra));  // ... resume for 5 more
   EXPECT_EQ(r.steps_this_run, 5);
-  const std::vector<float> sa = final_state(a + "/run", 12), sb = final_state(b + "/run", 12);
+  const std::vector<float> sa = testing::final_state(a + "/run", 12), sb = testing::final_state(b + "/run", 12);
   ASSERT_EQ(sa.size(), sb.size());
   size_t differ = 0;
   for (size_t i = 0; i < sa.size(); ++i) differ += std::memcmp(&sa[i], &sb[i], sizeof(float)) != 0;
@@ -142,6 +130,21 @@ TEST(Train, AFolderThatCannotBeCreatedIsAConfigErrorNamingTheKey) {
               std::string::npos)
         << e.what();
   }
+  try {
+    train(options(dir, 2, {"data.tokenizer.train.model_prefix=/proc/tarn_cannot/spm"}));
+    ADD_FAILURE() << "a tokenizer into /proc did not fail";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "data.tokenizer.train.model_prefix: cannot create the folder /proc/tarn_cannot"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Train, TheTokenizerFolderIsCreated) {
+  const std::string dir = make_tiny_corpus("tokenizer_folder");
+  train(options(dir, 1, {"data.tokenizer.train.model_prefix=" + dir + "/new/folder/spm", "validation.every_steps=0"}));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/new/folder/spm.model"));
 }
 
 TEST(Train, ADivergingRunStopsLikeANonFiniteOneAndItsMetricsStayValidJson) {

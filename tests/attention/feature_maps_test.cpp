@@ -202,19 +202,36 @@ TEST(FavorProjection, MeanKernelEstimateOverFreshDrawsApproximatesSoftmaxKernel)
   EXPECT_LE(std::abs(mean - exact), 0.05 * exact) << "mean " << mean << " exact " << exact;
 }
 
-TEST(FavorProjection, LargeMagnitudeInputsGiveFiniteAttentionAndGradients) {
+// Large inputs: without the stabiliser exp(w.x - |x|^2/2) overflows or underflows whole rows.
+// Where f32 can still resolve the exponents (magnitude 30), the features and the attention
+// built on them must agree with the double reference. Beyond it (1e3, 1e5: |x|^2/2 carries
+// f32 rounding larger than the spread of the exponents) no f32 kernel can match the reference;
+// there the results must stay what attention is: finite, and each output a weighted mean of
+// the values (|out| <= max |v|).
+TEST(FavorProjection, LargeMagnitudeInputsMatchTheReferenceOrStayWeightedMeans) {
   const int64_t B = 1, H = 2, N = 50, d = 32, e = 16, m = 64;
   const FavorDims g{B * H, N, d, m};
   const Floats w = draw_projection(m, d, 7);
   for (float magnitude : {30.0f, 1e3f, 1e5f}) {
+    SCOPED_TRACE("magnitude " + std::to_string(magnitude));
+    const bool resolvable = magnitude <= 30.0f;
     const Floats q = normal_floats(B * H * N * d, 19, magnitude);
     const Floats kk = normal_floats(B * H * N * d, 20, magnitude);
     const Floats v = normal_floats(B * H * N * e, 21), dout = normal_floats(B * H * N * e, 22);
     Floats a(B * H * N * m), b(a.size());
     k::favor_forward(g, FavorStabilizer::per_row, q.data(), w.data(), a.data());
     k::favor_forward(g, FavorStabilizer::per_slice, kk.data(), w.data(), b.data());
-    EXPECT_TRUE(all_finite(a) && all_finite(b)) << magnitude;
+    EXPECT_TRUE(all_finite(a) && all_finite(b));
+    const Doubles a_ref = favor_reference(g, FavorStabilizer::per_row, q, w);
+    const Doubles b_ref = favor_reference(g, FavorStabilizer::per_slice, kk, w);
+    if (resolvable) {
+      EXPECT_LE(relative_error(a, a_ref), 1e-4);
+      EXPECT_LE(relative_error(b, b_ref), 1e-4);
+    }
+    double v_max = 0.0;
+    for (float x : v) v_max = std::max(v_max, double(std::abs(x)));
     for (bool causal : {true, false}) {
+      SCOPED_TRACE(causal ? "causal" : "bidirectional");
       const k::LinearAttentionDims dims{B, H, N, N, m, e};
       k::LinearAttentionConfig cfg;
       cfg.causal = causal;
@@ -230,8 +247,14 @@ TEST(FavorProjection, LargeMagnitudeInputsGiveFiniteAttentionAndGradients) {
                         dq.data(), fws.data(), fws.size());
       k::favor_backward(g, FavorStabilizer::per_slice, kk.data(), w.data(), b.data(), db.data(),
                         dk.data(), fws.data(), fws.size());
-      EXPECT_TRUE(all_finite(out) && all_finite(dq) && all_finite(dk) && all_finite(dv))
-          << "magnitude " << magnitude << " causal " << causal;
+      EXPECT_TRUE(all_finite(out) && all_finite(dq) && all_finite(dk) && all_finite(dv));
+      for (float x : out) ASSERT_LE(std::abs(x), v_max * (1 + 1e-5));
+      if (resolvable) {
+        const LinearShape s{B, H, N, N, m, e};
+        const LinearRef ref = linear_reference(s, causal, nullptr, k::kDefaultLinearAttentionEps, a_ref, b_ref, v, dout);
+        EXPECT_LE(relative_error(out, ref.out), 1e-4);
+        EXPECT_LE(relative_error(dv, ref.dv), 1e-4);
+      }
     }
   }
 }

@@ -305,6 +305,9 @@ TEST(EmulatedCollectives, LocalGroupIsTheCpuThreadGroup) {
 std::string NcclSkipReason() {
   if (!cuda::nccl_available()) return "built without NCCL (cmake/TarnCuda.cmake did not find it)";
   if (cuda::device_count() == 0) return "no CUDA device (cudaGetDeviceCount() == 0)";
+  // One rank's all-reduce is a copy: it would pass whatever the collective did. NCCL refuses two
+  // ranks of one communicator on one device, so a second device is the least that tests it.
+  if (cuda::device_count() < 2) return "one CUDA device: NCCL collectives need 2 devices to be tested";
   return "";
 }
 #endif
@@ -355,7 +358,7 @@ TEST(NcclCollectives, AllReduceAndBroadcastOnEveryDevice) {
 
 // NCCL's reduce-scatter and all-gather (in and out of place) against the thread group on the same
 // inputs, and the host collectives bit for bit (they reduce on the host in rank order); one
-// rank per device, so with one GPU this is a group of one.
+// rank per device.
 TEST(NcclCollectives, ReduceScatterAllGatherAndHostCollectivesOnEveryDevice) {
 #if !defined(TARN_WITH_CUDA)
   GTEST_SKIP() << "built without the CUDA backend (TARN_CUDA=OFF)";

@@ -34,6 +34,16 @@ TEST_P(GemmConformance, StridedBatchedMatchesCpuForEveryTransposeAndStride) {
     EXPECT_TRUE(AllClose(dc.host(), want, 1e-5f, 1e-5f)) << "case " << index;
     ++index;
   }
+  // K = 0: nothing to multiply, C = beta C (cuBLAS still refuses a leading dimension of 0).
+  for (bool ta : {false, true}) {
+    const auto c0 = Random(batch * M * N, -1.0f, 1.0f, 530);
+    std::vector<float> want = c0;
+    for (float& x : want) x *= 0.5f;
+    const std::vector<float> none(1, 0.0f);
+    auto da = dev(none), db = dev(none), dc = dev(c0);
+    TARN_ON(target(), gemm_batched, ta, false, batch, M, N, 0, 0.75f, da.get(), 0, db.get(), 0, 0.5f, dc.get(), M * N);
+    EXPECT_TRUE(AllClose(dc.host(), want, 0.0f, 0.0f)) << "K = 0, transposed a " << ta;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, GemmConformance, ::testing::ValuesIn(kAllTargets), TargetName);

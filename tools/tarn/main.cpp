@@ -61,9 +61,10 @@ commands:
         Extracts the built-in WordNet corpus into OUTDIR/{train,valid,test}.txt.
 
 A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
-newest valid checkpoint). Exit codes: 0 success, 2 user error (bad recipe, flag or file),
-3 training stopped by non-finite or diverged losses (the last good checkpoint is kept), 4 a data-parallel
-collective failed (a rank died, hung or disagreed), 1 internal error.
+newest valid checkpoint). Exit codes: 0 success, 2 bad input (a recipe, flag or file) or a
+resource the machine refused (memory, a device), 3 training stopped by non-finite or diverged losses
+(the last good checkpoint is kept), 4 a data-parallel collective failed (a rank died, hung or
+disagreed), 1 internal error (a bug in tarn).
 
 Data-parallel training: launch the same command with mpirun, one rank per GPU or CPU node:
   mpirun -np 4 tarn train RECIPE.yaml          (training.device: cuda = each rank's local GPU)
@@ -340,6 +341,10 @@ int main(int argc, char** argv) {
     return finish(2, "", e.what());
   } catch (const tarn::kernels::mpi::CollectiveError& e) {
     return finish(4, "", e.what());
+  } catch (const tarn::InternalError& e) {
+    // A broken invariant is tarn's fault, not the input's: exit 1, and say so.
+    const std::string what = std::string(e.what()) + " (a bug in tarn: please report it with the command that ran)";
+    return finish(1, "internal error: ", what.c_str());
   } catch (const tarn::Error& e) {
     return finish(2, "", e.what());
   } catch (const std::exception& e) {

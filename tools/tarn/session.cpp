@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -91,6 +92,21 @@ void configure_threads(const Recipe& recipe) {
   if (const std::string hint = kernels::blas_kernel_hint(); !hint.empty()) log::info("tarn", "note: ", hint);
 }
 
+std::string short_path(const std::string& p) {
+  constexpr size_t kShown = 200;
+  return p.size() <= kShown ? p : str_cat(p.substr(0, kShown), "... (", p.size(), " characters)");
+}
+
+void create_folder_for(const Recipe& recipe, const char* key, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    throw ConfigError(recipe.where(key), key,
+                      str_cat("cannot create the folder ", short_path(dir), ": ",
+                              ec ? ec.message() : "a file of that name is in the way"));
+  }
+}
+
 Tokenizer open_tokenizer(const Recipe& recipe) {
   const TokenizerRecipe& t = recipe.data.tokenizer;
   if (!t.model.empty()) {
@@ -104,6 +120,8 @@ Tokenizer open_tokenizer(const Recipe& recipe) {
     log::info("data", "tokenizer ", path, " (", tok.vocab_size(), " pieces, trained earlier)");
     return tok;
   }
+  const std::string folder = std::filesystem::path(t.train.model_prefix).parent_path().string();
+  if (!folder.empty()) create_folder_for(recipe, "data.tokenizer.train.model_prefix", folder);
   log::info("data", "training a SentencePiece ", t.train.model_type, " model of ", t.train.vocab_size,
             " pieces on ", recipe.data.train, " ...");
   const auto start = std::chrono::steady_clock::now();

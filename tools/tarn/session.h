@@ -18,7 +18,15 @@ namespace tarn::app {
 // Applies training.threads (0 = every core) and logs which BLAS is loaded.
 void configure_threads(const Recipe& recipe);
 
-// data.tokenizer.model when set; else <model_prefix>.model, trained on data.train if missing.
+// A path for a message: whole when it is of a sane length, else its start and its length.
+std::string short_path(const std::string& p);
+
+// Creates folder `dir` (and its parents) that the recipe's `key` names; a ConfigError at that
+// key's line when it cannot be (exit code 2), instead of a failure deeper down.
+void create_folder_for(const Recipe& recipe, const char* key, const std::string& dir);
+
+// data.tokenizer.model when set; else <model_prefix>.model, trained on data.train if missing
+// (model_prefix's folder is created).
 Tokenizer open_tokenizer(const Recipe& recipe);
 
 // training.device as a Device, checked against what this build and machine have: a CUDA device

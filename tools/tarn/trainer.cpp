@@ -55,12 +55,6 @@ std::string fmt(const char* f, double v) {
 constexpr double kDivergedLoss = 700;
 bool diverged(double mean_loss) { return !(mean_loss <= kDivergedLoss); }
 
-// A path for a message: whole when it is of a sane length, else its start and its length.
-std::string short_path(const std::string& p) {
-  constexpr size_t kShown = 200;
-  return p.size() <= kShown ? p : str_cat(p.substr(0, kShown), "... (", p.size(), " characters)");
-}
-
 // Metrics are JSON numbers when finite; an infinite perplexity (or any other overflow) is null.
 json::Value metric(double v) { return std::isfinite(v) ? json::Value::number(v) : json::Value(); }
 
@@ -295,12 +289,7 @@ void Trainer::resume_or_restart() {
   int64_t chosen = -1;  // the step of the checkpoint to resume from
   std::optional<Checkpoint> latest;
   if (lead()) {
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir, ec);
-    if (ec || !std::filesystem::is_directory(run_dir))
-      throw ConfigError(recipe_.where("checkpoints.dir"), "checkpoints.dir",
-                        str_cat("cannot create the folder ", short_path(run_dir), ": ",
-                                ec ? ec.message() : "a file of that name is in the way"));
+    create_folder_for(recipe_, "checkpoints.dir", run_dir);
     lock_ = std::make_unique<RunLock>(run_dir);
     for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
       log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
