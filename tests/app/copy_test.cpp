@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/generate.h"
-#include "tools/tarn/session.h"
+#include "tools/tarn/trained_model.h"
 #include "tools/tarn/trainer.h"
 
 namespace tarn::app {
@@ -49,12 +48,8 @@ TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
   const TrainSummary s = train(o);
   ASSERT_FALSE(s.failed);
 
-  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
-  const Recipe recipe = checkpoint_recipe(ckpt);
-  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
-  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
-  load_model_weights(ckpt, model);
-  model.eval();
+  const TrainedModel trained = load_trained_model(dir + "/run");
+  const Tokenizer& tok = *trained.tok;
 
   const std::vector<std::string> unseen = read_lines(dir + "/unseen.txt");
   ASSERT_EQ(unseen.size(), 10u);
@@ -65,7 +60,7 @@ TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
   }
   GenerateOptions g;
   g.max_length = 40;
-  const std::vector<std::vector<int32_t>> out = generate(model, sources, g);
+  const std::vector<std::vector<int32_t>> out = generate(*trained.model, sources, g);
   for (size_t i = 0; i < unseen.size(); ++i) EXPECT_EQ(tok.decode(out[i]), unseen[i]) << "line " << i;
 }
 

@@ -15,6 +15,7 @@
 #include "tools/tarn/export.h"
 #include "tools/tarn/generate.h"
 #include "tools/tarn/session.h"
+#include "tools/tarn/trained_model.h"
 #include "tools/tarn/trainer.h"
 
 namespace tarn::app {
@@ -75,12 +76,8 @@ class Generation : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
   const std::string dir = trained_run(std::string("generate_") + GetParam(), GetParam(), 3);
-  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
-  const Recipe recipe = checkpoint_recipe(ckpt);
-  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
-  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
-  load_model_weights(ckpt, model);
-  model.eval();
+  const TrainedModel trained = load_trained_model(dir + "/run");
+  const Tokenizer& tok = *trained.tok;
   std::vector<std::vector<int32_t>> sources;
   for (const char* s : {"the red cat sees a bird .", "a small child ."}) {
     sources.push_back(tok.encode(s));
@@ -90,7 +87,7 @@ TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
     GenerateOptions g;
     g.beam = beam;
     g.max_length = 12;
-    const auto out = generate(model, sources, g);
+    const auto out = generate(*trained.model, sources, g);
     ASSERT_EQ(out.size(), 2u);
     for (const auto& ids : out) {
       EXPECT_LE(static_cast<int64_t>(ids.size()), g.max_length);
@@ -103,18 +100,15 @@ INSTANTIATE_TEST_SUITE_P(BothAttentionKinds, Generation, ::testing::Values("line
 
 TEST(Generation, GreedyEqualsArgmaxOfTeacherForcedLogits) {
   const std::string dir = trained_run("greedy_tf", "linear", 10);
-  const Checkpoint ckpt = open_checkpoint_or_run(dir + "/run");
-  const Recipe recipe = checkpoint_recipe(ckpt);
-  const Tokenizer tok = Tokenizer::load(recipe.data.tokenizer.model);
-  BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
-  load_model_weights(ckpt, model);
-  model.eval();
+  const TrainedModel trained = load_trained_model(dir + "/run");
+  const Tokenizer& tok = *trained.tok;
   std::vector<int32_t> src = tok.encode("the old tree holds every stone .");
   src.push_back(tok.eos_id());
   GenerateOptions g;
   g.max_length = 10;
-  const std::vector<int32_t> out = generate(model, {src}, g).at(0);
+  const std::vector<int32_t> out = generate(*trained.model, {src}, g).at(0);
   // Feeding </s> + out[:-1] in one teacher-forced pass must predict out position by position.
+  const BartForConditionalGeneration& model = *trained.model;
   std::vector<int32_t> dec{model.config().decoder_start_token_id};
   dec.insert(dec.end(), out.begin(), out.end());
   NoGradGuard no_grad;

@@ -26,6 +26,7 @@
 #include "tools/tarn/export.h"
 #include "tools/tarn/generate.h"
 #include "tools/tarn/session.h"
+#include "tools/tarn/trained_model.h"
 #include "tools/tarn/trainer.h"
 
 namespace tarn::app {
@@ -165,38 +166,6 @@ int cmd_config(int argc, char** argv) {
   return 0;
 }
 
-struct Loaded {
-  Recipe recipe;
-  std::optional<Tokenizer> tok;
-  std::unique_ptr<BartForConditionalGeneration> model;
-  Checkpoint ckpt;
-};
-
-// The checkpoint recipe's training.device when this machine has it; else the CPU, with a
-// warning (a checkpoint trained on a GPU still evaluates anywhere).
-Device evaluation_device(const Recipe& recipe) {
-  try {
-    return training_device(recipe);
-  } catch (const ConfigError& e) {
-    log::warn("tarn", std::string("running on the CPU instead: ") + e.what());
-    return Device::cpu();
-  }
-}
-
-Loaded load(const std::string& dir) {
-  Loaded l;
-  l.ckpt = open_checkpoint_or_run(dir);
-  l.recipe = checkpoint_recipe(l.ckpt);
-  configure_threads(l.recipe);
-  l.tok = Tokenizer::load(l.recipe.data.tokenizer.model);
-  l.model = std::make_unique<BartForConditionalGeneration>(model_config(l.recipe, l.tok->vocab_size()));
-  load_model_weights(l.ckpt, *l.model);
-  l.model->to(evaluation_device(l.recipe));
-  l.model->eval();
-  log::info("tarn", "loaded ", l.ckpt.dir, " (", l.model->config().str(), ")");
-  return l;
-}
-
 int cmd_eval(int argc, char** argv) {
   const Args a = parse(argc, argv, 2, {"checkpoint", "data", "tokens-per-batch", "max-batches"}, {});
   // Under mpirun the batches are shared out across the ranks (the one-rank figure, faster).
@@ -209,7 +178,7 @@ int cmd_eval(int argc, char** argv) {
   const int64_t tokens_per_batch = a.integer("tokens-per-batch", 0, 1, kMaxTokensPerBatch);  // 0: the recipe's
   const int64_t max_batches = a.integer("max-batches", 0, 0, std::numeric_limits<int32_t>::max());
   const std::string data = a.need("data");
-  Loaded l = load(a.need("checkpoint"));
+  TrainedModel l = load_trained_model(a.need("checkpoint"));
   auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "eval");
   const EvalResult r = evaluate(*l.model, *ds, tokens_per_batch > 0 ? tokens_per_batch : l.recipe.training.tokens_per_batch,
                                 max_batches, comm.get());
@@ -236,7 +205,7 @@ GenerateOptions generate_options(const Args& a) {
 int cmd_generate(int argc, char** argv) {
   const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length"}, {});
   const GenerateOptions g = generate_options(a);
-  Loaded l = load(a.need("checkpoint"));
+  TrainedModel l = load_trained_model(a.need("checkpoint"));
   const int64_t max_src = l.recipe.data.max_source_len;
   std::string line;
   int64_t lines = 0, truncated = 0;
@@ -260,7 +229,7 @@ int cmd_denoise(int argc, char** argv) {
   const int64_t count = a.integer("count", 5, 0, std::numeric_limits<int32_t>::max());
   const GenerateOptions g = generate_options(a);
   const std::string data = a.need("data");
-  Loaded l = load(a.need("checkpoint"));
+  TrainedModel l = load_trained_model(a.need("checkpoint"));
   TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
              " data; use tarn generate");
   auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "denoise");
