@@ -1,5 +1,7 @@
 #include "tools/tarn/progress.h"
 
+#include <cstdint>
+
 #include "kernels/check.h"
 
 namespace tarn::app {
@@ -50,36 +52,48 @@ const json::Value& field(const json::Value& o, const char* key, const std::strin
   return *v;
 }
 
+uint64_t u64(const json::Value& o, const char* key, const std::string& source, const char* what) {
+  return field(o, key, source).as_u64(str_cat(source, ": ", what));
+}
+
+// The signed counters: a number above INT64_MAX would wrap to a negative step or count, which
+// progress_json then writes as a negative number that no reader takes back.
+int64_t i64(const json::Value& o, const char* key, const std::string& source, const char* what) {
+  const uint64_t v = u64(o, key, source, what);
+  TARN_CHECK(v <= static_cast<uint64_t>(INT64_MAX), source, ": ", what, ": ", v, " is out of range (at most ",
+             INT64_MAX, ")");
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace
 
 Progress parse_progress(std::string_view text, const std::string& source) {
   const json::Value o = json::parse(text, source);
   Progress p;
-  p.step = static_cast<int64_t>(field(o, "step", source).as_u64("step"));
-  p.data.epoch = field(o, "data_epoch", source).as_u64("data_epoch");
-  p.data.batch = field(o, "data_batch", source).as_u64("data_batch");
-  p.dropout.seed = field(o, "dropout_seed", source).as_u64("dropout_seed");
-  p.dropout.counter = field(o, "dropout_counter", source).as_u64("dropout_counter");
+  p.step = i64(o, "step", source, "step");
+  p.data.epoch = u64(o, "data_epoch", source, "data_epoch");
+  p.data.batch = u64(o, "data_batch", source, "data_batch");
+  p.dropout.seed = u64(o, "dropout_seed", source, "dropout_seed");
+  p.dropout.counter = u64(o, "dropout_counter", source, "dropout_counter");
   if (const json::Value* ranks = o.find("rank_dropout"))
-    for (const json::Value& e : ranks->items("rank_dropout"))
-      p.rank_dropout.push_back({field(e, "seed", source).as_u64("rank_dropout.seed"),
-                                field(e, "counter", source).as_u64("rank_dropout.counter")});
-  p.tokens_seen = static_cast<int64_t>(field(o, "tokens_seen", source).as_u64("tokens_seen"));
-  p.elapsed_s = field(o, "elapsed_s", source).as_double("elapsed_s");
+    for (const json::Value& e : ranks->items(source + ": rank_dropout"))
+      p.rank_dropout.push_back(
+          {u64(e, "seed", source, "rank_dropout.seed"), u64(e, "counter", source, "rank_dropout.counter")});
+  p.tokens_seen = i64(o, "tokens_seen", source, "tokens_seen");
+  p.elapsed_s = field(o, "elapsed_s", source).as_double(source + ": elapsed_s");
   const json::Value& best = field(o, "best_val_nll", source);
   p.has_best = !best.is_null();
-  if (p.has_best) p.best_val_nll = best.as_double("best_val_nll");
-  p.best_step = static_cast<int64_t>(field(o, "best_step", source).as_u64("best_step"));
-  p.evals_without_improvement =
-      static_cast<int64_t>(field(o, "evals_without_improvement", source).as_u64("evals_without_improvement"));
-  p.bad_steps_in_row = static_cast<int64_t>(field(o, "bad_steps_in_row", source).as_u64("bad_steps_in_row"));
-  p.skipped_steps = static_cast<int64_t>(field(o, "skipped_steps", source).as_u64("skipped_steps"));
-  for (const auto& [name, e] : field(o, "favor", source).members("favor")) {
+  if (p.has_best) p.best_val_nll = best.as_double(source + ": best_val_nll");
+  p.best_step = i64(o, "best_step", source, "best_step");
+  p.evals_without_improvement = i64(o, "evals_without_improvement", source, "evals_without_improvement");
+  p.bad_steps_in_row = i64(o, "bad_steps_in_row", source, "bad_steps_in_row");
+  p.skipped_steps = i64(o, "skipped_steps", source, "skipped_steps");
+  for (const auto& [name, e] : field(o, "favor", source).members(source + ": favor")) {
     Progress::Favor& f = p.favor[name];
-    f.rng.seed = field(e, "seed", source).as_u64("favor.seed");
-    f.rng.stream = field(e, "stream", source).as_u64("favor.stream");
-    f.rng.offset = field(e, "offset", source).as_u64("favor.offset");
-    f.steps = static_cast<int64_t>(field(e, "steps", source).as_u64("favor.steps"));
+    f.rng.seed = u64(e, "seed", source, "favor.seed");
+    f.rng.stream = u64(e, "stream", source, "favor.stream");
+    f.rng.offset = u64(e, "offset", source, "favor.offset");
+    f.steps = i64(e, "steps", source, "favor.steps");
   }
   return p;
 }
