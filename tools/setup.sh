@@ -12,6 +12,7 @@ packages=(
   libbenchmark-dev
   libopenmpi-dev openmpi-bin
   wordnet-base
+  clang libclang-rt-14-dev libomp-dev  # the fuzz build (tools/fuzz.sh): libFuzzer, clang's OpenMP
 )
 
 missing=()

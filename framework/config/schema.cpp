@@ -1,6 +1,7 @@
 #include "framework/config/schema.h"
 
 #include <sys/stat.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -25,6 +26,48 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
   return out;
+}
+
+// yaml-cpp 0.7's LoadAll never returns when a document's node would start at a ',' (a recipe of
+// just ",", or "#\n,"): the document parser emits a null without consuming the token, so the
+// next document starts at the same token, forever, each one a new null node (yaml-cpp issue
+// #1040, fixed upstream by PR #1319 after 0.8.0; found by fuzz/recipe_fuzzer). This first pass
+// with the event parser throws a syntax error at the first document that does not advance.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    stuck_ = seen_ && mark.pos == last_.pos;
+    seen_ = true;
+    last_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  bool stuck() const { return stuck_; }
+  const YAML::Mark& last() const { return last_; }
+
+ private:
+  bool seen_ = false, stuck_ = false;
+  YAML::Mark last_;
+};
+
+void check_documents_advance(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (parser.HandleNextDocument(starts)) {
+    if (!starts.stuck()) continue;
+    const YAML::Mark& at = starts.last();
+    const bool in_text = at.pos >= 0 && static_cast<size_t>(at.pos) < text.size();
+    const std::string token = in_text ? std::string(1, text[static_cast<size_t>(at.pos)]) : "?";
+    throw YAML::ParserException(at, "unexpected '" + token + "' where a value should start" +
+                                        (token == "," ? " (',' separates items only inside [ ] or { })" : ""));
+  }
 }
 
 // yaml-cpp reports a tab in indentation in several ways ("illegal map value", ...); name it.
@@ -339,6 +382,7 @@ bool Loader::apply_text(const std::string& yaml_text, const std::string& source)
   if (first_source_.empty()) first_source_ = source;
   YAML::Node document;
   try {
+    check_documents_advance(yaml_text);  // before LoadAll, which can loop forever
     const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
     if (documents.size() > 1) {
       issue({source, line_of(documents[1].Mark())}, "",

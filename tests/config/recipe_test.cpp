@@ -263,6 +263,16 @@ TEST(RecipeErrors, ConfigErrorIsATarnError) {
   }
 }
 
+// yaml-cpp 0.7's LoadAll looped forever, growing memory, on a ',' where a document starts
+// (fuzz/recipe_fuzzer); the loader reports it instead, wherever the document is.
+TEST(RecipeErrors, StrayCommaWhereADocumentStartsIsASyntaxErrorNotAHang) {
+  const std::string expected =
+      "YAML syntax error: unexpected ',' where a value should start (',' separates items only inside [ ] or { })";
+  EXPECT_EQ(first_issue([] { parse_recipe(",", "c.yaml"); }), "c.yaml:1: " + expected);
+  EXPECT_EQ(first_issue([] { parse_recipe("# a comment\n,\n", "c.yaml"); }), "c.yaml:2: " + expected);
+  EXPECT_EQ(first_issue([] { parse_recipe("data:\n  train: t.txt\n---\n, x\n", "c.yaml"); }), "c.yaml:4: " + expected);
+}
+
 // ------------------------------------------------------------------------------ warnings
 
 TEST(RecipeWarnings, IdentityFeatureMapIsAllowedWithAWarning) {

@@ -19,33 +19,9 @@
 #include "framework/io/checkpoint_dir.h"
 #include "framework/optim/adamw.h"
 #include "layers/bart.h"
+#include "tools/tarn/progress.h"
 
 namespace tarn::app {
-
-struct Progress {
-  int64_t step = 0;             // optimizer updates done
-  DataPosition data;            // the next batch to read
-  DropoutState dropout;         // the next dropout stream (rank 0's)
-  // Data-parallel runs: every rank's dropout stream, rank r at index r (empty on one rank).
-  // Each rank draws its own masks (seed derived from the run's seed and the rank, see
-  // rank_dropout_seed), so an exact resume needs every rank's counter.
-  std::vector<DropoutState> rank_dropout;
-  int64_t tokens_seen = 0;      // source + target tokens trained on
-  double elapsed_s = 0;         // training wall time over all runs
-  bool has_best = false;
-  double best_val_nll = 0;      // lowest validation NLL per token so far
-  int64_t best_step = 0;
-  int64_t evals_without_improvement = 0;
-  int64_t bad_steps_in_row = 0;  // non-finite loss or gradient
-  int64_t skipped_steps = 0;     // over the whole run
-  // FAVOR+ projections: where each one's next draw comes from and the steps since its last
-  // (the projection matrices themselves are model buffers).
-  struct Favor {
-    RngState rng;
-    int64_t steps = 0;
-  };
-  std::map<std::string, Favor> favor;
-};
 
 // The model's FAVOR+ redraw state into / out of a Progress.
 void capture_favor_state(BartForConditionalGeneration& model, Progress& progress);

@@ -1,0 +1,69 @@
+// progress.json (tools/tarn/progress.h): what progress_json writes parses back unchanged, and
+// counters a signed field cannot hold are refused by name instead of wrapping.
+#include "tools/tarn/progress.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/check.h"
+
+namespace tarn::app {
+namespace {
+
+Progress sample() {
+  Progress p;
+  p.step = 1200;
+  p.data = {2, 37};
+  p.dropout = {42, 9600};
+  p.rank_dropout = {{42, 9600}, {43, 9600}};
+  p.tokens_seen = 3'456'789;
+  p.elapsed_s = 725.5;
+  p.has_best = true;
+  p.best_val_nll = 3.25;
+  p.best_step = 1000;
+  p.favor["encoder.layers.0.self_attn"] = {{7, 1, 4096}, 12};
+  return p;
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? s : s.replace(at, from.size(), to);
+}
+
+TEST(ProgressJson, WrittenProgressParsesBackUnchanged) {
+  const std::string text = progress_json(sample()).dump(2);
+  EXPECT_EQ(progress_json(parse_progress(text, "progress.json")).dump(2), text);
+}
+
+// Found by fuzz/checkpoint_fuzzer's round trip: a step of 2^64 - 1 loaded as -1, and
+// progress_json wrote it back as a number no reader accepts.
+TEST(ProgressJson, StepAboveInt64MaxIsRefusedNamingFileAndField) {
+  const std::string text = replace(progress_json(sample()).dump(2), "\"step\": 1200", "\"step\": 18446744073709551615");
+  try {
+    parse_progress(text, "runs/x/step_1200/progress.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "runs/x/step_1200/progress.json: step: 18446744073709551615 is out of range (at most "
+              "9223372036854775807)");
+  }
+}
+
+TEST(ProgressJson, FavorStepsAboveInt64MaxAreRefused) {
+  const std::string text = replace(progress_json(sample()).dump(2), "\"steps\": 12", "\"steps\": 9223372036854775808");
+  EXPECT_THROW(parse_progress(text, "progress.json"), Error);
+}
+
+TEST(ProgressJson, ErrorsNameTheFile) {
+  try {
+    parse_progress("{\"step\": -1}", "ck/progress.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("ck/progress.json: step", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tarn::app
