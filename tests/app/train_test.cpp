@@ -265,6 +265,24 @@ TEST(Train, AModelThatCannotFitInMemoryIsRefusedBeforeAnyAllocation) {
         << shipped;
 }
 
+// The up-front estimate must stay below what a step really holds (else it would refuse recipes
+// that fit), and not so far below that it misses what it claims to count.
+TEST(Train, MemoryEstimateIsALowerBoundOfTheLivePeak) {
+  const std::string dir = make_tiny_corpus("estimate");
+  testing::write_corpus(dir + "/train.txt", 3000, 1);
+  const std::vector<std::string> extra = {"training.tokens_per_batch=4096", "validation.every_steps=0",
+                                          "model.d_model=128", "model.ffn_dim=512"};
+  const TrainSummary r = train(options(dir, 10, extra));
+  TrainOptions o = options(dir, 10, extra);
+  const Recipe recipe = load_recipe(o.recipe_path, o.overrides);
+  const Tokenizer tok = Tokenizer::load(dir + "/spm.model");
+  const TrainingMemory m = training_memory(recipe, tok.vocab_size());
+  const double live = static_cast<double>(r.live_peak_bytes);
+  EXPECT_LE(m.total(), live) << "estimated " << m.total() / 1048576 << " MiB, live peak " << live / 1048576 << " MiB";
+  EXPECT_GE(m.total(), 0.5 * live) << "estimated " << m.total() / 1048576 << " MiB, live peak " << live / 1048576
+                                   << " MiB";
+}
+
 TEST(Train, NonFiniteStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
   const std::string dir = make_tiny_corpus("nonfinite");
   train(options(dir, 4, {"validation.every_steps=0"}));

@@ -17,6 +17,7 @@
 #include "framework/log/log.h"
 #include "kernels/backend.h"
 #include "kernels/blas_info.h"
+#include "kernels/mpi/mpi.h"
 #include "kernels/parallel.h"
 
 namespace tarn::app {
@@ -151,31 +152,58 @@ BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
   return c;
 }
 
+TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
+  const ModelRecipe& m = recipe.model;
+  const BartConfig c = mapped_model_config(
+      recipe, m.vocab_size > 0 ? m.vocab_size : (tokenizer_vocab > 0 ? tokenizer_vocab : recipe.data.tokenizer.train.vocab_size));
+  const BartConfig::Footprint f = c.footprint();
+  const double tokens = static_cast<double>(recipe.training.tokens_per_batch);
+  const double d = static_cast<double>(c.d_model);
+  // One rank holds one micro-batch at a time: its share of the global batch, split again by
+  // gradient accumulation.
+  const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
+  const double micro_batch = tokens / static_cast<double>(std::max<int64_t>(1, recipe.training.grad_accumulation)) /
+                             static_cast<double>(launch.launched ? std::max(1, launch.world) : 1);
+  TrainingMemory t;
+  t.state = 16 * f.parameters() + 4 * f.buffer_values;
+  t.logits = 2.0 * 4 * micro_batch * static_cast<double>(c.vocab_size);
+  // Activations live in the memory of the device that trains; the check compares with this
+  // host's memory, so they are counted for CPU training, where they belong to it.
+  if (recipe.training.device != "cpu") return t;
+  // Per token of the batch (source and target alike: denoising keeps them about equal), at least
+  // 8 d_model + 2 ffn values per encoder layer (attention inputs, projections and output, norms,
+  // the FFN's hidden layer before and after its activation) and 12 d_model + 2 ffn per decoder
+  // layer (cross attention on top). For small-linear this counts 302 MiB of the ~360 MiB the
+  // allocator's live peak holds beyond state and logits (Train.MemoryEstimateIsALowerBoundOfTheLivePeak).
+  t.encoder_activations =
+      4 * micro_batch * static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.encoder_ffn_dim));
+  t.decoder_activations =
+      4 * micro_batch * static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.decoder_ffn_dim));
+  return t;
+}
+
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   const ModelRecipe& m = recipe.model;
   const BartConfig c = mapped_model_config(
       recipe, m.vocab_size > 0 ? m.vocab_size : (tokenizer_vocab > 0 ? tokenizer_vocab : recipe.data.tokenizer.train.vocab_size));
   const BartConfig::Footprint f = c.footprint();
-  // A lower bound: every parameter four times in f32 (weights, gradients, AdamW's two moments),
-  // the buffers, and the logits of one batch with their gradient. Activations come on top.
-  const double state = 16 * f.parameters() + 4 * f.buffer_values;
-  const double logits = 2.0 * 4 * static_cast<double>(recipe.training.tokens_per_batch) * static_cast<double>(c.vocab_size);
-  const double need = state + logits;
+  const TrainingMemory t = training_memory(recipe, tokenizer_vocab);
+  const double need = t.total();
   const double have = usable_memory_bytes();
   if (need <= have) {
     if (need > 0.8 * have)
-      log::warn("config", str_cat("the model's parameters, gradients, optimizer state and logits alone take ",
-                                  gigabytes(need), " of this machine's ", gigabytes(have),
-                                  ": activations may not fit (lower training.tokens_per_batch or the model's size)"));
+      log::warn("config", str_cat("one training step needs at least ", gigabytes(need), " of this machine's ",
+                                  gigabytes(have), ": it may not fit (lower training.tokens_per_batch or the model's size)"));
     return;
   }
-  // Name the key whose part is the largest.
+  // Name the key whose part is the largest. Activations grow with both the batch and the layer
+  // count, so they only decide when the rest alone would fit: then the batch is the lever.
   std::string key = "model.d_model";
   double largest = f.embedding_parameters;
   if (f.encoder_parameters > largest) key = "model.encoder_layers", largest = f.encoder_parameters;
   if (f.decoder_parameters > largest) key = "model.decoder_layers", largest = f.decoder_parameters;
   if (4 * f.buffer_values > 16 * largest) key = "model.attention", largest = f.buffer_values / 4;
-  if (logits > 16 * largest) key = "training.tokens_per_batch";
+  if (t.logits > 16 * largest || t.state + t.logits <= have) key = "training.tokens_per_batch";
   if (key == "model.d_model" && static_cast<double>(c.max_position_embeddings) > static_cast<double>(c.vocab_size))
     key = "model.max_positions";
   if (key == "model.encoder_layers" || key == "model.decoder_layers")
@@ -183,9 +211,11 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   char params[64];
   std::snprintf(params, sizeof params, "%.3g", f.parameters());
   throw ConfigError(recipe.where(key), key,
-                    str_cat("this model and its training state need at least ", gigabytes(need), " (", params,
-                            " parameters at 16 bytes each for weights, gradients and AdamW moments, plus one batch's "
-                            "logits) and this machine has ", gigabytes(have),
+                    str_cat("this model and its training state need at least ", gigabytes(need), " (",
+                            gigabytes(t.state), " for ", params,
+                            " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
+                            gigabytes(t.logits + t.activations()), " for one batch's logits and activations) and this "
+                            "machine has ", gigabytes(have),
                             ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
                             "the batch (training.tokens_per_batch)"));
 }

@@ -36,6 +36,17 @@ Device training_device(const Recipe& recipe);
 // The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
 
+// A lower bound on the memory one training step holds, in bytes, by part.
+struct TrainingMemory {
+  double state = 0;        // weights, gradients, AdamW's two moments (f32), and the buffers
+  double logits = 0;       // one batch's logits and their gradient
+  double encoder_activations = 0;  // what the autograd tape keeps for the backward pass
+  double decoder_activations = 0;
+  double activations() const { return encoder_activations + decoder_activations; }
+  double total() const { return state + logits + activations(); }
+};
+TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
+
 // Refuses, before anything is allocated, a recipe whose model and training state cannot fit in
 // this machine's memory (physical memory, or the cgroup's limit when lower): a ConfigError that
 // names the model key responsible and the sizes. `tokenizer_vocab` 0 takes the recipe's
