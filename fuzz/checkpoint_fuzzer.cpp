@@ -20,6 +20,7 @@
 #include "framework/io/crc32.h"
 #include "fuzz/fuzz_files.h"
 #include "kernels/check.h"
+#include "tests/app/progress_sample.h"
 #include "tools/tarn/progress.h"
 
 namespace {
@@ -31,27 +32,12 @@ struct Fixture {
   std::string with_input_complete;  // case 2: COMPLETE is the input
 };
 
-tarn::app::Progress sample_progress() {
-  tarn::app::Progress p;
-  p.step = 1200;
-  p.data = {2, 37};
-  p.dropout = {42, 9600};
-  p.rank_dropout = {{42, 9600}, {43, 9600}};
-  p.tokens_seen = 3'456'789;
-  p.elapsed_s = 725.5;
-  p.has_best = true;
-  p.best_val_nll = 3.25;
-  p.best_step = 1000;
-  p.favor["model.encoder.layers.0.self_attn"] = {{7, 1, 4096}, 12};
-  return p;
-}
-
 Fixture make_fixture() {
   const std::string root = tarn::fuzz::scratch_dir();
   Fixture f{root + "/step_1", root + "/step_2"};
   for (const std::string& dir : {f.with_input_manifest, f.with_input_complete}) {
     tarn::CheckpointWriter w(dir);
-    w.write_file("progress.json", tarn::app::progress_json(sample_progress()).dump(2) + "\n");
+    w.write_file("progress.json", tarn::app::progress_json(tarn::testing::sample_progress()).dump(2) + "\n");
     w.write_file("notes.txt", "fuzz fixture\n");
     w.set_info("step", "1200");
     w.commit();

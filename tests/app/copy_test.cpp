@@ -5,10 +5,10 @@
 // sequence through, not just that the loss fell.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "data/corpus_reader.h"
 #include "tests/app/app_test_util.h"
 #include "tools/tarn/generate.h"
 #include "tools/tarn/trained_model.h"
@@ -16,13 +16,6 @@
 
 namespace tarn::app {
 namespace {
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
   const std::string dir = testing::fresh_dir("copy");
@@ -51,7 +44,7 @@ TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
   const TrainedModel trained = load_trained_model(dir + "/run");
   const Tokenizer& tok = *trained.tok;
 
-  const std::vector<std::string> unseen = read_lines(dir + "/unseen.txt");
+  const std::vector<std::string> unseen = read_text_lines({dir + "/unseen.txt"});
   ASSERT_EQ(unseen.size(), 10u);
   std::vector<std::vector<int32_t>> sources;
   for (const std::string& line : unseen) {

@@ -7,24 +7,12 @@
 #include <string>
 
 #include "kernels/check.h"
+#include "tests/app/progress_sample.h"
 
 namespace tarn::app {
 namespace {
 
-Progress sample() {
-  Progress p;
-  p.step = 1200;
-  p.data = {2, 37};
-  p.dropout = {42, 9600};
-  p.rank_dropout = {{42, 9600}, {43, 9600}};
-  p.tokens_seen = 3'456'789;
-  p.elapsed_s = 725.5;
-  p.has_best = true;
-  p.best_val_nll = 3.25;
-  p.best_step = 1000;
-  p.favor["encoder.layers.0.self_attn"] = {{7, 1, 4096}, 12};
-  return p;
-}
+using testing::sample_progress;
 
 std::string replace(std::string s, const std::string& from, const std::string& to) {
   const size_t at = s.find(from);
@@ -33,14 +21,15 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 }
 
 TEST(ProgressJson, WrittenProgressParsesBackUnchanged) {
-  const std::string text = progress_json(sample()).dump(2);
+  const std::string text = progress_json(sample_progress()).dump(2);
   EXPECT_EQ(progress_json(parse_progress(text, "progress.json")).dump(2), text);
 }
 
 // Found by fuzz/checkpoint_fuzzer's round trip: a step of 2^64 - 1 loaded as -1, and
 // progress_json wrote it back as a number no reader accepts.
 TEST(ProgressJson, StepAboveInt64MaxIsRefusedNamingFileAndField) {
-  const std::string text = replace(progress_json(sample()).dump(2), "\"step\": 1200", "\"step\": 18446744073709551615");
+  const std::string text =
+      replace(progress_json(sample_progress()).dump(2), "\"step\": 1200", "\"step\": 18446744073709551615");
   try {
     parse_progress(text, "runs/x/step_1200/progress.json");
     FAIL() << "accepted";
@@ -52,7 +41,8 @@ TEST(ProgressJson, StepAboveInt64MaxIsRefusedNamingFileAndField) {
 }
 
 TEST(ProgressJson, FavorStepsAboveInt64MaxAreRefused) {
-  const std::string text = replace(progress_json(sample()).dump(2), "\"steps\": 12", "\"steps\": 9223372036854775808");
+  const std::string text =
+      replace(progress_json(sample_progress()).dump(2), "\"steps\": 12", "\"steps\": 9223372036854775808");
   EXPECT_THROW(parse_progress(text, "progress.json"), Error);
 }
 

@@ -152,17 +152,25 @@ BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
   return c;
 }
 
-TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
-  const ModelRecipe& m = recipe.model;
-  const BartConfig c = mapped_model_config(
-      recipe, m.vocab_size > 0 ? m.vocab_size : (tokenizer_vocab > 0 ? tokenizer_vocab : recipe.data.tokenizer.train.vocab_size));
+namespace {
+
+// The model the memory check sizes: the recipe's vocabulary, else the tokenizer's, else the one
+// the recipe would train.
+BartConfig sized_model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
+  const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size
+                        : tokenizer_vocab > 0       ? tokenizer_vocab
+                                                    : recipe.data.tokenizer.train.vocab_size;
+  return mapped_model_config(recipe, vocab);
+}
+
+TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   const BartConfig::Footprint f = c.footprint();
-  const double tokens = static_cast<double>(recipe.training.tokens_per_batch);
   const double d = static_cast<double>(c.d_model);
   // One rank holds one micro-batch at a time: its share of the global batch, split again by
   // gradient accumulation.
   const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info();
-  const double micro_batch = tokens / static_cast<double>(std::max<int64_t>(1, recipe.training.grad_accumulation)) /
+  const double micro_batch = static_cast<double>(recipe.training.tokens_per_batch) /
+                             static_cast<double>(std::max<int64_t>(1, recipe.training.grad_accumulation)) /
                              static_cast<double>(launch.launched ? std::max(1, launch.world) : 1);
   TrainingMemory t;
   t.state = 16 * f.parameters() + 4 * f.buffer_values;
@@ -176,25 +184,29 @@ TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   // layer (cross attention on top). For small-linear this counts 288 MiB of the ~346 MiB the
   // allocator's live peak (619 MiB) holds beyond state and logits; the whole estimate is 561 MiB
   // (Train.MemoryEstimateIsALowerBoundOfTheLivePeak keeps it below the live peak).
-  t.encoder_activations =
-      4 * micro_batch * static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.encoder_ffn_dim));
-  t.decoder_activations =
-      4 * micro_batch * static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.decoder_ffn_dim));
+  const double encoder = static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.encoder_ffn_dim));
+  const double decoder = static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.decoder_ffn_dim));
+  t.activations = 4 * micro_batch * (encoder + decoder);
   return t;
 }
 
+}  // namespace
+
+TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
+  return training_memory_of(sized_model_config(recipe, tokenizer_vocab), recipe);
+}
+
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
-  const ModelRecipe& m = recipe.model;
-  const BartConfig c = mapped_model_config(
-      recipe, m.vocab_size > 0 ? m.vocab_size : (tokenizer_vocab > 0 ? tokenizer_vocab : recipe.data.tokenizer.train.vocab_size));
+  const BartConfig c = sized_model_config(recipe, tokenizer_vocab);
   const BartConfig::Footprint f = c.footprint();
-  const TrainingMemory t = training_memory(recipe, tokenizer_vocab);
+  const TrainingMemory t = training_memory_of(c, recipe);
   const double need = t.total();
   const double have = usable_memory_bytes();
   if (need <= have) {
     if (need > 0.8 * have)
       log::warn("config", str_cat("one training step needs at least ", gigabytes(need), " of this machine's ",
-                                  gigabytes(have), ": it may not fit (lower training.tokens_per_batch or the model's size)"));
+                                  gigabytes(have),
+                                  ": it may not fit (lower training.tokens_per_batch or the model's size)"));
     return;
   }
   // Name the key whose part is the largest. Activations grow with both the batch and the layer
@@ -208,14 +220,14 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   if (key == "model.d_model" && static_cast<double>(c.max_position_embeddings) > static_cast<double>(c.vocab_size))
     key = "model.max_positions";
   if (key == "model.encoder_layers" || key == "model.decoder_layers")
-    if (static_cast<double>(m.ffn_dim) > 8.0 * static_cast<double>(m.d_model)) key = "model.ffn_dim";
+    if (static_cast<double>(c.encoder_ffn_dim) > 8.0 * static_cast<double>(c.d_model)) key = "model.ffn_dim";
   char params[64];
   std::snprintf(params, sizeof params, "%.3g", f.parameters());
   throw ConfigError(recipe.where(key), key,
                     str_cat("this model and its training state need at least ", gigabytes(need), " (",
                             gigabytes(t.state), " for ", params,
                             " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
-                            gigabytes(t.logits + t.activations()), " for one batch's logits and activations) and this "
+                            gigabytes(t.logits + t.activations), " for one batch's logits and activations) and this "
                             "machine has ", gigabytes(have),
                             ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
                             "the batch (training.tokens_per_batch)"));

@@ -39,11 +39,9 @@ BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
 // A lower bound on the memory one training step holds, in bytes, by part.
 struct TrainingMemory {
   double state = 0;        // weights, gradients, AdamW's two moments (f32), and the buffers
-  double logits = 0;       // one batch's logits and their gradient
-  double encoder_activations = 0;  // what the autograd tape keeps for the backward pass
-  double decoder_activations = 0;
-  double activations() const { return encoder_activations + decoder_activations; }
-  double total() const { return state + logits + activations(); }
+  double logits = 0;       // one micro-batch's logits and their gradient
+  double activations = 0;  // what the autograd tape keeps for the backward pass (CPU training)
+  double total() const { return state + logits + activations; }
 };
 TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
 
