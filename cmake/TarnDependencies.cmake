@@ -24,6 +24,23 @@ target_include_directories(tarn_openblas INTERFACE ${TARN_OPENBLAS_INCLUDE})
 set(CMAKE_BUILD_RPATH "${TARN_OPENBLAS_DIR}")
 set(CMAKE_INSTALL_RPATH "${TARN_OPENBLAS_DIR}")
 
+# oneDNN (libdnnl-dev): the CPU's bf16 GEMM engine for `training.precision: bf16`
+# (kernels/cpu/gemm_bf16.cpp). Optional: without it bf16 GEMMs widen to f32 and sgemm, and
+# tarn says so when a recipe asks for bf16. TARN_WITH_DNNL=OFF leaves it out on purpose.
+option(TARN_WITH_DNNL "Use oneDNN for bf16 GEMMs on the CPU when it is installed" ON)
+set(TARN_HAVE_DNNL OFF)
+if(TARN_WITH_DNNL)
+  find_path(TARN_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+  find_library(TARN_DNNL_LIB dnnl)
+  if(TARN_DNNL_INCLUDE AND TARN_DNNL_LIB)
+    set(TARN_HAVE_DNNL ON)
+    message(STATUS "oneDNN: ${TARN_DNNL_LIB} (bf16 GEMMs on the CPU)")
+  else()
+    message(WARNING "oneDNN (libdnnl-dev) not found: bf16 training on the CPU will fall back to f32 "
+                    "(run tools/setup.sh to install it)")
+  endif()
+endif()
+
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)

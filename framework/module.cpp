@@ -58,6 +58,11 @@ void Module::train(bool on) {
   for (auto& [name, m] : children_) m->train(on);
 }
 
+void Module::set_precision(Precision p) {
+  precision_ = p;
+  for (auto& [name, m] : children_) m->set_precision(p);
+}
+
 void Module::zero_grad() {
   for (Tensor* t : parameters()) t->zero_grad();
 }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/precision.h"
 #include "framework/tensor.h"
 
 namespace tarn {
@@ -25,6 +26,10 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }
+  // The arithmetic of this module's matrix products (framework/precision.h), for it and every
+  // module below it. Not part of the weights: a checkpoint resumes in either precision.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
   void zero_grad();
   // Moves every parameter and buffer to `device` (a copy; gradients are dropped). Tensors that
   // shared storage still share it afterwards; parameters stay leaves that require grad.
@@ -50,6 +55,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
+  Precision precision_ = Precision::f32;
 };
 
 }  // namespace tarn

@@ -47,6 +47,10 @@ namespace tarn::kernels {
   X(embedding_forward)                                                                               \
   X(embedding_backward)                                                                              \
   X(gemm_batched)                                                                                    \
+  X(gemm_batched_bf16)                                                                               \
+  X(bf16_gemm_engine)                                                                                \
+  X(cast_to_bf16)                                                                                    \
+  X(cast_from_bf16)                                                                                  \
   X(copy_rows)                                                                                       \
   X(permute)                                                                                         \
   X(adamw_step)                                                                                      \

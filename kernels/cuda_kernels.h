@@ -8,9 +8,11 @@
 // copy it back and so synchronise. Enum and struct types are the CPU headers'.
 #include <cstdint>
 
+#include "kernels/cast.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
+#include "kernels/gemm.h"
 #include "kernels/layout.h"
 #include "kernels/linear_attention.h"
 #include "kernels/optim.h"

@@ -176,10 +176,10 @@ Tensor MultiHeadAttention::key_features(const Tensor& k) const {
 // HF's path, kept for attention dropout: it needs the probabilities themselves.
 Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const PaddingMask& pad) const {
-  Tensor scores = matmul(scale(q, scaling_), k, false, true);  // (B, H, Nq, Nk)
+  Tensor scores = matmul(scale(q, scaling_), k, false, true, precision());  // (B, H, Nq, Nk)
   const Tensor bias = softmax_mask_bias(q.size(0), q.size(2), k.size(2), pad, causal_);
   if (bias.defined()) scores = add(scores, bias.to(scores.device()));
-  return matmul(dropout_->apply(softmax(scores), attention_dropout_, true), v);
+  return matmul(dropout_->apply(softmax(scores), attention_dropout_, true), v, false, false, precision());
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {

@@ -168,7 +168,7 @@ Tensor BartForConditionalGeneration::encode(const std::vector<int32_t>& src_ids,
 
 Tensor BartForConditionalGeneration::lm_head(const Tensor& hidden) const {
   // final_logits_bias is a buffer (never trained): its (V) view needs no autograd.
-  return linear(hidden, model.shared.weight, final_logits_bias.view({config_.vocab_size}));
+  return linear(hidden, model.shared.weight, final_logits_bias.view({config_.vocab_size}), precision());
 }
 
 Tensor BartForConditionalGeneration::decode(const std::vector<int32_t>& tgt_in_ids, const Shape& tgt_shape,

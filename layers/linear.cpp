@@ -16,7 +16,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, ParamInit& init, bool 
 Tensor Linear::forward(const Tensor& x) const {
   TARN_ASSERT(x.dim() >= 1 && x.shape().back() == in_features(), "Linear: input shape ", x.shape().str(),
               " does not end in in_features = ", in_features());
-  return linear(x, weight, bias);
+  return linear(x, weight, bias, precision());
 }
 
 }  // namespace tarn

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config ccache
   libopenblas-openmp-dev libopenblas0-openmp
+  libdnnl-dev  # oneDNN: bf16 GEMMs on the CPU (training.precision: bf16)
   libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev googletest

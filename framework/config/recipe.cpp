@@ -187,6 +187,11 @@ config::Schema build_schema() {
   training.integer(&TrainingRecipe::seed, "seed", "seed of every random stream (Philox)").non_negative();
   training.string(&TrainingRecipe::device, "device", "where to train: cpu, cuda or cuda:N")
       .check(is_device, "cpu, cuda or cuda:N");
+  training.choice(&TrainingRecipe::precision, "precision",
+                  "matrix products: f32, or bf16 mixed precision (bf16 operands on bf16 hardware with f32 "
+                  "accumulation; weights, optimizer state, norms, softmax and the loss in f32; checkpoints f32). "
+                  "Where the device has no bf16 hardware, tarn warns and trains in f32",
+                  {"f32", "bf16"});
   training.integer(&TrainingRecipe::threads, "threads", "CPU threads; 0 = every core (more than the cores only slows a run)")
       .non_negative()
       .max(1024);

@@ -123,6 +123,7 @@ struct TrainingRecipe {
   double max_time_minutes = 0;   // 0 = no limit
   int64_t seed = 1;
   std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string precision = "f32";  // f32 | bf16 (framework/precision.h)
   int64_t threads = 0;         // 0 = every core
   double label_smoothing = 0.1;
   int64_t max_bad_steps = 5;  // non-finite losses in a row before stopping

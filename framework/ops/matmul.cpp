@@ -3,12 +3,40 @@
 #include <vector>
 
 #include "framework/autograd.h"
+#include "framework/backend.h"
 #include "framework/ops/elementwise_internal.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 
 namespace tarn {
 namespace {
+
+// An operand as the product reads it: the f32 tensor itself, or (bf16) its rounding to bf16 in
+// a fresh tensor. Gradients round dC the same way, so every GEMM of a bf16 op is a bf16 GEMM.
+Tensor operand(const Tensor& x, Precision p) {
+  if (p == Precision::f32) return x;
+  TARN_ASSERT(x.dtype() == DType::f32, "matmul: a bf16 product takes f32 tensors, got ", dtype_name(x.dtype()));
+  Tensor r = Tensor::empty(x.shape(), x.device(), DType::bf16);
+  backend_for(x.device()).cast_to_bf16(x.device_f32(), r.data<bf16>(), x.numel());
+  return r;
+}
+
+// The kernel table for two operands of a product: f32, or bf16 as operand() made them.
+const kernels::Backend& product_kernels(const Tensor& a, const Tensor& b) {
+  ops_internal::check_same_device("matmul", a, b);
+  return backend_for(a.device());
+}
+
+// gemm_batched on f32 operands, gemm_batched_bf16 on bf16 ones (both f32 C).
+void gemm_call(const kernels::Backend& k, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+               const Tensor& A, int64_t sa, const Tensor& B, int64_t sb, float beta, float* C, int64_t sc) {
+  TARN_ASSERT(A.dtype() == B.dtype(), "matmul: operands of dtypes ", dtype_name(A.dtype()), " and ",
+              dtype_name(B.dtype()));
+  if (A.dtype() == DType::bf16)
+    k.gemm_batched_bf16(ta, tb, batch, M, N, K, 1.0f, A.data<bf16>(), sa, B.data<bf16>(), sb, beta, C, sc);
+  else
+    k.gemm_batched(ta, tb, batch, M, N, K, 1.0f, A.device_f32(), sa, B.device_f32(), sb, beta, C, sc);
+}
 
 struct GemmShape {
   int64_t batch, M, N, K;
@@ -48,14 +76,13 @@ GemmShape gemm_shape(const char* op, const Tensor& a, const Tensor& b, bool ta, 
 // The product without autograd: used by the forward and by both gradients.
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const GemmShape g = gemm_shape("matmul", a, b, ta, tb);
-  const kernels::Backend& k = ops_internal::kernels_for("matmul", a, b);
+  const kernels::Backend& k = product_kernels(a, b);
   Tensor c = Tensor::empty(g.out, a.device());
   if (g.shared_b && !ta && g.batch > 1) {  // fold the batch into M: one large sgemm
-    k.gemm_batched(false, tb, 1, g.batch * g.M, g.N, g.K, 1.0f,
-                   a.device_f32(), 0, b.device_f32(), 0, 0.0f, c.device_f32(), 0);
+    gemm_call(k, false, tb, 1, g.batch * g.M, g.N, g.K, a, 0, b, 0, 0.0f, c.device_f32(), 0);
   } else {
-    k.gemm_batched(ta, tb, g.batch, g.M, g.N, g.K, 1.0f, a.device_f32(), g.M * g.K, b.device_f32(),
-                   g.shared_b ? 0 : g.K * g.N, 0.0f, c.device_f32(), g.M * g.N);
+    gemm_call(k, ta, tb, g.batch, g.M, g.N, g.K, a, g.M * g.K, b, g.shared_b ? 0 : g.K * g.N, 0.0f, c.device_f32(),
+              g.M * g.N);
   }
   return c;
 }
@@ -64,28 +91,26 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor shared_b_grad(const Tensor& a, const Tensor& dc, const Shape& b_shape, bool ta, bool tb) {
   const int64_t K = ta ? a.size(-2) : a.size(-1), M = ta ? a.size(-1) : a.size(-2), N = dc.size(-1);
   const int64_t batch = a.numel() / (M * K);
-  const kernels::Backend& k = ops_internal::kernels_for("matmul", a, dc);
+  const kernels::Backend& k = product_kernels(a, dc);
   Tensor db = Tensor::empty(b_shape, a.device());
   if (!ta) {  // rows of a and dc line up across the batch: one sgemm over batch*M rows
-    if (!tb) k.gemm_batched(true, false, 1, K, N, batch * M, 1.0f,
-                            a.device_f32(), 0, dc.device_f32(), 0, 0.0f, db.device_f32(), 0);
-    else k.gemm_batched(true, false, 1, N, K, batch * M, 1.0f,
-                        dc.device_f32(), 0, a.device_f32(), 0, 0.0f, db.device_f32(), 0);
+    if (!tb) gemm_call(k, true, false, 1, K, N, batch * M, a, 0, dc, 0, 0.0f, db.device_f32(), 0);
+    else gemm_call(k, true, false, 1, N, K, batch * M, dc, 0, a, 0, 0.0f, db.device_f32(), 0);
   } else {
-    if (!tb) k.gemm_batched(false, false, batch, K, N, M, 1.0f,
-                            a.device_f32(), M * K, dc.device_f32(), M * N, 0.0f, db.device_f32(), 0);
-    else k.gemm_batched(true, true, batch, N, K, M, 1.0f,
-                        dc.device_f32(), M * N, a.device_f32(), M * K, 0.0f, db.device_f32(), 0);
+    if (!tb) gemm_call(k, false, false, batch, K, N, M, a, M * K, dc, M * N, 0.0f, db.device_f32(), 0);
+    else gemm_call(k, true, true, batch, N, K, M, dc, M * N, a, M * K, 0.0f, db.device_f32(), 0);
   }
   return db;
 }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, Precision p) {
+  const Tensor a = operand(a_in, p), b = operand(b_in, p);
   Tensor c = gemm(a, b, ta, tb);
   const bool shared_b = b.dim() == 2 && a.dim() > 2;
-  return record("matmul", c, {a, b}, [a, b, ta, tb, shared_b](const Tensor& dc, const NeedsGrad& needs) -> Grads {
+  return record("matmul", c, {a_in, b_in}, [a, b, ta, tb, shared_b, p](const Tensor& dc_in, const NeedsGrad& needs) -> Grads {
+    const Tensor dc = operand(dc_in, p);
     Grads g(2);
     // With A' = op(A), B' = op(B): dA' = dC B'ᵀ and dB' = A'ᵀ dC, transposed back where needed.
     if (needs[0]) {
@@ -95,11 +120,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         g[0] = gemm(b, dc, tb, true);
       } else {  // dA_i = B' dC_iᵀ with B' shared: a stride-0 left operand
         const int64_t K = a.size(-2), M = a.size(-1), N = dc.size(-1), batch = a.numel() / (M * K);
-        const kernels::Backend& k = ops_internal::kernels_for("matmul", b, dc);
+        const kernels::Backend& k = product_kernels(b, dc);
         g[0] = Tensor::empty(a.shape(), a.device());
-        k.gemm_batched(tb, true, batch, K, M, N, 1.0f,
-                       b.device_f32(), 0, dc.device_f32(), M * N, 0.0f, g[0].device_f32(),
-                                   K * M);
+        gemm_call(k, tb, true, batch, K, M, N, b, 0, dc, M * N, 0.0f, g[0].device_f32(), K * M);
       }
     }
     if (needs[1]) {
@@ -110,7 +133,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Precision p) {
   TARN_ASSERT(weight.dim() == 2, "linear: weight must be (out, in), got ", weight.shape().str());
   TARN_ASSERT(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape().str(),
               " does not match weight ", weight.shape().str());
@@ -135,21 +158,22 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
     beta = 1.0f;
   }
-  k.gemm_batched(false, true, 1, rows, out, in, 1.0f, x.device_f32(), 0, weight.device_f32(), 0, beta,
-                 y.device_f32(), 0);
+  const Tensor xo = operand(x, p), wo = operand(weight, p);
+  gemm_call(k, false, true, 1, rows, out, in, xo, 0, wo, 0, beta, y.device_f32(), 0);
 
-  return record("linear", y, {x, weight, bias}, [x, weight, rows, in, out](const Tensor& dy, const NeedsGrad& needs) -> Grads {
-    const kernels::Backend& k = ops_internal::kernels_for("linear", x, dy);
+  // The backward keeps the operands as the products read them (bf16 copies take half the bytes).
+  return record("linear", y, {x, weight, bias},
+                [xo, wo, rows, in, out, p](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+    const kernels::Backend& k = ops_internal::kernels_for("linear", dy);
+    const Tensor dyo = (needs[0] || needs[1]) ? operand(dy, p) : Tensor();
     Grads g(3);
     if (needs[0]) {  // dx = dy W
-      g[0] = Tensor::empty(x.shape(), x.device());
-      k.gemm_batched(false, false, 1, rows, in, out, 1.0f,
-                     dy.device_f32(), 0, weight.device_f32(), 0, 0.0f, g[0].device_f32(), 0);
+      g[0] = Tensor::empty(xo.shape(), xo.device());
+      gemm_call(k, false, false, 1, rows, in, out, dyo, 0, wo, 0, 0.0f, g[0].device_f32(), 0);
     }
     if (needs[1]) {  // dW = dyᵀ x
-      g[1] = Tensor::empty(weight.shape(), weight.device());
-      k.gemm_batched(true, false, 1, out, in, rows, 1.0f,
-                     dy.device_f32(), 0, x.device_f32(), 0, 0.0f, g[1].device_f32(), 0);
+      g[1] = Tensor::empty(wo.shape(), wo.device());
+      gemm_call(k, true, false, 1, out, in, rows, dyo, 0, xo, 0, 0.0f, g[1].device_f32(), 0);
     }
     if (needs[2]) {  // db = the column sums of dy (deterministic at any thread count)
       g[2] = Tensor::empty(Shape{out}, dy.device());

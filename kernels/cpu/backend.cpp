@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cast.h"
 #include "kernels/check.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda_runtime.h"

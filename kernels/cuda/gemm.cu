@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #else
 #include "kernels/emu/cublas_standin.h"
 #endif
@@ -90,6 +91,45 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
   TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
                                              static_cast<int>(K), &alpha, B, ldb, stride_b, A, lda, stride_a, &beta,
                                              C, ldc, stride_c, static_cast<int>(batch)));
+}
+
+// The same mapping with bf16 operands: cublasGemmStridedBatchedEx, f32 compute (bf16 tensor
+// cores on sm_80 and up, with f32 accumulation), f32 C.
+void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                       const bf16* A, int64_t stride_a, const bf16* B, int64_t stride_b, float beta, float* C,
+                       int64_t stride_c) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
+  TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX,
+              "gemm_batched_bf16: extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
+  cublasHandle_t h = handle();
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
+  const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
+  const int ldc = static_cast<int>(N);
+  // Accumulating into one C runs the products one after another (a batched call would race).
+  const bool serial = stride_c == 0 && batch > 1;
+  for (int64_t i = 0; i < (serial ? batch : 1); ++i) {
+    const float beta_i = (serial && i > 0) ? 1.0f : beta;
+    TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(
+        h, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B + i * stride_b,
+        CUDA_R_16BF, ldb, stride_b, A + i * stride_a, CUDA_R_16BF, lda, stride_a, &beta_i, C, CUDA_R_32F, ldc,
+        stride_c, serial ? 1 : static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+Bf16GemmEngine bf16_gemm_engine(int device) {
+#if defined(__CUDACC__)
+  int major = 0, minor = 0;
+  TARN_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TARN_CUDA_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const std::string sm = "sm_" + std::to_string(major) + std::to_string(minor);
+  if (major >= 8) return {true, "cuBLAS bf16 tensor cores (" + sm + ")"};
+  return {false, "this GPU (" + sm + ") has no bf16 tensor cores (they start at sm_80)"};
+#else
+  (void)device;
+  return {true, "cuBLAS stand-in on the emulated device"};
+#endif
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

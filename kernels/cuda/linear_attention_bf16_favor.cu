@@ -2,7 +2,7 @@
 // the bf16 attention kernels with feature_map identity. favor is not row-local (every feature
 // needs the whole projected row, DESIGN.md section 2), so it is the f32 favor_forward /
 // favor_backward of linear_attention_favor.cu (projection GEMM, then the stabilised exp fused
-// in one row-wise pass) between two small conversion kernels: bf16 inputs widened to f32 in
+// in one row-wise pass) between two conversions (kernels/cuda/cast.cu): bf16 inputs widened to f32 in
 // the workspace, f32 results rounded to bf16. The projection and exp run in f32 on the exact
 // bf16 values, so the only rounding this adds is the final one of y (or dx) to bf16; the
 // projection W stays f32 (a parameter, not an activation).
@@ -16,29 +16,6 @@ namespace {
 
 using cpu::FavorDims;
 using cpu::FavorStabilizer;
-using mma::bf16;
-
-__global__ void favor_bf16_widen_kernel(const bf16* x, float* y, int64_t n) {
-  for (int64_t i = device::global_index(); i < n; i += device::global_stride()) y[i] = mma::to_float(x[i]);
-}
-
-__global__ void favor_bf16_narrow_kernel(const float* x, bf16* y, int64_t n) {
-  for (int64_t i = device::global_index(); i < n; i += device::global_stride()) y[i] = mma::to_bf16(x[i]);
-}
-
-const bf16* device_bf16(const ::tarn::bf16* p) { return reinterpret_cast<const bf16*>(p); }
-bf16* device_bf16(::tarn::bf16* p) { return reinterpret_cast<bf16*>(p); }
-
-void widen(const ::tarn::bf16* x, float* y, int64_t n) {
-  if (n > 0)
-    tarn::launch(favor_bf16_widen_kernel, device::grid_for(n), device::kBlock, 0, nullptr, device_bf16(x), y, n);
-}
-
-void narrow(const float* x, ::tarn::bf16* y, int64_t n) {
-  if (n > 0)
-    tarn::launch(favor_bf16_narrow_kernel, device::grid_for(n), device::kBlock, 0, nullptr, x, device_bf16(y), n);
-}
-
 void check_dims(const char* op, const FavorDims& g) {
   TARN_ASSERT(g.slices >= 0 && g.rows >= 0 && g.d > 0 && g.m > 0, op, ": bad dims (slices ", g.slices, ", rows ",
               g.rows, ", d ", g.d, ", m ", g.m, ")");
@@ -64,9 +41,9 @@ void favor_forward_bf16(const FavorDims& g, FavorStabilizer stab, const ::tarn::
   if (rows == 0) return;
   float* x32 = workspace;
   float* y32 = x32 + rows * g.d;
-  widen(x, x32, rows * g.d);
+  cast_from_bf16(x, x32, rows * g.d);
   TARN_CUDA_NS::favor_forward(g, stab, x32, w, y32);  // qualified: cpu:: is found through g too
-  narrow(y32, y, rows * g.m);
+  cast_to_bf16(y32, y, rows * g.m);
 }
 
 size_t favor_backward_bf16_workspace_floats(const FavorDims& g) {
@@ -88,12 +65,12 @@ void favor_backward_bf16(const FavorDims& g, FavorStabilizer stab, const ::tarn:
   float* y32 = dx32 + rows * g.d;
   float* dy32 = y32 + rows * g.m;
   float* inner = dy32 + rows * g.m;
-  widen(x, x32, rows * g.d);
-  widen(y, y32, rows * g.m);
-  widen(dy, dy32, rows * g.m);
+  cast_from_bf16(x, x32, rows * g.d);
+  cast_from_bf16(y, y32, rows * g.m);
+  cast_from_bf16(dy, dy32, rows * g.m);
   TARN_CUDA_NS::favor_backward(g, stab, x32, w, y32, dy32, dx32, inner,
                                TARN_CUDA_NS::favor_backward_workspace_floats(g));
-  narrow(dx32, dx, rows * g.d);
+  cast_to_bf16(dx32, dx, rows * g.d);
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

@@ -2,7 +2,7 @@
 // token ids, for sequence lengths N (source and target both N tokens), reported as tokens per
 // second (B*N target tokens per step, the count PyTorch-side scripts usually report) and peak
 // memory. Usage: train_bench [--preset small] [--attention linear|softmax] [--n 512,2048]
-//                            [--tokens 4096] [--steps 5]
+//                            [--tokens 4096] [--steps 5] [--precision f32|bf16|both]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include "framework/optim/adamw.h"
 #include "framework/rng.h"
 #include "kernels/blas_info.h"
+#include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "layers/bart.h"
 
@@ -29,7 +30,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   using namespace tarn;
-  std::string preset = "small", attention = "linear";
+  std::string preset = "small", attention = "linear", precision = "f32";
   std::vector<int64_t> lengths = {512, 2048};
   int64_t tokens = 4096, steps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     else if (k == "--n") lengths = parse_list(v);
     else if (k == "--tokens") tokens = std::stoll(v);
     else if (k == "--steps") steps = std::stoll(v);
+    else if (k == "--precision") precision = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -46,13 +48,22 @@ int main(int argc, char** argv) {
   }
   if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; threads %d\n", kernels::blas_info().str().c_str(), kernels::num_threads());
-  std::printf("preset,attention,N,batch,step_ms_median,target_tokens_per_s,all_tokens_per_s,peak_MiB\n");
-  for (int64_t n : lengths) {
+  std::vector<Precision> precisions;
+  if (precision == "both") precisions = {Precision::f32, Precision::bf16};
+  else precisions = {parse_precision(precision, "--precision")};
+  for (Precision p : precisions)
+    if (p == Precision::bf16)
+      std::fprintf(stderr, "# bf16 GEMM: %s%s\n", bf16_gemm_engine(Device::cpu()).description.c_str(),
+                   bf16_gemm_engine(Device::cpu()).native ? "" : " (widened to f32: no faster)");
+  std::printf("preset,attention,precision,N,batch,step_ms_median,target_tokens_per_s,all_tokens_per_s,peak_MiB\n");
+  for (int64_t n : lengths)
+  for (Precision p : precisions) {
     BartConfig cfg = BartConfig::preset(preset);
     cfg.max_position_embeddings = std::max<int64_t>(cfg.max_position_embeddings, n);
     cfg.with_attention(attention == "softmax" ? AttentionConfig::softmax_attention() : AttentionConfig::linear_attention());
     BartForConditionalGeneration model(cfg, 1);
     model.train();
+    model.set_precision(p);
     AdamW opt(model.named_parameters(), {});
     const int64_t batch = std::max<int64_t>(1, tokens / n);
     Philox rng(7);
@@ -73,9 +84,12 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     const double peak = memory_stats().peak_bytes / 1048576.0;
-    std::printf("%s,%s,%lld,%lld,%.1f,%.0f,%.0f,%.0f\n", preset.c_str(), attention.c_str(), (long long)n,
+    std::printf("%s,%s,%s,%lld,%lld,%.1f,%.0f,%.0f,%.0f\n", preset.c_str(), attention.c_str(), precision_name(p), (long long)n,
                 (long long)batch, med, batch * n / (med / 1e3), 2 * batch * n / (med / 1e3), peak);
     std::fflush(stdout);
   }
+  if (precision != "f32")
+    std::fprintf(stderr, "# oneDNN bf16 primitives made: %lld\n",
+                 static_cast<long long>(kernels::cpu::bf16_gemm_primitives_created()));
   return 0;
 }

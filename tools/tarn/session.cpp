@@ -287,4 +287,21 @@ Device training_device(const Recipe& recipe) {
   return device;
 }
 
+Precision training_precision(const Recipe& recipe, Device device) {
+  const Precision asked = parse_precision(recipe.training.precision);
+  if (asked == Precision::f32) {
+    log::info("tarn", "precision: f32");
+    return Precision::f32;
+  }
+  const kernels::cpu::Bf16GemmEngine engine = bf16_gemm_engine(device);
+  if (!engine.native) {
+    log::warn("tarn", str_cat("training.precision: bf16 on ", device.str(), ": ", engine.description,
+                              "; training in f32"));
+    return Precision::f32;
+  }
+  log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description,
+            "; weights, optimizer state, norms, softmax and the loss in f32");
+  return Precision::bf16;
+}
+
 }  // namespace tarn::app

@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "framework/config/recipe.h"
 #include "framework/device.h"
+#include "framework/precision.h"
 #include "layers/config.h"
 
 namespace tarn::app {
@@ -32,6 +33,10 @@ Tokenizer open_tokenizer(const Recipe& recipe);
 // training.device as a Device, checked against what this build and machine have: a CUDA device
 // without a CUDA backend or GPU is a ConfigError that says so (exit code 2), not a crash.
 Device training_device(const Recipe& recipe);
+
+// training.precision on `device`, logged with the engine that runs its products: bf16 where the
+// device has bf16 hardware, else a warning that says why and f32 (framework/precision.h).
+Precision training_precision(const Recipe& recipe, Device device);
 
 // The model recipe mapped onto the model's config; vocab_size 0 takes the tokenizer's.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);

@@ -380,6 +380,7 @@ void Trainer::setup() {
   model_ = std::make_unique<BartForConditionalGeneration>(cfg, seed);
   model_->to(device_);  // initialised on the host (Philox), then copied: the same weights on every device
   model_->train();
+  model_->set_precision(training_precision(recipe_, device_));
   log::info("model", cfg.str(), "; ", log::thousands(model_->parameter_count()), " parameters on ", device_.str());
 
   AdamWOptions ao;
