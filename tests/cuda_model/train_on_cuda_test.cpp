@@ -3,6 +3,8 @@
 // the device, continues as the uninterrupted CPU run does, and exports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <string>
@@ -88,6 +90,29 @@ TEST(TrainOnCuda, LossesMatchTheCpuRunAndADeviceCheckpointResumesOnTheDevice) {
   // The device run's checkpoint exports as any other (the exporter loads it on the host).
   const ExportResult exported = export_checkpoint(checkpoint_dir(gpu + "/run", 3), gpu + "/export");
   EXPECT_GT(exported.parameters, 0);
+}
+
+// training.precision: bf16 on the device: cuBLAS' bf16 GEMMs (the stand-in on the emulator)
+// with the f32 rest of the step. Its losses follow the f32 CPU run's within bf16 rounding, and
+// differ from them (else the products were not rounded at all).
+TEST(TrainOnCuda, Bf16StepsFollowTheF32CpuRun) {
+  emulated_cuda();
+  const std::string cpu = testing::make_tiny_corpus("cuda_model_bf16_cpu");
+  const std::string gpu = testing::make_tiny_corpus("cuda_model_bf16_gpu");
+  train(options(cpu, 3, "cpu"));
+  TrainOptions o = options(gpu, 3, "cuda");
+  o.overrides.push_back("training.precision=bf16");
+  const TrainSummary s = train(o);
+  ASSERT_FALSE(s.failed);
+  const std::vector<float> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
+  ASSERT_EQ(l_cpu.size(), 3u);
+  ASSERT_EQ(l_gpu.size(), 3u);
+  float largest_gap = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(l_gpu[i], l_cpu[i], 1e-2 * l_cpu[i]) << "step " << i + 1;
+    largest_gap = std::max(largest_gap, std::abs(l_gpu[i] - l_cpu[i]));
+  }
+  EXPECT_GT(largest_gap, 1e-6f * l_cpu[0]) << "the bf16 run gave the f32 losses: were its products rounded?";
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "framework/optim/clip_grad.h"
 #include "framework/optim/lr_schedule.h"
 #include "kernels/backend.h"
+#include "kernels/gemm.h"
 #include "kernels/mpi/mpi.h"
 #include "kernels/parallel.h"
 #include "layers/bart.h"
@@ -743,6 +744,8 @@ TrainSummary Trainer::run() {
               "% of the run; ", log::thousands(sharded_ ? sharded_->elements() : grad_sync_->elements()),
               " floats per step", overlap_note(steps));
   }
+  if (model_->precision() == Precision::bf16 && device_.is_cpu())  // primitives are kept by shape: few after warm-up
+    log::info("train", "bf16: ", kernels::cpu::bf16_gemm_primitives_created(), " oneDNN matmul primitives made");
   log::info("train", "stopped (", reason, ") at step ", log::thousands(progress_.step), " after ",
             log::duration(summary_.wall_s), "; ", log::thousands(static_cast<long long>(summary_.tokens_per_s)),
             " tok/s over this run; last checkpoint ", summary_.checkpoint);
