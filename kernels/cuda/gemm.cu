@@ -64,33 +64,49 @@ cublasHandle_t handle() {
 cublasHandle_t handle() { return nullptr; }  // the stand-in keeps no state
 #endif
 
+// The row-major product C = op(A) op(B) as cuBLAS' column-major Cᵀ = op(B)ᵀ op(A)ᵀ: operations,
+// extents and leading dimensions, shared by the f32 and bf16 GEMMs.
+struct ColumnMajor {
+  cublasOperation_t op_a, op_b;
+  int m, n, k;  // of the column-major product: N, M, K
+  int lda, ldb, ldc;
+};
+
+ColumnMajor column_major(const char* op, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K) {
+  TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX, op,
+              ": extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
+  ColumnMajor c;
+  c.op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  c.m = static_cast<int>(N);
+  c.n = static_cast<int>(M);
+  c.k = static_cast<int>(K);
+  // cuBLAS refuses a leading dimension below 1 even where nothing is read (K = 0: C = beta C).
+  c.lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
+  c.ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
+  c.ldc = static_cast<int>(N);
+  return c;
+}
+
 }  // namespace
 
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t stride_a, const float* B, int64_t stride_b, float beta, float* C,
                   int64_t stride_c) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
-  TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX,
-              "gemm_batched: extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
+  const ColumnMajor g = column_major("gemm_batched", trans_a, trans_b, batch, M, N, K);
   cublasHandle_t h = handle();
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  // cuBLAS refuses a leading dimension below 1 even where nothing is read (K = 0: C = beta C).
-  const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
-  const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
-  const int ldc = static_cast<int>(N);
   if (stride_c == 0 && batch > 1) {
     // Every product accumulates into one C: one after another (a batched call would race).
     for (int64_t i = 0; i < batch; ++i) {
       const float beta_i = i == 0 ? beta : 1.0f;
-      TARN_CUBLAS_CALL(cublasSgemm(h, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
-                                   &alpha, B + i * stride_b, ldb, A + i * stride_a, lda, &beta_i, C, ldc));
+      TARN_CUBLAS_CALL(cublasSgemm(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b, g.ldb,
+                                   A + i * stride_a, g.lda, &beta_i, C, g.ldc));
     }
     return;
   }
-  TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
-                                             static_cast<int>(K), &alpha, B, ldb, stride_b, A, lda, stride_a, &beta,
-                                             C, ldc, stride_c, static_cast<int>(batch)));
+  TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B, g.ldb, stride_b, A, g.lda,
+                                             stride_a, &beta, C, g.ldc, stride_c, static_cast<int>(batch)));
 }
 
 // The same mapping with bf16 operands: cublasGemmStridedBatchedEx, f32 compute (bf16 tensor
@@ -99,22 +115,17 @@ void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
                        const bf16* A, int64_t stride_a, const bf16* B, int64_t stride_b, float beta, float* C,
                        int64_t stride_c) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
-  TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX,
-              "gemm_batched_bf16: extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
+  const ColumnMajor g = column_major("gemm_batched_bf16", trans_a, trans_b, batch, M, N, K);
   cublasHandle_t h = handle();
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
-  const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
-  const int ldc = static_cast<int>(N);
   // Accumulating into one C runs the products one after another (a batched call would race).
   const bool serial = stride_c == 0 && batch > 1;
   for (int64_t i = 0; i < (serial ? batch : 1); ++i) {
     const float beta_i = (serial && i > 0) ? 1.0f : beta;
-    TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(
-        h, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B + i * stride_b,
-        CUDA_R_16BF, ldb, stride_b, A + i * stride_a, CUDA_R_16BF, lda, stride_a, &beta_i, C, CUDA_R_32F, ldc,
-        stride_c, serial ? 1 : static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b,
+                                                CUDA_R_16BF, g.ldb, stride_b, A + i * stride_a, CUDA_R_16BF, g.lda,
+                                                stride_a, &beta_i, C, CUDA_R_32F, g.ldc, stride_c,
+                                                serial ? 1 : static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
   }
 }
 
