@@ -5,7 +5,7 @@
 // dimensions it falls back to a slower implementation: "gemm:jit" or, with every dimension at
 // run time, the reference loops). Creating one costs 0.03-0.6 ms, measured here, against
 // 0.6-20 ms for the products of the small preset, so primitives are kept by shape: a training
-// run meets a few dozen shapes per batch length (tarn bench / train_bench print how many were made).
+// run meets a few dozen shapes per batch length (`tarn train` and train_bench log how many were made).
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -91,7 +91,7 @@ dnnl::memory::desc matrix_desc(dnnl::memory::data_type type, int64_t batch, int6
 
 // batch_a / batch_b / batch_c: 0 for plain 2-D matrices, else the batch extent (1 = shared).
 Primitive primitive(bool ta, bool tb, int64_t batch_a, int64_t batch_b, int64_t batch_c, int64_t M, int64_t N,
-                       int64_t K, int64_t sa, int64_t sb, int64_t sc, float alpha, float beta) {
+                    int64_t K, int64_t sa, int64_t sb, int64_t sc, float alpha, float beta) {
   const Key key{ta, tb, batch_a, batch_b, batch_c, M, N, K, sa, sb, sc, alpha, beta};
   {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
