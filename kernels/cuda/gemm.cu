@@ -65,14 +65,19 @@ cublasHandle_t handle() { return nullptr; }  // the stand-in keeps no state
 #endif
 
 // The row-major product C = op(A) op(B) as cuBLAS' column-major Cᵀ = op(B)ᵀ op(A)ᵀ: operations,
-// extents and leading dimensions, shared by the f32 and bf16 GEMMs.
+// extents, leading dimensions and calls, shared by the f32 and bf16 GEMMs. When every product
+// accumulates into one C (stride_c == 0), they run one per call, one after another (a batched
+// call would race), each after the first with beta = 1; otherwise one call does the batch.
 struct ColumnMajor {
   cublasOperation_t op_a, op_b;
   int m, n, k;  // of the column-major product: N, M, K
   int lda, ldb, ldc;
+  int64_t calls;
+  int batch_per_call;
 };
 
-ColumnMajor column_major(const char* op, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K) {
+ColumnMajor column_major(const char* op, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                         int64_t stride_c) {
   TARN_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX, op,
               ": extents beyond cuBLAS' 32-bit int: M ", M, ", N ", N, ", K ", K, ", batch ", batch);
   ColumnMajor c;
@@ -85,6 +90,9 @@ ColumnMajor column_major(const char* op, bool trans_a, bool trans_b, int64_t bat
   c.lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
   c.ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
   c.ldc = static_cast<int>(N);
+  const bool serial = stride_c == 0 && batch > 1;
+  c.calls = serial ? batch : 1;
+  c.batch_per_call = serial ? 1 : static_cast<int>(batch);
   return c;
 }
 
@@ -94,19 +102,14 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   const float* A, int64_t stride_a, const float* B, int64_t stride_b, float beta, float* C,
                   int64_t stride_c) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
-  const ColumnMajor g = column_major("gemm_batched", trans_a, trans_b, batch, M, N, K);
+  const ColumnMajor g = column_major("gemm_batched", trans_a, trans_b, batch, M, N, K, stride_c);
   cublasHandle_t h = handle();
-  if (stride_c == 0 && batch > 1) {
-    // Every product accumulates into one C: one after another (a batched call would race).
-    for (int64_t i = 0; i < batch; ++i) {
-      const float beta_i = i == 0 ? beta : 1.0f;
-      TARN_CUBLAS_CALL(cublasSgemm(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b, g.ldb,
-                                   A + i * stride_a, g.lda, &beta_i, C, g.ldc));
-    }
-    return;
+  for (int64_t i = 0; i < g.calls; ++i) {
+    const float beta_i = i > 0 ? 1.0f : beta;
+    TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b, g.ldb,
+                                               stride_b, A + i * stride_a, g.lda, stride_a, &beta_i, C, g.ldc,
+                                               stride_c, g.batch_per_call));
   }
-  TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B, g.ldb, stride_b, A, g.lda,
-                                             stride_a, &beta, C, g.ldc, stride_c, static_cast<int>(batch)));
 }
 
 // The same mapping with bf16 operands: cublasGemmStridedBatchedEx, f32 compute (bf16 tensor
@@ -115,17 +118,14 @@ void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
                        const bf16* A, int64_t stride_a, const bf16* B, int64_t stride_b, float beta, float* C,
                        int64_t stride_c) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
-  const ColumnMajor g = column_major("gemm_batched_bf16", trans_a, trans_b, batch, M, N, K);
+  const ColumnMajor g = column_major("gemm_batched_bf16", trans_a, trans_b, batch, M, N, K, stride_c);
   cublasHandle_t h = handle();
-  // Accumulating into one C runs the products one after another (a batched call would race).
-  const bool serial = stride_c == 0 && batch > 1;
-  for (int64_t i = 0; i < (serial ? batch : 1); ++i) {
-    const float beta_i = (serial && i > 0) ? 1.0f : beta;
+  for (int64_t i = 0; i < g.calls; ++i) {
+    const float beta_i = i > 0 ? 1.0f : beta;
     TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b,
                                                 CUDA_R_16BF, g.ldb, stride_b, A + i * stride_a, CUDA_R_16BF, g.lda,
-                                                stride_a, &beta_i, C, CUDA_R_32F, g.ldc, stride_c,
-                                                serial ? 1 : static_cast<int>(batch), CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT));
+                                                stride_a, &beta_i, C, CUDA_R_32F, g.ldc, stride_c, g.batch_per_call,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 

@@ -86,10 +86,4 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation
                               batch);
 }
 
-inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
-                                  int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
-                                  const float* beta, float* C, int ldc) {
-  return cublasSgemmStridedBatched(h, op_a, op_b, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-}
-
 }  // namespace tarn::emu::cublas

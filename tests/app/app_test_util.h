@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/io/checkpoint_dir.h"
+#include "framework/io/json.h"
 #include "framework/io/safetensors.h"
 #include "framework/rng.h"
 
@@ -76,6 +77,17 @@ inline std::vector<float> final_state(const std::string& run_dir, int64_t step) 
       all.insert(all.end(), v.begin(), v.end());
     }
   return all;
+}
+
+// The "loss" of every "kind":"train" line of a metrics.jsonl, in step order.
+inline std::vector<double> train_losses(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const json::Value v = json::parse(line, "metrics.jsonl");
+    if (v.find("kind")->as_string("kind") == "train") losses.push_back(v.find("loss")->as_double("loss"));
+  }
+  return losses;
 }
 
 inline std::string tiny_recipe() { return std::string(TARN_SOURCE_DIR) + "/recipes/tiny.yaml"; }

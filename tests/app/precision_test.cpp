@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,19 +12,6 @@
 
 namespace tarn::app {
 namespace {
-
-// The "loss" of every "kind":"train" line of a metrics.jsonl, in step order.
-std::vector<double> train_losses(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::vector<double> losses;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"train\"") == std::string::npos) continue;
-    const size_t at = line.find("\"loss\":");
-    if (at != std::string::npos) losses.push_back(std::stod(line.substr(at + 7)));
-  }
-  return losses;
-}
 
 TrainSummary train_tiny(const std::string& dir, const std::string& precision) {
   TrainOptions o;
@@ -49,8 +35,8 @@ TEST(Precision, Bf16TrainsTheTinyModelAsF32DoesFromTheSameSeed) {
   ASSERT_FALSE(bf16.failed);
   ASSERT_TRUE(f32.valid && bf16.valid);
 
-  const std::vector<double> a = train_losses(dir + "/run-f32/metrics.jsonl");
-  const std::vector<double> b = train_losses(dir + "/run-bf16/metrics.jsonl");
+  const std::vector<double> a = testing::train_losses(dir + "/run-f32/metrics.jsonl");
+  const std::vector<double> b = testing::train_losses(dir + "/run-bf16/metrics.jsonl");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), a.size());
   // Loss curves (means over 10 steps) within 3% of each other at every point. Measured here: at

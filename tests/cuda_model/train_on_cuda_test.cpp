@@ -5,13 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "framework/io/checkpoint_dir.h"
-#include "framework/io/json.h"
 #include "framework/io/safetensors.h"
 #include "tests/app/app_test_util.h"
 #include "tests/cuda_model/emulated_cuda.h"
@@ -25,6 +23,9 @@ namespace {
 using testing::emulated_cuda;
 using testing::max_relative_difference;
 
+// The losses of a run folder's metrics file.
+std::vector<double> train_losses(const std::string& dir) { return testing::train_losses(dir + "/run/metrics.jsonl"); }
+
 TrainOptions options(const std::string& dir, int64_t steps, const std::string& device) {
   TrainOptions o;
   o.recipe_path = testing::tiny_recipe();
@@ -37,18 +38,6 @@ TrainOptions options(const std::string& dir, int64_t steps, const std::string& d
     o.overrides.push_back(s);
   o.overrides.push_back("training.device=" + device);
   return o;
-}
-
-// The "loss" of every train line of a run's metrics file, in order.
-std::vector<float> train_losses(const std::string& dir) {
-  std::ifstream in(dir + "/run/metrics.jsonl");
-  std::vector<float> losses;
-  for (std::string line; std::getline(in, line);) {
-    const json::Value v = json::parse(line, "metrics.jsonl");
-    if (v.find("kind")->as_string("kind") == "train")
-      losses.push_back(static_cast<float>(v.find("loss")->as_double("loss")));
-  }
-  return losses;
 }
 
 // Every tensor of a checkpoint's model and optimizer files, by file and name.
@@ -70,7 +59,7 @@ TEST(TrainOnCuda, LossesMatchTheCpuRunAndADeviceCheckpointResumesOnTheDevice) {
   const TrainSummary resumed = train(options(gpu, 3, "cuda:0"));  // resumes onto the device
   EXPECT_EQ(resumed.steps_this_run, 1);
 
-  const std::vector<float> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
+  const std::vector<double> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
   ASSERT_EQ(l_cpu.size(), 3u);
   ASSERT_EQ(l_gpu.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(l_gpu[i], l_cpu[i], 1e-4 * l_cpu[i]) << "step " << i + 1;
@@ -104,15 +93,15 @@ TEST(TrainOnCuda, Bf16StepsFollowTheF32CpuRun) {
   o.overrides.push_back("training.precision=bf16");
   const TrainSummary s = train(o);
   ASSERT_FALSE(s.failed);
-  const std::vector<float> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
+  const std::vector<double> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
   ASSERT_EQ(l_cpu.size(), 3u);
   ASSERT_EQ(l_gpu.size(), 3u);
-  float largest_gap = 0;
+  double largest_gap = 0;
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(l_gpu[i], l_cpu[i], 1e-2 * l_cpu[i]) << "step " << i + 1;
     largest_gap = std::max(largest_gap, std::abs(l_gpu[i] - l_cpu[i]));
   }
-  EXPECT_GT(largest_gap, 1e-6f * l_cpu[0]) << "the bf16 run gave the f32 losses: were its products rounded?";
+  EXPECT_GT(largest_gap, 1e-6 * l_cpu[0]) << "the bf16 run gave the f32 losses: were its products rounded?";
 }
 
 }  // namespace
