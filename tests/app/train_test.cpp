@@ -272,8 +272,8 @@ TEST(Train, MemoryEstimateIsALowerBoundOfTheLivePeak) {
   testing::write_corpus(dir + "/train.txt", 3000, 1);
   const std::vector<std::string> extra = {"training.tokens_per_batch=4096", "validation.every_steps=0",
                                           "model.d_model=128", "model.ffn_dim=512"};
-  const TrainSummary r = train(options(dir, 10, extra));
-  TrainOptions o = options(dir, 10, extra);
+  const TrainOptions o = options(dir, 10, extra);
+  const TrainSummary r = train(o);
   const Recipe recipe = load_recipe(o.recipe_path, o.overrides);
   const Tokenizer tok = Tokenizer::load(dir + "/spm.model");
   const TrainingMemory m = training_memory(recipe, tok.vocab_size());
