@@ -18,6 +18,8 @@
 #include "kernels/mpi/mpi.h"
 #include "tools/tarn/bench_collectives.h"
 
+#include "tools/tarn/bench_common.h"
+
 namespace {
 
 using tarn::kernels::Communicator;
@@ -125,13 +127,6 @@ std::string load_average() {
   return one.empty() ? "unknown" : one;
 }
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
 enum class Kind { all_reduce, reduce_scatter, all_gather };
 
 struct Collective {
@@ -237,7 +232,7 @@ void run_bench(Communicator& c, const Options& o, const std::string& what) {
   const double copy_gbps = copy_gbps_per_rank(c);
   if (lead) {
     std::printf("# tarn bench collectives: %s, %d ranks, on %s (%u hardware threads, load average %s at start)\n",
-                what.c_str(), world, cpu_name().c_str(), std::thread::hardware_concurrency(), load_average().c_str());
+                what.c_str(), world, tarn::app::cpu_model_name().c_str(), std::thread::hardware_concurrency(), load_average().c_str());
     std::printf("# time: median of %d iterations (after %d warm-up) of the slowest rank; algbw = size/time; "
                 "busbw = algbw x 2(N-1)/N (all_reduce), x (N-1)/N (reduce_scatter, all_gather); GB/s = 1e9 B/s\n",
                 o.iters, o.warmup);

@@ -20,7 +20,10 @@
 #include "framework/log/log.h"
 #include "kernels/mpi/mpi.h"
 #include "layers/bart.h"
+#include "tools/tarn/bench_attention.h"
 #include "tools/tarn/bench_collectives.h"
+#include "tools/tarn/bench_decode.h"
+#include "tools/tarn/bench_train.h"
 #include "tools/tarn/checkpoint_state.h"
 #include "tools/tarn/evaluate.h"
 #include "tools/tarn/export.h"
@@ -55,6 +58,15 @@ commands:
         --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128).
   denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
         Noises the first N lines of FILE as in training and shows input, output, original.
+  bench attention [--device cpu|cuda] [--n 128,...,65536] [--out DIR] [--help]
+        Forward and forward+backward time and peak memory of softmax and linear attention
+        (bidirectional, causal, cross; per feature map) against N; where linear wins.
+  bench train RECIPE.yaml [--n 128,...,4096] [--attention softmax,linear] [--out DIR] [--help]
+        Training tokens/s and peak memory (allocator and resident) against sequence length
+        at the recipe's tokens per batch, random tokens.
+  bench decode RECIPE.yaml|CHECKPOINT [--positions 10000] [--out DIR] [--help]
+        Per-token generation latency and decoding-state memory against position: linear
+        attention's recurrent state against softmax's key/value cache.
   bench collectives [--max-bytes B] [--iters N] [--threads N] [--help]
         All-reduce, reduce-scatter and all-gather timed as nccl-tests does (algbw, busbw),
         results checked; run it under mpirun for MPI ranks, else the ranks are threads.
@@ -257,7 +269,8 @@ int dispatch(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (int i = 2; i < argc; ++i)
+  // The benchmarks answer --help themselves, with their own flags.
+  for (int i = 2; i < argc && std::strcmp(argv[1], "bench") != 0; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -271,9 +284,13 @@ int dispatch(int argc, char** argv) {
   if (cmd == "denoise") return cmd_denoise(argc, argv);
   if (cmd == "prepare-corpus") return cmd_prepare(argc, argv);
   if (cmd == "bench") {
-    TARN_CHECK(argc >= 3, "bench: which one? (tarn bench collectives; see tarn --help)");
+    constexpr const char* kWhich = "tarn bench attention | train | decode | collectives; see tarn --help";
+    TARN_CHECK(argc >= 3, "bench: which one? (", kWhich, ")");
     const std::string what = argv[2];
-    TARN_CHECK(what == "collectives", "bench: unknown benchmark \"", what, "\" (tarn bench collectives)");
+    if (what == "attention") return bench_attention(argc - 2, argv + 2);
+    if (what == "train") return bench_train(argc - 2, argv + 2);
+    if (what == "decode") return bench_decode(argc - 2, argv + 2);
+    TARN_CHECK(what == "collectives", "bench: unknown benchmark \"", what, "\" (", kWhich, ")");
     return bench_collectives(argc - 2, argv + 2);
   }
   throw Error("unknown command \"" + cmd + "\" (see tarn --help)");

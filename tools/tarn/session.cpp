@@ -62,6 +62,8 @@ BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
   return c;
 }
 
+}  // namespace
+
 // Bytes this process may use: physical memory, or the cgroup (v2, then v1) limit when lower.
 double usable_memory_bytes() {
   double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
@@ -78,8 +80,6 @@ std::string gigabytes(double bytes) {
   std::snprintf(buf, sizeof buf, bytes < 1e15 ? "%.1f GB" : "%.2g GB", bytes / 1e9);
   return buf;
 }
-
-}  // namespace
 
 void configure_threads(const Recipe& recipe) {
   const unsigned cores = std::thread::hardware_concurrency();

@@ -587,6 +587,7 @@ void Trainer::log_progress() {
   m.set("lr", json::Value::number(static_cast<double>(lr_)));
   m.set("grad_norm", metric(interval_.grad_norm_sum / interval_.steps));
   m.set("tokens_per_s", metric(tps));
+  m.set("tokens_seen", json::Value::number(progress_.tokens_seen));
   m.set("elapsed_s", json::Value::number(elapsed));
   if (metrics_) metrics_->write(m);
   summary_.train_loss = loss;
@@ -630,6 +631,7 @@ void Trainer::validate_and_maybe_save_best() {
   m.set("ppl", metric(r.perplexity()));
   m.set("tokens", json::Value::number(r.tokens));
   m.set("best", json::Value::boolean(improved));
+  m.set("tokens_seen", json::Value::number(progress_.tokens_seen));
   m.set("elapsed_s", json::Value::number(elapsed));
   m.set("memory_live_peak_bytes", json::Value::number(static_cast<double>(mem.high_water_bytes)));
   m.set("memory_cached_bytes", json::Value::number(static_cast<double>(mem.cached_bytes)));

@@ -1,0 +1,241 @@
+#include "tools/tarn/bench_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/init.h"
+#include "framework/log/log.h"
+#include "framework/ops/attention.h"
+#include "framework/ops/matmul.h"
+#include "framework/ops/nn.h"
+#include "framework/rng.h"
+#include "kernels/check.h"
+#include "kernels/parallel.h"
+#include "tools/tarn/bench_common.h"
+#include "tools/tarn/session.h"
+
+namespace tarn::app {
+namespace {
+
+constexpr const char* kUsage = R"(usage: tarn bench attention [options]
+
+Forward and forward+backward time (median) and peak memory (tarn's allocator, inputs and
+gradients included) of one attention op, for B x H heads of dimension D:
+  softmax          tarn's blocked softmax kernel (memory linear in N)
+  softmax_causal   the same with the causal mask
+  softmax_dense    scores as an N x N matrix, softmax, product (PyTorch eager's way)
+  linear           bidirectional linear attention, per feature map
+  linear_causal    the causal chunked scan, per feature map
+  linear_cross     queries attending a source of N keys through a padding mask, per map
+A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
+and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.
+
+options:
+  --device cpu|cuda[:i]   default cpu
+  --n LIST                sequence lengths (default 128,256,...,65536)
+  --batch B --heads H --head-dim D   default 1, 4, 64 (the small preset's attention)
+  --algos LIST            default softmax,softmax_causal,softmax_dense,linear,linear_causal,linear_cross
+  --maps LIST             feature maps of the linear algos: elu1, relu, exp, favor (default elu1,favor)
+  --reps N                timed runs per figure at least (default 3); --min-time S (default 0.2)
+  --max-seconds S         predicted seconds of one forward+backward above which a size is skipped (default 30)
+  --max-gib G             memory a configuration may need (default: 80% of this machine's)
+  --out DIR               write DIR/attention.csv and DIR/attention.json (default: CSV on stdout)
+)";
+
+const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense",
+                                         "linear",       "linear_causal",  "linear_cross"};
+
+struct Shape4 {
+  int64_t batch, heads, n, dim;
+  double values() const { return static_cast<double>(batch * heads) * static_cast<double>(n * dim); }
+};
+
+bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0; }
+
+// Bytes one configuration holds at its peak: q, k, v, out, dout and three gradients, twice
+// over for favor's features and their gradients, plus the score, probability and gradient
+// matrices of the dense product. A bound from above: what must fit before anything runs.
+double bytes_needed(const std::string& algo, const std::string& map, const Shape4& s) {
+  double values = 8 * s.values();
+  if (map == "favor") values += 4 * s.values();
+  if (algo == "softmax_dense") values += 3 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * s.n;
+  return 4 * values * 1.25;
+}
+
+Tensor random_input(const Shape& shape, Device device, uint64_t seed, bool grad) {
+  Tensor t = Tensor::empty(shape);
+  Philox rng(seed);
+  init::normal_(t, 0.0f, 1.0f, rng);
+  t = t.to(device);
+  if (grad) t.set_requires_grad(true);
+  return t;
+}
+
+struct Measured {
+  double fwd_s = 0, fwdbwd_s = 0, fwd_peak = 0, fwdbwd_peak = 0;
+};
+
+class AttentionBench {
+ public:
+  AttentionBench(const BenchFlags& f, Device device)
+      : device_(device),
+        batch_(f.integer("batch", 1, 1, 4096)),
+        heads_(f.integer("heads", 4, 1, 4096)),
+        dim_(f.integer("head-dim", 64, 1, 1024)),
+        reps_(static_cast<int>(f.integer("reps", 3, 1, 1000))),
+        min_time_(f.real("min-time", 0.2, 0, 3600)),
+        max_seconds_(f.real("max-seconds", 30, 0.001, 1e6)),
+        max_bytes_(f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device)) {
+    Philox rng(11);
+    projection_ = draw_favor_projection(rng, dim_, dim_).to(device_);
+  }
+
+  // One row of the CSV for (algo, map, n): measured, or skipped with the reason.
+  std::vector<std::string> run(const std::string& algo, const std::string& map, int64_t n) {
+    const Shape4 s{batch_, heads_, n, dim_};
+    const std::string map_field = is_softmax(algo) ? "-" : map;
+    std::vector<std::string> row = {device_.str(), algo, map_field, std::to_string(n), std::to_string(batch_),
+                                    std::to_string(heads_), std::to_string(dim_)};
+    const std::string why = refusal(algo, map, s);
+    if (!why.empty()) {
+      log::info("bench", algo, " ", map_field, " N=", n, ": skipped: ", why);
+      for (int i = 0; i < 4; ++i) row.push_back("");
+      row.push_back("skipped: " + why);
+      return row;
+    }
+    const Measured m = measure(algo, map, s);
+    last_[algo + "/" + map] = {n, m.fwdbwd_s};
+    log::info("bench", algo, " ", map_field, " N=", n, ": forward ", csv_number(m.fwd_s * 1e3, 2), " ms, forward+backward ",
+              csv_number(m.fwdbwd_s * 1e3, 2), " ms, peak ", csv_number(m.fwdbwd_peak / 1048576.0, 1), " MiB");
+    for (double v : {m.fwd_s * 1e3, m.fwdbwd_s * 1e3}) row.push_back(csv_number(v, 3));
+    for (double v : {m.fwd_peak, m.fwdbwd_peak}) row.push_back(csv_number(v / 1048576.0, 2));
+    row.push_back("ok");
+    return row;
+  }
+
+ private:
+  // Why (algo, map, s) is not run, or "" to run it. Time is predicted from this algo's last
+  // measured length: N^2 work for softmax, N for linear attention.
+  std::string refusal(const std::string& algo, const std::string& map, const Shape4& s) const {
+    const double need = bytes_needed(algo, map, s);
+    if (need > max_bytes_) return str_cat("needs ", gigabytes(need), ", limit ", gigabytes(max_bytes_), " (--max-gib)");
+    auto it = last_.find(algo + "/" + map);
+    if (it == last_.end()) return "";
+    const double ratio = static_cast<double>(s.n) / static_cast<double>(it->second.first);
+    const double predicted = it->second.second * (is_softmax(algo) ? ratio * ratio : ratio);
+    if (predicted > max_seconds_)
+      return str_cat("predicted ", csv_number(predicted, 1), " s per forward+backward, limit ", max_seconds_,
+                     " s (--max-seconds)");
+    return "";
+  }
+
+  Tensor op(const std::string& algo, const std::string& map, const Tensor& q, const Tensor& k, const Tensor& v) const {
+    if (algo == "softmax" || algo == "softmax_causal") {
+      SoftmaxAttentionOptions o;
+      o.causal = algo == "softmax_causal";
+      return softmax_attention(q, k, v, o);
+    }
+    // Without the 1/sqrt(D) scaling, which costs N x D and changes no timing: the inputs are random.
+    if (algo == "softmax_dense") return matmul(softmax(matmul(q, k, false, true)), v);
+    LinearAttentionOptions o;
+    o.causal = algo == "linear_causal";
+    if (algo == "linear_cross") o.key_padding_mask = Tensor::zeros({batch_, k.size(2)}, device_);
+    const FeatureMap kind = parse_feature_map(map);
+    if (kind != FeatureMap::favor) {
+      o.fused_feature_map = kind;  // as the model runs row-local maps: inside the kernel
+      return linear_attention(q, k, v, o);
+    }
+    return linear_attention(feature_map(q, kind, FeatureRole::query, projection_),
+                            feature_map(k, kind, FeatureRole::key, projection_), v, o);
+  }
+
+  Measured measure(const std::string& algo, const std::string& map, const Shape4& s) {
+    const Shape shape{s.batch, s.heads, s.n, s.dim};
+    Tensor q = random_input(shape, device_, 1, true), k = random_input(shape, device_, 2, true),
+           v = random_input(shape, device_, 3, true);
+    const Tensor dout = random_input(shape, device_, 4, false);
+    Tensor out_of_last_run;
+    auto forward = [&] {
+      NoGradGuard no_grad;
+      out_of_last_run = op(algo, map, q, k, v);
+    };
+    auto forward_backward = [&] {
+      out_of_last_run = op(algo, map, q, k, v);
+      out_of_last_run.backward(dout);
+      for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+    };
+    // Device work is asynchronous: reading one value back waits for it.
+    auto sync = [&] {
+      if (!device_.is_cpu()) (void)out_of_last_run.view({-1}).narrow0(0, 1).to(Device::cpu());
+    };
+    Measured m;
+    m.fwd_s = median_seconds(forward, reps_, min_time_, sync);
+    m.fwdbwd_s = median_seconds(forward_backward, reps_, min_time_, sync);
+    out_of_last_run = Tensor();
+    for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+    const std::function<void()> runs[2] = {forward, forward_backward};
+    double* peaks[2] = {&m.fwd_peak, &m.fwdbwd_peak};
+    for (int i = 0; i < 2; ++i) {
+      reset_peak_memory(device_);
+      runs[i]();
+      sync();
+      *peaks[i] = static_cast<double>(memory_stats(device_).peak_bytes);
+      out_of_last_run = Tensor();
+    }
+    return m;
+  }
+
+  Device device_;
+  int64_t batch_, heads_, dim_;
+  int reps_;
+  double min_time_, max_seconds_, max_bytes_;
+  Tensor projection_;
+  std::map<std::string, std::pair<int64_t, double>> last_;  // algo/map -> (N, fwd+bwd seconds)
+};
+
+std::vector<int64_t> default_lengths() {
+  std::vector<int64_t> n;
+  for (int64_t x = 128; x <= 65536; x *= 2) n.push_back(x);
+  return n;
+}
+
+}  // namespace
+
+int bench_attention(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  const BenchFlags f("attention", argc, argv,
+                     {"device", "n", "batch", "heads", "head-dim", "algos", "maps", "reps", "min-time", "max-seconds",
+                      "max-gib", "out"});
+  TARN_CHECK(f.positional().empty(), "bench attention: unexpected argument \"", f.positional().front(),
+             "\" (see tarn bench attention --help)");
+  const Device device = bench_device(f.text("device", "cpu"));
+  std::vector<int64_t> lengths = f.integers("n", default_lengths(), 1, int64_t{1} << 24);
+  std::sort(lengths.begin(), lengths.end());  // the time limit predicts each length from the last
+  const std::vector<std::string> algos = f.words("algos", kAlgos, kAlgos);
+  const std::vector<std::string> maps = f.words("maps", {"elu1", "favor"}, {"elu1", "relu", "exp", "favor"});
+  AttentionBench bench(f, device);
+  log::info("bench", "attention on ", device.str(), " (", cpu_model_name(), ", ", kernels::num_threads(),
+            " threads): ", lengths.size(), " lengths");
+  BenchOutput out(f.text("out", ""), "attention",
+                  "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status");
+  for (const std::string& algo : algos)
+    for (const std::string& map : is_softmax(algo) ? std::vector<std::string>{"-"} : maps)
+      for (int64_t n : lengths) out.row(bench.run(algo, map, n));
+  out.finish(f, device);
+  if (!out.path().empty()) log::info("bench", "wrote ", out.path());
+  return 0;
+}
+
+}  // namespace tarn::app

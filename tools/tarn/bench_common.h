@@ -1,0 +1,81 @@
+#pragma once
+// What `tarn bench attention | train | decode` share: their flags, timing by median, the
+// machine they ran on, and their output (a CSV, and beside it a JSON file naming the machine
+// and the command, which tools/experiment/report.py turns into docs/experiment.md).
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/device.h"
+
+namespace tarn::app {
+
+// `--flag value` pairs of one bench subcommand; anything not in `valued` (or `bare`) is refused
+// naming the subcommand. Numbers are range-checked: a user error (exit 2) names the flag.
+class BenchFlags {
+ public:
+  BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued,
+             const std::vector<std::string>& bare = {});
+  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  std::string text(const std::string& flag, const std::string& fallback) const;
+  int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const;
+  double real(const std::string& flag, double fallback, double lo, double hi) const;
+  std::vector<int64_t> integers(const std::string& flag, const std::vector<int64_t>& fallback, int64_t lo,
+                                int64_t hi) const;
+  std::vector<std::string> words(const std::string& flag, const std::vector<std::string>& fallback,
+                                 const std::vector<std::string>& allowed) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+  const std::string& command_line() const { return command_line_; }
+
+ private:
+  std::string command_;
+  std::string command_line_;  // "tarn bench attention --n 128,256", for the report
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// --device: "cpu" or "cuda[:i]", checked against this build and machine (exit 2 naming why not).
+Device bench_device(const std::string& name);
+
+// Median seconds of `fn` over at least `reps` runs and `min_time` seconds of runs (one untimed
+// warm-up first, at most 100 runs). `sync` runs after each call (a device synchronisation).
+double median_seconds(const std::function<void()>& fn, int reps, double min_time,
+                      const std::function<void()>& sync = {});
+
+// The process's peak resident memory (VmHWM) reset to its current size, so the next reading is
+// the peak of what follows (Linux: /proc/self/clear_refs). False where the kernel refuses.
+bool reset_resident_peak();
+
+// Bytes a bench may use on `device`: this host's usable memory for the CPU, the GPU's free memory.
+double bench_memory_limit(Device device);
+
+// Where a bench writes: OUT/<name>.csv and OUT/<name>.json with --out OUT, else the CSV on stdout.
+class BenchOutput {
+ public:
+  BenchOutput(const std::string& out_dir, const std::string& name, const std::string& header);
+  ~BenchOutput();
+  // One CSV line (fields already formatted), flushed at once: a long sweep keeps what it measured.
+  void row(const std::vector<std::string>& fields);
+  // Writes the JSON beside the CSV: the command, device, CPU, threads, BLAS, sgemm GFLOP/s, date.
+  void finish(const BenchFlags& flags, Device device);
+  const std::string& path() const { return csv_path_; }
+
+ private:
+  std::string dir_, name_, csv_path_;
+  std::FILE* csv_ = nullptr;
+  bool owned_ = false;
+};
+
+// The machine in one line for the log, and the sgemm speed measured now (1024^3, median): the
+// yardstick every figure of a run is quoted against.
+std::string cpu_model_name();
+double measure_sgemm_gflops();
+
+// "%.3g"-style numbers for CSV fields; an empty field for NaN.
+std::string csv_number(double v, int decimals = 3);
+
+}  // namespace tarn::app

@@ -1,0 +1,151 @@
+#include "tools/tarn/bench_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "framework/allocator.h"
+#include "framework/config/recipe.h"
+#include "framework/log/log.h"
+#include "framework/optim/adamw.h"
+#include "framework/rng.h"
+#include "kernels/check.h"
+#include "layers/bart.h"
+#include "tools/tarn/bench_common.h"
+#include "tools/tarn/session.h"
+
+namespace tarn::app {
+namespace {
+
+constexpr const char* kUsage = R"(usage: tarn bench train RECIPE.yaml [options]
+
+Training steps (forward, backward, AdamW) of the recipe's model on random token ids, source and
+target both N tokens long, batch = --tokens / N sequences (at least 1). Each figure is the median
+step after one warm-up step. tokens/s counts source and target tokens. Memory: the allocator's
+live peak and the process's resident peak (VmHWM, reset before each configuration). A size whose
+estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").
+
+options:
+  --n LIST              sequence lengths (default 128,256,512,1024,2048,4096)
+  --attention LIST      softmax, linear (every stack; linear keeps the recipe's feature map),
+                        recipe (as the recipe says); default softmax,linear
+  --tokens T            target tokens per batch (default: the recipe's training.tokens_per_batch)
+  --steps S             timed steps per configuration (default 3)
+  --device D            default: the recipe's training.device
+  --precision P         f32 or bf16 (default: the recipe's training.precision)
+  --max-gib G           memory a configuration may need (default: 80% of this machine's)
+  --out DIR             write DIR/train.csv and DIR/train.json (default: CSV on stdout)
+)";
+
+// The recipe's model with every attention stack of `kind` ("recipe": untouched).
+BartConfig model_with_attention(BartConfig cfg, const std::string& kind) {
+  if (kind == "softmax") return cfg.with_attention(AttentionConfig::softmax_attention());
+  if (kind == "linear") {
+    const AttentionConfig& own = cfg.encoder_self_attention;
+    return cfg.with_attention(own.is_linear() ? own : AttentionConfig::linear_attention());
+  }
+  return cfg;
+}
+
+struct StepFigures {
+  double step_s = 0, alloc_peak = 0, rss_peak = 0;
+};
+
+StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision, float label_smoothing, int64_t batch,
+                       int64_t n, int64_t steps) {
+  allocator_for(device).release_cache();  // each configuration's peaks are its own
+  reset_resident_peak();
+  reset_peak_memory(device);
+  BartForConditionalGeneration model(cfg, 1);
+  model.to(device);
+  model.train();
+  model.set_precision(precision);
+  AdamW opt(model.named_parameters(), {});
+  Philox rng(7);
+  std::vector<int32_t> src(batch * n), tgt(batch * n), labels(batch * n);
+  for (auto* ids : {&src, &tgt, &labels})
+    for (int32_t& id : *ids) id = 4 + static_cast<int32_t>(rng.below(static_cast<uint32_t>(cfg.vocab_size - 4)));
+  std::vector<double> seconds;
+  for (int64_t s = 0; s <= steps; ++s) {  // step 0 warms the allocator and the caches
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor logits = model.forward(src, Shape{batch, n}, {}, tgt, Shape{batch, n});
+    seq2seq_loss(logits, labels, cfg.pad_token_id, label_smoothing).backward();
+    opt.step();
+    opt.zero_grad();
+    (void)logits.view({-1}).narrow0(0, 1).to(Device::cpu());  // waits for a device's queued work
+    if (s > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  StepFigures f;
+  f.step_s = seconds[seconds.size() / 2];
+  f.alloc_peak = static_cast<double>(memory_stats(device).peak_bytes);
+  f.rss_peak = static_cast<double>(resident_memory().peak_bytes);
+  return f;
+}
+
+}  // namespace
+
+int bench_train(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  const BenchFlags f("train", argc, argv, {"n", "attention", "tokens", "steps", "device", "precision", "max-gib", "out"});
+  TARN_CHECK(f.positional().size() == 1, "usage: tarn bench train RECIPE.yaml [options] (see --help)");
+  Recipe recipe = load_recipe(f.positional()[0]);
+  if (f.has("device")) recipe.training.device = f.text("device", "cpu");
+  if (f.has("precision")) recipe.training.precision = f.text("precision", "f32");
+  std::vector<int64_t> lengths = f.integers("n", {128, 256, 512, 1024, 2048, 4096}, 1, int64_t{1} << 20);
+  std::sort(lengths.begin(), lengths.end());
+  const std::vector<std::string> kinds = f.words("attention", {"softmax", "linear"}, {"softmax", "linear", "recipe"});
+  const int64_t tokens = f.integer("tokens", recipe.training.tokens_per_batch, 1, int64_t{1} << 24);
+  const int64_t steps = f.integer("steps", 3, 1, 10000);
+  configure_threads(recipe);
+  const Device device = training_device(recipe);
+  const Precision precision = training_precision(recipe, device);
+  const double max_bytes =
+      f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device);
+  const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
+
+  BenchOutput out(f.text("out", ""), "train",
+                  "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status");
+  for (const std::string& kind : kinds)
+    for (int64_t n : lengths) {
+      const int64_t batch = std::max<int64_t>(1, tokens / n);
+      Recipe sized = recipe;  // the memory estimate of this batch and length
+      sized.training.tokens_per_batch = batch * n;
+      sized.model.max_positions = std::max(recipe.model.max_positions, n);
+      sized.data.max_source_len = sized.data.max_target_len = n;
+      BartConfig cfg = model_with_attention(model_config(sized, vocab), kind);
+      std::vector<std::string> row = {kind, precision_name(precision), std::to_string(n), std::to_string(batch),
+                                      std::to_string(batch * n)};
+      const double need = training_memory(sized, vocab).total();
+      if (need > max_bytes) {
+        const std::string why = str_cat("needs ", gigabytes(need), ", limit ", gigabytes(max_bytes), " (--max-gib)");
+        log::info("bench", kind, " N=", n, ": skipped: ", why);
+        row.insert(row.end(), {"", "", "", "", "skipped: " + why});
+        out.row(row);
+        continue;
+      }
+      log::info("bench", kind, " N=", n, ", batch ", batch, ": ", steps + 1, " steps ...");
+      const StepFigures s = time_steps(cfg, device, precision, static_cast<float>(recipe.training.label_smoothing),
+                                       batch, n, steps);
+      const double tps = 2.0 * static_cast<double>(batch * n) / s.step_s;
+      log::info("bench", kind, " N=", n, ": ", csv_number(s.step_s * 1e3, 1), " ms per step, ",
+                log::thousands(static_cast<long long>(tps)), " tokens/s, allocator peak ",
+                log::mebibytes(static_cast<int64_t>(s.alloc_peak)), ", RSS peak ",
+                log::mebibytes(static_cast<int64_t>(s.rss_peak)));
+      row.insert(row.end(), {csv_number(s.step_s * 1e3, 1), csv_number(tps, 0), csv_number(s.alloc_peak / 1048576.0, 1),
+                             csv_number(s.rss_peak / 1048576.0, 1), "ok"});
+      out.row(row);
+    }
+  out.finish(f, device);
+  if (!out.path().empty()) log::info("bench", "wrote ", out.path());
+  return 0;
+}
+
+}  // namespace tarn::app
