@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev
   libopenmpi-dev openmpi-bin
   wordnet-base
+  python3-matplotlib  # the plots of docs/experiment.md (tools/experiment/report.py, Debian's /usr/bin/python3)
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tools/fuzz.sh): libFuzzer, clang's OpenMP
 )
 

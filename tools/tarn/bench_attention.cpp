@@ -126,7 +126,7 @@ class AttentionBench {
   // measured length: N^2 work for softmax, N for linear attention.
   std::string refusal(const std::string& algo, const std::string& map, const Shape4& s) const {
     const double need = bytes_needed(algo, map, s);
-    if (need > max_bytes_) return str_cat("needs ", gigabytes(need), ", limit ", gigabytes(max_bytes_), " (--max-gib)");
+    if (need > max_bytes_) return str_cat("needs ", gibibytes(need), ", limit ", gibibytes(max_bytes_), " (--max-gib)");
     auto it = last_.find(algo + "/" + map);
     if (it == last_.end()) return "";
     const double ratio = static_cast<double>(s.n) / static_cast<double>(it->second.first);

@@ -193,7 +193,17 @@ BenchOutput::~BenchOutput() {
 
 void BenchOutput::row(const std::vector<std::string>& fields) {
   std::string line;
-  for (const std::string& f : fields) line += (line.empty() ? "" : ",") + f;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) line += ',';
+    const std::string& f = fields[i];
+    if (f.find_first_of(",\"\n") == std::string::npos) {
+      line += f;
+      continue;
+    }
+    line += '"';  // RFC 4180: a field with a comma or quote is quoted, its quotes doubled
+    for (char c : f) line += c == '"' ? std::string("\"\"") : std::string(1, c);
+    line += '"';
+  }
   std::fprintf(csv_, "%s\n", line.c_str());
   std::fflush(csv_);
 }
@@ -233,6 +243,12 @@ double measure_sgemm_gflops() {
       [&] { kernels::cpu::gemm_batched(false, false, 1, n, n, n, 1.0f, a.data(), 0, b.data(), 0, 0.0f, c.data(), 0); },
       5, 0.3);
   return 2.0 * n * n * n / s / 1e9;
+}
+
+std::string gibibytes(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1 << 30));
+  return buf;
 }
 
 std::string csv_number(double v, int decimals) {

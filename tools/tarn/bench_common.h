@@ -75,7 +75,10 @@ class BenchOutput {
 std::string cpu_model_name();
 double measure_sgemm_gflops();
 
-// "%.3g"-style numbers for CSV fields; an empty field for NaN.
+// "1.5 GiB", "0.000931 GiB": three significant digits, for the --max-gib messages.
+std::string gibibytes(double bytes);
+
+// A CSV number with `decimals` decimals; an empty field for NaN.
 std::string csv_number(double v, int decimals = 3);
 
 }  // namespace tarn::app

@@ -148,8 +148,8 @@ int bench_decode(int argc, char** argv) {
       f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device);
   for (const DecodeSetup& s : setups) {
     const double need = state_bytes(s.model->config(), positions);
-    TARN_CHECK(need <= max_bytes, "--positions ", positions, ": ", s.attention, " decoding needs ", gigabytes(need),
-               " of state, limit ", gigabytes(max_bytes), " (--max-gib)");
+    TARN_CHECK(need <= max_bytes, "--positions ", positions, ": ", s.attention, " decoding needs ", gibibytes(need),
+               " of state, limit ", gibibytes(max_bytes), " (--max-gib)");
   }
   BenchOutput out(f.text("out", ""), "decode", "attention,position,ms_per_token,state_MiB");
   for (const DecodeSetup& s : setups) {

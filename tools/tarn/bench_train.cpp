@@ -125,7 +125,7 @@ int bench_train(int argc, char** argv) {
                                       std::to_string(batch * n)};
       const double need = training_memory(sized, vocab).total();
       if (need > max_bytes) {
-        const std::string why = str_cat("needs ", gigabytes(need), ", limit ", gigabytes(max_bytes), " (--max-gib)");
+        const std::string why = str_cat("needs ", gibibytes(need), ", limit ", gibibytes(max_bytes), " (--max-gib)");
         log::info("bench", kind, " N=", n, ": skipped: ", why);
         row.insert(row.end(), {"", "", "", "", "skipped: " + why});
         out.row(row);

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# tarn bench attention | train | decode at tiny sizes (ctest: cli_bench): each writes its CSV with
+# the promised columns and a row per configuration, and its JSON of the machine; a size that
+# cannot fit is refused up front (a "skipped" row, or exit 2 for decode); bad flags exit 2.
+#   bench.sh <tarn> <recipe>
+set -uo pipefail
+tarn=$1 recipe=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "[bench] FAIL: $*"
+  failures=$((failures + 1))
+}
+# header_is <csv> <header>: the CSV's first line is exactly the header.
+header_is() {
+  [ "$(head -n 1 "$1")" = "$2" ] || fail "$1: header $(head -n 1 "$1"), expected $2"
+}
+# rows <csv> <pattern>: how many data lines match the extended regex.
+rows() { tail -n +2 "$1" | grep -cE "$2"; }
+
+# attention: 2 lengths x (3 softmax + 3 linear algos x 2 maps) = 18 rows, every one measured.
+"$tarn" bench attention --n 32,64 --reps 1 --min-time 0 --out "$work/a" >"$work/a.log" 2>&1 ||
+  fail "bench attention exited $?: $(tail -n 3 "$work/a.log")"
+header_is "$work/a/attention.csv" \
+  "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status"
+[ "$(rows "$work/a/attention.csv" ',ok$')" = 18 ] || fail "attention.csv: expected 18 ok rows: $(cat "$work/a/attention.csv")"
+[ "$(rows "$work/a/attention.csv" '^cpu,linear_causal,favor,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
+  fail "attention.csv: no complete linear_causal favor row at N=64"
+grep -q '"sgemm_gflops"' "$work/a/attention.json" || fail "attention.json lacks sgemm_gflops"
+
+# A dense softmax over 2^20 positions needs terabytes: refused, the row kept with its reason.
+"$tarn" bench attention --n 1048576 --algos softmax_dense --reps 1 --out "$work/big" >"$work/big.log" 2>&1 ||
+  fail "bench attention at N=2^20 exited $?"
+grep -qE '^cpu,softmax_dense,-,1048576,1,4,64,,,,,"skipped: needs [0-9.e+]+ GiB, limit' "$work/big/attention.csv" ||
+  fail "the impossible size was not refused: $(cat "$work/big/attention.csv")"
+
+# train: 2 kinds x 2 lengths, and one size refused by --max-gib.
+"$tarn" bench train "$recipe" --n 16,32 --steps 1 --out "$work/t" >"$work/t.log" 2>&1 ||
+  fail "bench train exited $?: $(tail -n 3 "$work/t.log")"
+header_is "$work/t/train.csv" \
+  "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status"
+[ "$(rows "$work/t/train.csv" '^(softmax|linear),f32,(16|32),[0-9]+,[0-9]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+,ok$')" = 4 ] ||
+  fail "train.csv: expected 4 measured rows: $(cat "$work/t/train.csv")"
+"$tarn" bench train "$recipe" --n 16 --attention linear --max-gib 0.001 --out "$work/t2" >"$work/t2.log" 2>&1 ||
+  fail "bench train --max-gib exited $?"
+grep -q '^linear,f32,16,.*"skipped: needs' "$work/t2/train.csv" || fail "train: --max-gib did not refuse: $(cat "$work/t2/train.csv")"
+
+# decode: 2 kinds x 4 points; the softmax cache grows with the position, linear state does not.
+"$tarn" bench decode "$recipe" --positions 40 --points 4 --out "$work/d" >"$work/d.log" 2>&1 ||
+  fail "bench decode exited $?: $(tail -n 3 "$work/d.log")"
+header_is "$work/d/decode.csv" "attention,position,ms_per_token,state_MiB"
+[ "$(rows "$work/d/decode.csv" '^(softmax|linear),(10|20|30|40),[0-9.]+,[0-9.]+$')" = 8 ] ||
+  fail "decode.csv: expected 8 rows: $(cat "$work/d/decode.csv")"
+state() { awk -F, -v a="$1" -v p="$2" '$1 == a && $2 == p { print $4 }' "$work/d/decode.csv"; }
+awk -v a="$(state softmax 10)" -v b="$(state softmax 40)" 'BEGIN { exit !(b > a) }' ||
+  fail "decode: the softmax cache did not grow from position 10 to 40"
+[ "$(state linear 10)" = "$(state linear 40)" ] || fail "decode: the linear state changed size with the position"
+
+# Refusals and bad flags: exit 2 and a message, before any work.
+expect() {
+  local message=$1 out status
+  shift
+  out=$(timeout 60 "$@" 2>&1 </dev/null)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "$message" <<<"$out"; then
+    fail "$* -> exit $status, expected 2 with: $message; got: $(tail -n 2 <<<"$out")"
+  fi
+}
+expect "decoding needs" "$tarn" bench decode "$recipe" --positions 100000 --attention softmax --max-gib 0.001
+expect "--algos: \"flash\" is not one of" "$tarn" bench attention --algos flash
+expect "--n: 0 is out of range" "$tarn" bench attention --n 0
+expect "bench attention: unknown option --bogus" "$tarn" bench attention --bogus 1
+expect "no CUDA device" "$tarn" bench attention --device cuda --n 32
+expect "bench: unknown benchmark \"speed\"" "$tarn" bench speed
+"$tarn" bench train --help | grep -q "usage: tarn bench train" || fail "bench train --help"
+
+[ "$failures" -eq 0 ] && echo "[bench] all passed"
+exit $((failures > 0))
