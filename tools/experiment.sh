@@ -4,9 +4,10 @@
 # settings with two seeds each on the same token budget, and a long-sequence pair (packed
 # 2,048-token examples), then regenerates docs/experiment.md and its plots from what it measured.
 #
-#   tools/experiment.sh [--quick | --full] [--out DIR] [--doc FILE]
+#   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE]
 #
-# --quick (default) finishes in about 30 minutes on 2 cores; --full takes several hours. Run it
+# --quick (default) finishes in about 30 minutes on 2 cores; --full takes several hours; --smoke
+# checks the whole pipeline in a few minutes (its figures mean nothing: write --doc elsewhere). Run it
 # on an otherwise idle machine: every figure is a timing. Needs the build of README's set-up
 # command (build/release/tools/tarn) and python3-matplotlib (tools/setup.sh installs it).
 set -euo pipefail
@@ -19,6 +20,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
     --full) mode=full ;;
+    --smoke) mode=smoke ;;
     --out) out="$2"; shift ;;
     --doc) doc="$2"; shift ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -32,19 +34,29 @@ tarn=${TARN:-build/release/tools/tarn}
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
   { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
 
-if [ "$mode" = quick ]; then
-  attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=10
-  train_n=128,512,2048; train_steps=2
-  positions=10000
-  quality_steps=100; quality_every=25
-  long_steps=30; long_every=10
-else
-  attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
-  train_n=128,256,512,1024,2048,4096; train_steps=3
-  positions=10000
-  quality_steps=600; quality_every=50
-  long_steps=300; long_every=25
-fi
+# Per mode: attention lengths and the predicted seconds per run above which a length is skipped;
+# training-bench lengths and steps; decoded positions; steps and validation interval (with its
+# batches) of the quality runs and of the long-sequence runs.
+case "$mode" in
+  quick)
+    attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=10
+    train_n=128,512,2048; train_steps=2
+    positions=10000
+    quality_steps=100; quality_every=25; quality_batches=10
+    long_steps=30; long_every=10; long_batches=5 ;;
+  full)
+    attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
+    train_n=128,256,512,1024,2048,4096; train_steps=3
+    positions=10000
+    quality_steps=600; quality_every=50; quality_batches=20
+    long_steps=300; long_every=25; long_batches=10 ;;
+  smoke)
+    attention_n=64,128; attention_max_s=1
+    train_n=32,64; train_steps=1
+    positions=50
+    quality_steps=2; quality_every=1; quality_batches=1
+    long_steps=2; long_every=1; long_batches=1 ;;
+esac
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -52,17 +64,20 @@ echo "$mode" > "$out/mode.txt"
 commands="$out/commands.txt"
 echo "# tarn $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes'), $mode mode" > "$commands"
 started=$(date +%s)
+exec 3>&2  # progress lines reach the terminal even from commands whose output goes to a log
 
 # Runs a command and records it in commands.txt, as it ran.
 run() {
   echo "$*" >> "$commands"
-  echo "[experiment] $(( ($(date +%s) - started) / 60 )) min: $*" >&2
+  echo "[experiment] $(( ($(date +%s) - started) / 60 )) min: $*" >&3
   "$@"
 }
 
 [ -f work/wordnet/train.txt ] || run "$tarn" prepare-corpus work/wordnet
 
-run "$tarn" bench attention --n "$attention_n" --max-seconds "$attention_max_s" --out "$out"
+# shellcheck disable=SC2046  # the smoke mode's repetitions: one, at once
+run "$tarn" bench attention --n "$attention_n" --max-seconds "$attention_max_s" \
+  $([ "$mode" = smoke ] && echo --reps 1 --min-time 0) --out "$out"
 run "$tarn" bench train recipes/small-linear.yaml --n "$train_n" --steps "$train_steps" --out "$out"
 run "$tarn" bench decode recipes/small-linear.yaml --positions "$positions" --out "$out"
 
@@ -71,7 +86,8 @@ run "$tarn" bench decode recipes/small-linear.yaml --positions "$positions" --ou
 favor="--set model.attention.encoder_self.feature_map=favor --set model.attention.decoder_self.feature_map=favor"
 favor="$favor --set model.attention.cross.feature_map=favor"
 budget="--set training.max_steps=$quality_steps --set training.max_time_minutes=0"
-budget="$budget --set validation.every_steps=$quality_every --set checkpoints.every_steps=$quality_steps"
+budget="$budget --set validation.every_steps=$quality_every --set validation.max_batches=$quality_batches"
+budget="$budget --set checkpoints.every_steps=$quality_steps"
 train_setting() {  # folder, seed, recipe, extra --set flags...
   local dir="$1" seed="$2" recipe="$3"
   shift 3
@@ -95,7 +111,8 @@ done
 long="--set data.pack_tokens=2048 --set data.max_source_len=2048 --set data.max_target_len=2048"
 long="$long --set model.max_positions=2048 --set training.tokens_per_batch=4096"
 budget="--set training.max_steps=$long_steps --set training.max_time_minutes=0"
-budget="$budget --set validation.every_steps=$long_every --set checkpoints.every_steps=$long_steps"
+budget="$budget --set validation.every_steps=$long_every --set validation.max_batches=$long_batches"
+budget="$budget --set checkpoints.every_steps=$long_steps"
 for attention in softmax linear; do
   dir="$out/long/long-$attention/seed1"
   mkdir -p "$dir"
