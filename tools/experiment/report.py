@@ -36,7 +36,8 @@ SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",
                "blas": "BLAS", "sgemm_gflops": "SGEMM GFLOP/s (measured)", "date": "Date",
-               "tarn_commit": "tarn commit"}
+               "tarn_commit": "tarn commit",
+               "load_average_1min": "Load average (1 min) when the bench ended"}
 MIB = 1024 * 1024
 # Markers of the points that did not run, by bad_label(); other reasons get "*".
 BAD_MARKERS = {"did not fit in memory": "x", "predicted too slow": "P"}
@@ -394,7 +395,8 @@ def attention_series(rows):
     maps = list(group(rows, lambda r: r["feature_map"]))
     series = []
     for (device, algo, fmap), group_rows in group(rows, attention_key).items():
-        style = "--" if "causal" in algo else ":" if "cross" in algo else "-"
+        style = ("--" if "causal" in algo else ":" if "cross" in algo
+                 else "-." if "dense" in algo else "-")
         label = algo if fmap == "-" else f"{algo} {fmap}"
         if len(devices) > 1:
             label = f"{device}: {label}"
@@ -461,7 +463,8 @@ def first_failure(rows_by_n):
 
 # (title, linear algo, softmax algo) of the two crossovers the report states
 ATTENTION_PAIRS = [("bidirectional", "linear", "softmax"),
-                   ("causal", "linear_causal", "softmax_causal")]
+                   ("causal", "linear_causal", "softmax_causal"),
+                   ("bidirectional, dense N x N softmax", "linear", "softmax_dense")]
 CROSSOVER_MAP = "elu1"
 
 
@@ -530,7 +533,14 @@ def attention_section(in_dir, plots, link):
     shapes = sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows})
     body.append("Shapes (batch, heads, head dim): " +
                 ", ".join(f"({b}, {h}, {d})" for b, h, d in shapes) +
-                ". Time is per call; memory is the allocator's peak over forward+backward.")
+                ". Time is per call; memory is the allocator's peak over forward+backward, "
+                "inputs and gradients included.")
+    body.append("`softmax` and `softmax_causal` are tarn's blocked kernel: it never stores the "
+                "N x N scores, so its memory grows linearly in N like linear attention's, and "
+                "its time quadratically. `softmax_dense` materialises the scores as PyTorch "
+                "eager does: the quadratic memory the seed experiment argued about. "
+                "`linear_cross` attends a source of N keys through the padding-mask path of "
+                "the model's cross-attention.")
     body += [link(p) for p in plots]
     for device in devices:
         prefix = f"{device}: " if len(devices) > 1 else ""
@@ -910,7 +920,8 @@ def machine_section(in_dir):
     if not metas:
         return not_run(*(os.path.join(in_dir, n) for n in META_FILES))
     first_name, first = metas[0]
-    rows = [[META_LABELS.get(k, k), str(v)] for k, v in first.items() if k != "command"]
+    rows = [[META_LABELS.get(k, k), fmt(v) if isinstance(v, float) else str(v)]
+            for k, v in first.items() if k != "command"]
     text = f"From `{first_name}`.\n\n" + md_table(["", "value"], rows)
     # A bench run on another machine or commit would make the sections incomparable: say so.
     for name, meta in metas[1:]:

@@ -123,7 +123,9 @@ int bench_train(int argc, char** argv) {
       BartConfig cfg = model_with_attention(model_config(sized, vocab), kind);
       std::vector<std::string> row = {kind, precision_name(precision), std::to_string(n), std::to_string(batch),
                                       std::to_string(batch * n)};
-      const double need = training_memory(sized, vocab).total();
+      // training_memory is a lower bound (small-linear: 561 of 619 MiB live): a quarter more
+      // covers what it leaves out, so that a size that passes is not killed by the OS.
+      const double need = 1.25 * training_memory(sized, vocab).total();
       if (need > max_bytes) {
         const std::string why = str_cat("needs ", gibibytes(need), ", limit ", gibibytes(max_bytes), " (--max-gib)");
         log::info("bench", kind, " N=", n, ": skipped: ", why);
