@@ -681,6 +681,9 @@ def decode_table(rows):
     attentions = list(group(rows, lambda r: r["attention"]))
     cells = {(r["attention"], number(r["position"])): r for r in rows}
     positions = sorted({p for _, p in cells if p is not None})
+    # The plots show every point; the table keeps about ten, the last among them.
+    stride = max(1, len(positions) // 10)
+    positions = positions[stride - 1::stride] + ([] if len(positions) % stride == 0 else positions[-1:])
     header = ["position"] + [f"{a} ms/token" for a in attentions] + \
              [f"{a} state MiB" for a in attentions]
     body = []

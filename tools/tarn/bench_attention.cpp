@@ -210,11 +210,7 @@ std::vector<int64_t> default_lengths() {
 }  // namespace
 
 int bench_attention(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (asked_for_help(argc, argv, kUsage)) return 0;
   const BenchFlags f("attention", argc, argv,
                      {"device", "n", "batch", "heads", "head-dim", "algos", "maps", "reps", "min-time", "max-seconds",
                       "max-gib", "out"});
@@ -234,7 +230,6 @@ int bench_attention(int argc, char** argv) {
     for (const std::string& map : is_softmax(algo) ? std::vector<std::string>{"-"} : maps)
       for (int64_t n : lengths) out.row(bench.run(algo, map, n));
   out.finish(f, device);
-  if (!out.path().empty()) log::info("bench", "wrote ", out.path());
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "framework/io/json.h"
+#include "framework/log/log.h"
 #include "kernels/backend.h"
 #include "kernels/blas_info.h"
 #include "kernels/check.h"
@@ -30,7 +31,9 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-int64_t parse_integer(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+}  // namespace
+
+int64_t parse_integer_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
@@ -39,6 +42,17 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
              " to ", hi);
   return v;
 }
+
+bool asked_for_help(int argc, char** argv, const char* usage) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(usage, stdout);
+      return true;
+    }
+  return false;
+}
+
+namespace {
 
 // /proc/loadavg's 1-minute figure (-1 where it cannot be read).
 double load_average() {
@@ -84,7 +98,7 @@ std::string BenchFlags::text(const std::string& flag, const std::string& fallbac
 
 int64_t BenchFlags::integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const {
   auto it = values_.find(flag);
-  return it == values_.end() ? fallback : parse_integer(flag, it->second, lo, hi);
+  return it == values_.end() ? fallback : parse_integer_flag(flag, it->second, lo, hi);
 }
 
 double BenchFlags::real(const std::string& flag, double fallback, double lo, double hi) const {
@@ -103,7 +117,7 @@ std::vector<int64_t> BenchFlags::integers(const std::string& flag, const std::ve
   auto it = values_.find(flag);
   if (it == values_.end()) return fallback;
   std::vector<int64_t> out;
-  for (const std::string& item : split_commas(it->second)) out.push_back(parse_integer(flag, item, lo, hi));
+  for (const std::string& item : split_commas(it->second)) out.push_back(parse_integer_flag(flag, item, lo, hi));
   TARN_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list of integers, got \"", it->second, "\"");
   return out;
 }
@@ -224,9 +238,11 @@ void BenchOutput::finish(const BenchFlags& flags, Device device) {
   meta.set("date", json::Value::string(date));
   // Above the thread count, another process wanted the cores too: the figures are then low.
   meta.set("load_average_1min", json::Value::number(load_average()));
-  std::ofstream out(dir_ + "/" + name_ + ".json");
+  const std::string json_path = dir_ + "/" + name_ + ".json";
+  std::ofstream out(json_path);
   out << meta.dump(2) << "\n";
-  TARN_CHECK(static_cast<bool>(out), "--out: cannot write ", short_path(dir_ + "/" + name_ + ".json"));
+  TARN_CHECK(static_cast<bool>(out), "--out: cannot write ", short_path(json_path));
+  log::info("bench", "wrote ", csv_path_, " and ", json_path);
 }
 
 std::string cpu_model_name() {

@@ -14,6 +14,13 @@
 
 namespace tarn::app {
 
+// The integer of flag --`flag`, which must lie in [lo, hi]: a user error (exit 2) names the flag
+// and the range otherwise. Every tarn command's numeric flags go through it.
+int64_t parse_integer_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi);
+
+// Prints `usage` and returns true when argv asks for --help (or -h).
+bool asked_for_help(int argc, char** argv, const char* usage);
+
 // `--flag value` pairs of one bench subcommand; anything not in `valued` (or `bare`) is refused
 // naming the subcommand. Numbers are range-checked: a user error (exit 2) names the flag.
 class BenchFlags {
@@ -60,9 +67,9 @@ class BenchOutput {
   ~BenchOutput();
   // One CSV line (fields already formatted), flushed at once: a long sweep keeps what it measured.
   void row(const std::vector<std::string>& fields);
-  // Writes the JSON beside the CSV: the command, device, CPU, threads, BLAS, sgemm GFLOP/s, date.
+  // Writes the JSON beside the CSV (the command, device, CPU, threads, BLAS, sgemm GFLOP/s, date,
+  // load) and logs where both went.
   void finish(const BenchFlags& flags, Device device);
-  const std::string& path() const { return csv_path_; }
 
  private:
   std::string dir_, name_, csv_path_;

@@ -100,11 +100,7 @@ void decode_rows(const DecodeSetup& s, Device device, int64_t positions, int64_t
 }  // namespace
 
 int bench_decode(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (asked_for_help(argc, argv, kUsage)) return 0;
   const BenchFlags f("decode", argc, argv,
                      {"positions", "points", "source-len", "attention", "device", "max-gib", "out"});
   TARN_CHECK(f.positional().size() == 1, "usage: tarn bench decode RECIPE.yaml|CHECKPOINT [options] (see --help)");
@@ -157,7 +153,6 @@ int bench_decode(int argc, char** argv) {
     decode_rows(s, device, positions, points, source_len, out);
   }
   out.finish(f, device);
-  if (!out.path().empty()) log::info("bench", "wrote ", out.path());
   return 0;
 }
 

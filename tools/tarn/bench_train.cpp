@@ -89,11 +89,7 @@ StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision
 }  // namespace
 
 int bench_train(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (asked_for_help(argc, argv, kUsage)) return 0;
   const BenchFlags f("train", argc, argv, {"n", "attention", "tokens", "steps", "device", "precision", "max-gib", "out"});
   TARN_CHECK(f.positional().size() == 1, "usage: tarn bench train RECIPE.yaml [options] (see --help)");
   Recipe recipe = load_recipe(f.positional()[0]);
@@ -146,7 +142,6 @@ int bench_train(int argc, char** argv) {
       out.row(row);
     }
   out.finish(f, device);
-  if (!out.path().empty()) log::info("bench", "wrote ", out.path());
   return 0;
 }
 

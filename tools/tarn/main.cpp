@@ -22,6 +22,7 @@
 #include "layers/bart.h"
 #include "tools/tarn/bench_attention.h"
 #include "tools/tarn/bench_collectives.h"
+#include "tools/tarn/bench_common.h"
 #include "tools/tarn/bench_decode.h"
 #include "tools/tarn/bench_train.h"
 #include "tools/tarn/checkpoint_state.h"
@@ -110,14 +111,7 @@ struct Args {
   int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const {
     auto it = flags.find(flag);
     if (it == flags.end()) return fallback;
-    const std::string& text = it->second;
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    TARN_CHECK(end && *end == '\0' && !text.empty(), "--", flag, ": expected an integer, got \"", text, "\"");
-    TARN_CHECK(errno != ERANGE && v >= lo && v <= hi, "--", flag, ": ", text, " is out of range: it must be from ", lo,
-               " to ", hi);
-    return v;
+    return parse_integer_flag(flag, it->second, lo, hi);
   }
   bool has(const std::string& flag) const { return flags.count(flag) > 0; }
 };
