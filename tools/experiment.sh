@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
 done
 
 tarn=${TARN:-build/release/tools/tarn}
-[ -x "$tarn" ] || { echo "experiment.sh: $tarn is missing: run README's set-up command first" >&2; exit 2; }
+[ -x "$tarn" ] || { echo "experiment.sh: $tarn is missing: run tools/quickstart.sh (it sets up and builds tarn) first" >&2; exit 2; }
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
   { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
 
