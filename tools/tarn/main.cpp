@@ -2,7 +2,6 @@
 // errors (bad recipe, missing file, bad flag) exit 2 with a message naming the culprit; bugs
 // exit 1.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <optional>

@@ -75,11 +75,15 @@ double usable_memory_bytes() {
   return bytes;
 }
 
+namespace {
+
 std::string gigabytes(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, bytes < 1e15 ? "%.1f GB" : "%.2g GB", bytes / 1e9);
   return buf;
 }
+
+}  // namespace
 
 void configure_threads(const Recipe& recipe) {
   const unsigned cores = std::thread::hardware_concurrency();

@@ -21,8 +21,6 @@ void configure_threads(const Recipe& recipe);
 
 // Bytes this process may use: physical memory, or the cgroup's limit when lower.
 double usable_memory_bytes();
-// "12.3 GB", for messages about memory.
-std::string gigabytes(double bytes);
 
 // A path for a message: whole when it is of a sane length, else its start and its length.
 std::string short_path(const std::string& p);
