@@ -64,9 +64,8 @@ double load_average() {
 
 }  // namespace
 
-BenchFlags::BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued,
-                       const std::vector<std::string>& bare)
-    : command_(command), command_line_("tarn bench " + command) {
+BenchFlags::BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued)
+    : command_line_("tarn bench " + command) {
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     command_line_ += " " + s;
@@ -77,16 +76,13 @@ BenchFlags::BenchFlags(const std::string& command, int argc, char** argv, const 
     std::string name = s.substr(2), value;
     const size_t eq = name.find('=');
     if (eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
-    const bool takes_value = std::find(valued.begin(), valued.end(), name) != valued.end();
-    const bool is_bare = std::find(bare.begin(), bare.end(), name) != bare.end();
-    TARN_CHECK(takes_value || is_bare, "bench ", command, ": unknown option --", name, " (see tarn bench ", command,
-               " --help)");
-    if (takes_value && eq == std::string::npos) {
+    TARN_CHECK(std::find(valued.begin(), valued.end(), name) != valued.end(), "bench ", command,
+               ": unknown option --", name, " (see tarn bench ", command, " --help)");
+    if (eq == std::string::npos) {
       TARN_CHECK(i + 1 < argc, "bench ", command, ": --", name, " needs a value");
       value = argv[++i];
       command_line_ += " " + value;
     }
-    TARN_CHECK(!is_bare || eq == std::string::npos, "--", name, " takes no value");
     values_[name] = value;
   }
 }

@@ -21,12 +21,11 @@ int64_t parse_integer_flag(const std::string& flag, const std::string& text, int
 // Prints `usage` and returns true when argv asks for --help (or -h).
 bool asked_for_help(int argc, char** argv, const char* usage);
 
-// `--flag value` pairs of one bench subcommand; anything not in `valued` (or `bare`) is refused
-// naming the subcommand. Numbers are range-checked: a user error (exit 2) names the flag.
+// `--flag value` (or `--flag=value`) pairs of one bench subcommand; a flag not in `valued` is
+// refused naming the subcommand. Numbers are range-checked: a user error (exit 2) names the flag.
 class BenchFlags {
  public:
-  BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued,
-             const std::vector<std::string>& bare = {});
+  BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued);
   bool has(const std::string& flag) const { return values_.count(flag) > 0; }
   std::string text(const std::string& flag, const std::string& fallback) const;
   int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const;
@@ -39,7 +38,6 @@ class BenchFlags {
   const std::string& command_line() const { return command_line_; }
 
  private:
-  std::string command_;
   std::string command_line_;  // "tarn bench attention --n 128,256", for the report
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
