@@ -93,7 +93,7 @@ class AttentionBench {
         reps_(static_cast<int>(f.integer("reps", 3, 1, 1000))),
         min_time_(f.real("min-time", 0.2, 0, 3600)),
         max_seconds_(f.real("max-seconds", 30, 0.001, 1e6)),
-        max_bytes_(f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device)) {
+        max_bytes_(bench_memory_budget(f, device)) {
     Philox rng(11);
     projection_ = draw_favor_projection(rng, dim_, dim_).to(device_);
   }

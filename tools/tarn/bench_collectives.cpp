@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -119,14 +118,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// /proc/loadavg's 1-minute figure: above the ranks' count, something else wants the cores too.
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one;
-  in >> one;
-  return one.empty() ? "unknown" : one;
-}
-
 enum class Kind { all_reduce, reduce_scatter, all_gather };
 
 struct Collective {
@@ -231,8 +222,11 @@ void run_bench(Communicator& c, const Options& o, const std::string& what) {
   const bool lead = c.rank() == 0;
   const double copy_gbps = copy_gbps_per_rank(c);
   if (lead) {
+    // Above the ranks' count, something else wants the cores too.
+    const double load = tarn::app::load_average();
     std::printf("# tarn bench collectives: %s, %d ranks, on %s (%u hardware threads, load average %s at start)\n",
-                what.c_str(), world, tarn::app::cpu_model_name().c_str(), std::thread::hardware_concurrency(), load_average().c_str());
+                what.c_str(), world, tarn::app::cpu_model_name().c_str(), std::thread::hardware_concurrency(),
+                load < 0 ? "unknown" : tarn::app::csv_number(load, 2).c_str());
     std::printf("# time: median of %d iterations (after %d warm-up) of the slowest rank; algbw = size/time; "
                 "busbw = algbw x 2(N-1)/N (all_reduce), x (N-1)/N (reduce_scatter, all_gather); GB/s = 1e9 B/s\n",
                 o.iters, o.warmup);

@@ -33,6 +33,13 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 }  // namespace
 
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1;
+  in >> one;
+  return one;
+}
+
 int64_t parse_integer_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
   char* end = nullptr;
   errno = 0;
@@ -51,18 +58,6 @@ bool asked_for_help(int argc, char** argv, const char* usage) {
     }
   return false;
 }
-
-namespace {
-
-// /proc/loadavg's 1-minute figure (-1 where it cannot be read).
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double one = -1;
-  in >> one;
-  return one;
-}
-
-}  // namespace
 
 BenchFlags::BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued)
     : command_line_("tarn bench " + command) {
@@ -174,10 +169,15 @@ bool reset_resident_peak() {
   return static_cast<bool>(out);
 }
 
-double bench_memory_limit(Device device) {
-  // No free-memory query reaches the backend table yet: on a GPU the bench assumes what an
-  // H100/H200 has left for one process; --max-gib overrides it.
-  return device.is_cpu() ? usable_memory_bytes() : 64.0 * (1 << 30);
+double bench_memory_budget(const BenchFlags& flags, Device device) {
+  if (flags.has("max-gib")) return flags.real("max-gib", 0, 0.001, 1e6) * (1 << 30);
+  return 0.8 * (device.is_cpu() ? usable_memory_bytes() : 64.0 * (1 << 30));
+}
+
+BartConfig with_attention_kind(BartConfig cfg, const std::string& kind, const AttentionConfig& own) {
+  if (kind == "softmax") return cfg.with_attention(AttentionConfig::softmax_attention());
+  if (kind == "linear") return cfg.with_attention(own.is_linear() ? own : AttentionConfig::linear_attention());
+  return cfg;
 }
 
 BenchOutput::BenchOutput(const std::string& out_dir, const std::string& name, const std::string& header)
@@ -232,7 +232,6 @@ void BenchOutput::finish(const BenchFlags& flags, Device device) {
   meta.set("blas", json::Value::string(blas.str()));
   meta.set("sgemm_gflops", json::Value::number(measure_sgemm_gflops()));
   meta.set("date", json::Value::string(date));
-  // Above the thread count, another process wanted the cores too: the figures are then low.
   meta.set("load_average_1min", json::Value::number(load_average()));
   const std::string json_path = dir_ + "/" + name_ + ".json";
   std::ofstream out(json_path);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/device.h"
+#include "layers/config.h"
 
 namespace tarn::app {
 
@@ -55,8 +56,19 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_time
 // the peak of what follows (Linux: /proc/self/clear_refs). False where the kernel refuses.
 bool reset_resident_peak();
 
-// Bytes a bench may use on `device`: this host's usable memory for the CPU, the GPU's free memory.
-double bench_memory_limit(Device device);
+// Bytes one configuration of a bench may need on `device`: --max-gib, else 80% of this host's
+// usable memory (CPU) or of what an H100/H200 leaves one process (no free-memory query reaches
+// the backend table yet).
+double bench_memory_budget(const BenchFlags& flags, Device device);
+
+// The recipe's model `cfg` with every attention stack of `kind`: "softmax"; "linear", which keeps
+// `own` (the recipe's stack the bench is about) when it is linear, else elu(x) + 1; anything
+// else leaves cfg as the recipe says.
+BartConfig with_attention_kind(BartConfig cfg, const std::string& kind, const AttentionConfig& own);
+
+// /proc/loadavg's 1-minute figure, -1 where it cannot be read: above the thread count, another
+// process wanted the cores too and timings are low.
+double load_average();
 
 // Where a bench writes: OUT/<name>.csv and OUT/<name>.json with --out OUT, else the CSV on stdout.
 class BenchOutput {

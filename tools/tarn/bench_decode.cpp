@@ -129,19 +129,14 @@ int bench_decode(int argc, char** argv) {
     const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
     const BartConfig base = model_config(recipe, vocab);
     for (const std::string& kind : f.words("attention", {"softmax", "linear"}, {"softmax", "linear"})) {
-      BartConfig cfg = base;
-      const AttentionConfig& own = base.decoder_self_attention;
-      cfg.with_attention(kind == "softmax" ? AttentionConfig::softmax_attention()
-                         : own.is_linear() ? own
-                                           : AttentionConfig::linear_attention());
-      auto model = std::make_unique<BartForConditionalGeneration>(cfg, 1);
+      auto model = std::make_unique<BartForConditionalGeneration>(
+          with_attention_kind(base, kind, base.decoder_self_attention), 1);
       model->to(device);
       model->eval();
       setups.push_back({kind, std::move(model)});
     }
   }
-  const double max_bytes =
-      f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device);
+  const double max_bytes = bench_memory_budget(f, device);
   for (const DecodeSetup& s : setups) {
     const double need = state_bytes(s.model->config(), positions);
     TARN_CHECK(need <= max_bytes, "--positions ", positions, ": ", s.attention, " decoding needs ", gibibytes(need),

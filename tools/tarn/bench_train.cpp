@@ -40,16 +40,6 @@ options:
   --out DIR             write DIR/train.csv and DIR/train.json (default: CSV on stdout)
 )";
 
-// The recipe's model with every attention stack of `kind` ("recipe": untouched).
-BartConfig model_with_attention(BartConfig cfg, const std::string& kind) {
-  if (kind == "softmax") return cfg.with_attention(AttentionConfig::softmax_attention());
-  if (kind == "linear") {
-    const AttentionConfig& own = cfg.encoder_self_attention;
-    return cfg.with_attention(own.is_linear() ? own : AttentionConfig::linear_attention());
-  }
-  return cfg;
-}
-
 struct StepFigures {
   double step_s = 0, alloc_peak = 0, rss_peak = 0;
 };
@@ -103,8 +93,7 @@ int bench_train(int argc, char** argv) {
   configure_threads(recipe);
   const Device device = training_device(recipe);
   const Precision precision = training_precision(recipe, device);
-  const double max_bytes =
-      f.has("max-gib") ? f.real("max-gib", 0, 0.001, 1e6) * (1 << 30) : 0.8 * bench_memory_limit(device);
+  const double max_bytes = bench_memory_budget(f, device);
   const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
 
   BenchOutput out(f.text("out", ""), "train",
@@ -116,7 +105,8 @@ int bench_train(int argc, char** argv) {
       sized.training.tokens_per_batch = batch * n;
       sized.model.max_positions = std::max(recipe.model.max_positions, n);
       sized.data.max_source_len = sized.data.max_target_len = n;
-      BartConfig cfg = model_with_attention(model_config(sized, vocab), kind);
+      const BartConfig recipe_model = model_config(sized, vocab);
+      const BartConfig cfg = with_attention_kind(recipe_model, kind, recipe_model.encoder_self_attention);
       std::vector<std::string> row = {kind, precision_name(precision), std::to_string(n), std::to_string(batch),
                                       std::to_string(batch * n)};
       // training_memory is a lower bound (small-linear: 561 of 619 MiB live): a quarter more
