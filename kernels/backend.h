@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_kernels.h"
+#include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
 #include "kernels/feature_maps.h"
 
@@ -69,6 +70,18 @@ namespace tarn::kernels {
   X(softmax_attention_backward_workspace_floats)                                                     \
   X(softmax_attention_backward)
 
+// Linear attention on bf16 inputs and outputs with f32 state (kernels/cuda_linear_attention_bf16.h),
+// for training.precision bf16. Only CUDA has it: on the CPU the scan stays f32 (a profile of the
+// small model's step puts the scan and its feature maps at ~5% of the step, so bf16 there could
+// gain a few percent at most).
+struct LinearAttentionBf16Kernels {
+  decltype(&cuda::linear_attention_bf16_forward_workspace_floats) forward_workspace_floats;
+  decltype(&cuda::linear_attention_bf16_forward) forward;
+  decltype(&cuda::linear_attention_bf16_backward_workspace_floats) backward_workspace_floats;
+  decltype(&cuda::linear_attention_bf16_backward) backward;
+  int64_t max_dim;  // largest d and e the kernels take
+};
+
 struct Backend {
   const char* name;  // "cpu", "cuda", "cuda (emulated)"
 
@@ -80,6 +93,9 @@ struct Backend {
   void (*copy_device_to_device)(void* dst, const void* src, size_t bytes, int device);
   void (*fill)(float* dst, int64_t n, float value);
   void (*accumulate)(float* dst, const float* src, int64_t n);  // dst += src
+  // The device's free and total bytes (cudaMemGetInfo); null on the CPU, whose memory the
+  // caller reads from the OS.
+  void (*memory_info)(int device, size_t* free_bytes, size_t* total_bytes);
 
   // Whether linear_attention_{forward,backward,step} apply this feature map themselves
   // (LinearAttentionConfig::feature_map); identity always is.
@@ -87,6 +103,8 @@ struct Backend {
   // Largest head dimension (d and e) softmax_attention_{forward,backward} take; above it the
   // framework composes attention from matmul and softmax.
   int64_t softmax_attention_max_dim;
+  // bf16 linear attention, or null where there is none (the CPU).
+  const LinearAttentionBf16Kernels* linear_attention_bf16;
 
 #define TARN_BACKEND_FIELD(name) decltype(&cuda::name) name;
   TARN_BACKEND_KERNELS(TARN_BACKEND_FIELD)

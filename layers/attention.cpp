@@ -212,6 +212,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     opt.eps = config_.eps;
     opt.chunk = static_cast<int>(config_.chunk);
     opt.fused_feature_map = fused_map();
+    opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
     if (map_ == FeatureMap::favor)
       ctx = linear_attention(query_features(q), key_features(k), v, opt);
     else

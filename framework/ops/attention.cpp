@@ -163,6 +163,56 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
 
 // ---- linear attention ----
 
+bool linear_attention_runs_in_bf16(Device device, int64_t d, int64_t e) {
+  const kernels::LinearAttentionBf16Kernels* k = backend_for(device).linear_attention_bf16;
+  return k && d <= k->max_dim && e <= k->max_dim;
+}
+
+namespace {
+
+// linear_attention with precision bf16 on a device that has the bf16 kernels: the kernels read
+// bf16 roundings of a, b, v (kept for backward: half the bytes of f32 copies) and write a bf16
+// out, widened to f32 for the graph; backward rounds dy the same way and widens the gradients.
+Tensor linear_attention_bf16(const Tensor& a, const Tensor& b, const Tensor& v, const Tensor& mask,
+                             const kc::LinearAttentionDims& dims, const kc::LinearAttentionConfig& cfg) {
+  const char* op = "linear_attention (bf16)";
+  const Device dev = a.device();
+  const kernels::LinearAttentionBf16Kernels& k = *backend_for(dev).linear_attention_bf16;
+  const Tensor a16 = ops_internal::rounded_to_bf16(op, a), b16 = ops_internal::rounded_to_bf16(op, b),
+               v16 = ops_internal::rounded_to_bf16(op, v);
+  Tensor out16 = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev, DType::bf16);
+  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
+  {
+    Tensor ws = workspace(k.forward_workspace_floats(dims, cfg), dev);
+    k.forward(dims, cfg, a16.data<bf16>(), b16.data<bf16>(), v16.data<bf16>(), out16.data<bf16>(), den.device_f32(),
+              ws.device_f32(), ws.numel());
+  }
+  return record("linear_attention", ops_internal::widened_to_f32(op, out16), {a, b, v},
+                [a16, b16, v16, out16, den, mask, dims, cfg](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const char* name = "linear_attention (bf16) backward";
+                  const Device dev = a16.device();
+                  const kernels::LinearAttentionBf16Kernels& kb = *backend_for(dev).linear_attention_bf16;
+                  kc::LinearAttentionConfig c = cfg;
+                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
+                  const Tensor dy16 = ops_internal::rounded_to_bf16(name, dy);
+                  auto gradient = [&](bool needed, const Tensor& like) {
+                    return needed ? Tensor::empty(like.shape(), dev, DType::bf16) : Tensor();
+                  };
+                  Tensor da = gradient(needs[0], a16), db = gradient(needs[1], b16), dv = gradient(needs[2], v16);
+                  auto ptr = [](Tensor& t) { return t.defined() ? t.data<bf16>() : nullptr; };
+                  {
+                    Tensor ws = workspace(kb.backward_workspace_floats(dims, c), dev);
+                    kb.backward(dims, c, a16.data<bf16>(), b16.data<bf16>(), v16.data<bf16>(), out16.data<bf16>(),
+                                den.device_f32(), dy16.data<bf16>(), ptr(da), ptr(db), ptr(dv), ws.device_f32(),
+                                ws.numel());
+                  }
+                  auto widened = [&](const Tensor& g) { return g.defined() ? ops_internal::widened_to_f32(name, g) : g; };
+                  return {widened(da), widened(db), widened(dv)};
+                });
+}
+
+}  // namespace
+
 Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
                         const LinearAttentionOptions& opt) {
   const char* op = "linear_attention";
@@ -182,6 +232,8 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
   cfg.eps = opt.eps;
   cfg.chunk = opt.chunk;
   cfg.feature_map = opt.fused_feature_map;
+  if (opt.precision == Precision::bf16 && linear_attention_runs_in_bf16(dev, dims.d, dims.e))
+    return linear_attention_bf16(a, b, v, opt.key_padding_mask, dims, cfg);
   Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
   Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {

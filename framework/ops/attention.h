@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "framework/precision.h"
 #include "framework/rng.h"
 #include "framework/tensor.h"
 #include "kernels/feature_maps.h"
@@ -70,7 +71,16 @@ struct LinearAttentionOptions {
   // q and k and never stores phi(q), phi(k) or their gradients (less memory, one pass less).
   // identity: the inputs are already features.
   FeatureMap fused_feature_map = FeatureMap::identity;
+  // bf16: where the device has bf16 linear-attention kernels (CUDA: kernels/cuda_linear_attention_bf16.h,
+  // d and e up to 256), a, b and v are rounded to bf16 and the scan runs on tensor cores with f32
+  // state, normaliser and accumulation; out and the gradients come back as f32 tensors. Elsewhere
+  // (the CPU) the f32 kernel runs: linear_attention_runs_in_bf16 says which.
+  Precision precision = Precision::f32;
 };
+
+// Whether linear_attention with precision bf16 runs the bf16 kernels on `device` for head
+// dimensions d and e (else it runs in f32).
+bool linear_attention_runs_in_bf16(Device device, int64_t d, int64_t e);
 
 // out = (M(a b^T) V) / (M(a b^T) 1 + eps) with M the causal mask or none (a: (B,H,Nq,d),
 // b: (B,H,Nk,d), v: (B,H,Nk,e)); Nq != Nk only without causal. Saves out and the normaliser

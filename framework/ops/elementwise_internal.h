@@ -32,6 +32,23 @@ inline const kernels::Backend& kernels_for(const char* op, const Tensor& a, cons
   return backend_for(a.device());
 }
 
+// x (f32) rounded to bf16 in a fresh tensor on its device: the operands of the bf16 kernels of
+// training.precision bf16 (framework/precision.h), made inside the ops that use them.
+inline Tensor rounded_to_bf16(const char* op, const Tensor& x) {
+  check_f32(op, x);
+  Tensor r = Tensor::empty(x.shape(), x.device(), DType::bf16);
+  backend_for(x.device()).cast_to_bf16(x.device_f32(), r.data<bf16>(), x.numel());
+  return r;
+}
+
+// x (bf16) widened to f32, exactly: what a bf16 kernel's result becomes before autograd sees it.
+inline Tensor widened_to_f32(const char* op, const Tensor& x) {
+  TARN_ASSERT(x.dtype() == DType::bf16, op, ": expected bf16, got ", dtype_name(x.dtype()));
+  Tensor r = Tensor::empty(x.shape(), x.device());
+  backend_for(x.device()).cast_from_bf16(x.data<bf16>(), r.device_f32(), x.numel());
+  return r;
+}
+
 // Token ids (targets, embedding ids) where the kernels of `device` read them: the host vector
 // itself on the CPU, else a device copy kept alive by `holder` (4-byte elements in an f32
 // buffer: Tensor has no integer dtype, and the kernels only see raw pointers).

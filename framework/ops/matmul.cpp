@@ -14,11 +14,7 @@ namespace {
 // An operand as the product reads it: the f32 tensor itself, or (bf16) its rounding to bf16 in
 // a fresh tensor. Gradients round dC the same way, so every GEMM of a bf16 op is a bf16 GEMM.
 Tensor operand(const Tensor& x, Precision p) {
-  if (p == Precision::f32) return x;
-  TARN_ASSERT(x.dtype() == DType::f32, "matmul: a bf16 product takes f32 tensors, got ", dtype_name(x.dtype()));
-  Tensor r = Tensor::empty(x.shape(), x.device(), DType::bf16);
-  backend_for(x.device()).cast_to_bf16(x.device_f32(), r.data<bf16>(), x.numel());
-  return r;
+  return p == Precision::f32 ? x : ops_internal::rounded_to_bf16("matmul", x);
 }
 
 // The kernel table for two operands of a product: f32, or bf16 as operand() made them.

@@ -37,8 +37,8 @@ void host_copy(void* dst, const void* src, size_t bytes, int) { std::memcpy(dst,
 bool cpu_fuses(cpu::FeatureMap) { return true; }  // every map, favor included (kernels/feature_maps.h)
 
 const Backend kCpu = {
-    "cpu", host_allocate, host_deallocate, host_copy, host_copy, host_copy, cpu::fill, cpu::accumulate,
-    cpu_fuses, std::numeric_limits<int64_t>::max(),
+    "cpu", host_allocate, host_deallocate, host_copy, host_copy, host_copy, cpu::fill, cpu::accumulate, nullptr,
+    cpu_fuses, std::numeric_limits<int64_t>::max(), nullptr,
 #define TARN_BACKEND_ENTRY(name) &cpu::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

@@ -4,6 +4,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_kernels.h"
+#include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -51,12 +52,23 @@ void accumulate(float* dst, const float* src, int64_t n) {
   if (n > 0) TARN_CUDA_NS::binary(Binary::add, dst, src, dst, n);
 }
 
+void memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 // The CUDA linear-attention kernels apply every row-local map themselves (cuda_kernels.h);
 // favor goes through favor_forward first, as on the CPU.
 bool fuses(cpu::FeatureMap kind) { return cpu::feature_map_is_row_local(kind); }
 
 // kernels/cuda_softmax_attention.h: 1 <= d, e <= 128.
 constexpr int64_t kSoftmaxAttentionMaxDim = 128;
+
+// kernels/cuda_linear_attention_bf16.h: 1 <= d, e <= 256.
+const LinearAttentionBf16Kernels kLinearAttentionBf16 = {
+    &TARN_CUDA_NS::linear_attention_bf16_forward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_forward,
+    &TARN_CUDA_NS::linear_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_backward,
+    256};
 
 #if defined(__CUDACC__)
 constexpr const char* kName = "cuda";
@@ -66,7 +78,7 @@ constexpr const char* kName = "cuda (emulated)";
 
 const Backend kTable = {
     kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
-    fill, accumulate, fuses, kSoftmaxAttentionMaxDim,
+    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, &kLinearAttentionBf16,
 #define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

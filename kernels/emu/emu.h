@@ -351,6 +351,8 @@ cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+// The device's free and total bytes: set_device_memory's capacity less the live cudaMalloc blocks.
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t e);
@@ -379,6 +381,11 @@ void set_workers(int n);
 int workers();
 // Bytes of each fiber's stack (initially TARN_EMU_STACK_KB KiB, else 64 KiB; 512 KiB under ASan).
 void set_stack_bytes(size_t bytes);
+
+// The emulated device's memory capacity in bytes (initially 80 GiB, an H100): cudaMemGetInfo
+// reports it, and a cudaMalloc past it fails with cudaErrorMemoryAllocation.
+void set_device_memory(size_t bytes);
+size_t device_memory();
 
 // Launch statistics since the last reset, for tests and benchmarks.
 struct Stats {
@@ -556,6 +563,7 @@ using tarn::emu::cudaGetDeviceCount;
 using tarn::emu::cudaGetDevice;
 using tarn::emu::cudaSetDevice;
 using tarn::emu::cudaDeviceGetAttribute;
+using tarn::emu::cudaMemGetInfo;
 using tarn::emu::cudaGetLastError;
 using tarn::emu::cudaPeekAtLastError;
 using tarn::emu::cudaGetErrorString;

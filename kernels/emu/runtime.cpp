@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "kernels/emu/emu.h"
 
@@ -45,23 +47,84 @@ size_t kernel_shared_limit(const void* kernel) {
   return it == a.max_dynamic_shared.end() ? 0 : it->second;
 }
 
+namespace {
+// The emulated device's memory: a capacity (set_device_memory) and the live cudaMalloc blocks,
+// so that cudaMemGetInfo answers and an allocation past the capacity fails as on hardware.
+struct DeviceMemory {
+  std::mutex mu;
+  std::unordered_map<void*, size_t> blocks;
+  size_t live = 0;
+  size_t capacity = size_t{80} << 30;  // an 80 GB H100
+};
+DeviceMemory& device_memory_state() {
+  static DeviceMemory m;
+  return m;
+}
+
+void* host_block(size_t bytes) {
+  const size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+  return std::aligned_alloc(kDeviceAlignment, rounded == 0 ? kDeviceAlignment : rounded);
+}
+}  // namespace
+
+void set_device_memory(size_t bytes) {
+  DeviceMemory& m = device_memory_state();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.capacity = bytes;
+}
+
+size_t device_memory() {
+  DeviceMemory& m = device_memory_state();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return m.capacity;
+}
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return record(cudaErrorInvalidValue);
-  const size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-  *ptr = std::aligned_alloc(kDeviceAlignment, rounded == 0 ? kDeviceAlignment : rounded);
-  return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  DeviceMemory& m = device_memory_state();
+  std::lock_guard<std::mutex> lock(m.mu);
+  *ptr = nullptr;
+  if (bytes > m.capacity - std::min(m.live, m.capacity)) return record(cudaErrorMemoryAllocation);
+  *ptr = host_block(bytes);
+  if (!*ptr) return record(cudaErrorMemoryAllocation);
+  m.blocks[*ptr] = bytes;
+  m.live += bytes;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  DeviceMemory& m = device_memory_state();
+  std::lock_guard<std::mutex> lock(m.mu);
+  const auto it = m.blocks.find(ptr);
+  if (it == m.blocks.end()) return record(cudaErrorInvalidValue);
+  m.live -= it->second;
+  m.blocks.erase(it);
   std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return record(cudaErrorInvalidValue);
+  DeviceMemory& m = device_memory_state();
+  std::lock_guard<std::mutex> lock(m.mu);
+  *total_bytes = m.capacity;
+  *free_bytes = m.capacity - std::min(m.live, m.capacity);
   return cudaSuccess;
 }
 
 cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
 
-cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
-cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {  // pinned host memory: not the device's
+  if (!ptr) return record(cudaErrorInvalidValue);
+  *ptr = host_block(bytes);
+  return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;

@@ -121,5 +121,36 @@ TEST(Generation, GreedyEqualsArgmaxOfTeacherForcedLogits) {
   }
 }
 
+// The decoding memory bound: linear attention's state does not grow with the length, softmax's
+// cache grows by two d_model vectors per token and layer (held twice while it is copied), every
+// part grows with the hypotheses, and past the budget decoding is refused naming the flags.
+TEST(Generation, DecodingMemoryCountsTheSoftmaxCacheAndIsRefusedPastTheBudget) {
+  BartConfig linear = BartConfig::preset("small").with_attention(AttentionConfig::linear_attention());
+  linear.vocab_size = 8000;
+  BartConfig softmax = linear;
+  softmax.with_attention(AttentionConfig::softmax_attention());
+  EXPECT_EQ(decoding_memory_bytes(linear, 4, 20, 100), decoding_memory_bytes(linear, 4, 20, 400));
+  EXPECT_DOUBLE_EQ(decoding_memory_bytes(linear, 8, 20, 100), 2 * decoding_memory_bytes(linear, 4, 20, 100));
+  const double per_token = 4.0 * linear.decoder_layers * 2 * 2 * 4 * linear.d_model;  // rows, layers, copy, k+v, f32
+  EXPECT_DOUBLE_EQ(decoding_memory_bytes(softmax, 4, 20, 400) - decoding_memory_bytes(softmax, 4, 20, 100),
+                   300 * per_token);
+  EXPECT_EQ(decoding_memory_bytes(softmax, 4, 20, 100000), decoding_memory_bytes(softmax, 4, 20, 512))
+      << "no token past max_positions is generated";
+
+  GenerateOptions g;
+  g.beam = 4;
+  g.max_length = 400;
+  const double need = decoding_memory_bytes(softmax, 4, 20, 400);
+  EXPECT_NO_THROW(check_decoding_memory(softmax, 4, 20, g, need));
+  try {
+    check_decoding_memory(softmax, 4, 20, g, need - 1);
+    ADD_FAILURE() << "decoding past the budget was not refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const char* part : {"--beam 4", "--max-length 400", "keeps every token's keys and values", "lower --beam"})
+      EXPECT_NE(what.find(part), std::string::npos) << part << " missing from: " << what;
+  }
+}
+
 }  // namespace
 }  // namespace tarn::app

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "framework/config/config_error.h"
 #include "framework/io/checkpoint_dir.h"
 #include "framework/io/safetensors.h"
+#include "kernels/emu/emu.h"
 #include "tests/app/app_test_util.h"
 #include "tests/cuda_model/emulated_cuda.h"
 #include "tools/tarn/checkpoint_state.h"
@@ -102,6 +105,35 @@ TEST(TrainOnCuda, Bf16StepsFollowTheF32CpuRun) {
     largest_gap = std::max(largest_gap, std::abs(l_gpu[i] - l_cpu[i]));
   }
   EXPECT_GT(largest_gap, 1e-6 * l_cpu[0]) << "the bf16 run gave the f32 losses: were its products rounded?";
+}
+
+// The memory check sizes CUDA training against the GPU's free memory (cudaMemGetInfo), not the
+// host's: on an emulated device with only a few MiB free, the tiny recipe is refused up front
+// with what the device has, before any tensor is made; with the capacity back it trains.
+TEST(TrainOnCuda, ARecipeThatDoesNotFitTheDevicesFreeMemoryIsRefusedUpFront) {
+  const Device cuda = emulated_cuda();
+  if (std::string(kernels::cuda_backend().name) != "cuda (emulated)")
+    GTEST_SKIP() << "a real GPU: its memory cannot be shrunk for the test";
+  size_t free_bytes = 0, total_bytes = 0;
+  kernels::cuda_backend().memory_info(cuda.index, &free_bytes, &total_bytes);
+  ASSERT_EQ(total_bytes, emu::device_memory());
+  struct RestoreCapacity {
+    size_t bytes;
+    ~RestoreCapacity() { emu::set_device_memory(bytes); }
+  } restore{total_bytes};
+  emu::set_device_memory(total_bytes - free_bytes + (size_t{1} << 20));  // what is live, and 1 MiB
+  const std::string dir = testing::make_tiny_corpus("cuda_model_no_room");
+  try {
+    train(options(dir, 2, "cuda"));
+    ADD_FAILURE() << "a step that cannot fit in 1 MiB of device memory was not refused";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda:0 has 0.0 GB free of"), std::string::npos) << what;
+    EXPECT_NE(what.find("for one batch's logits and activations"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1")) << "refused only after training started";
+  emu::set_device_memory(total_bytes);
+  EXPECT_EQ(train(options(dir, 1, "cuda")).steps, 1);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ options:
   --maps LIST             feature maps of the linear algos: elu1, relu, exp, favor (default elu1,favor)
   --reps N                timed runs per figure at least (default 3); --min-time S (default 0.2)
   --max-seconds S         predicted seconds of one forward+backward above which a size is skipped (default 30)
-  --max-gib G             memory a configuration may need (default: 80% of this machine's)
+  --max-gib G             memory a configuration may need (default: 80% of this machine's; of the GPU's free memory on cuda)
   --out DIR               write DIR/attention.csv and DIR/attention.json (default: CSV on stdout)
 )";
 

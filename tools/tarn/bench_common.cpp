@@ -171,7 +171,7 @@ bool reset_resident_peak() {
 
 double bench_memory_budget(const BenchFlags& flags, Device device) {
   if (flags.has("max-gib")) return flags.real("max-gib", 0, 0.001, 1e6) * (1 << 30);
-  return 0.8 * (device.is_cpu() ? usable_memory_bytes() : 64.0 * (1 << 30));
+  return 0.8 * device_memory_bytes(device);
 }
 
 BartConfig with_attention_kind(BartConfig cfg, const std::string& kind, const AttentionConfig& own) {

@@ -40,7 +40,7 @@ options:
   --source-len S      source tokens (default 64)
   --attention LIST    recipe only: softmax, linear (default softmax,linear)
   --device D          default: the recipe's training.device
-  --max-gib G         memory the decoding state may need (default: 80% of this machine's)
+  --max-gib G         memory the decoding state may need (default: 80% of this machine's; of the GPU's free memory on cuda)
   --out DIR           write DIR/decode.csv and DIR/decode.json (default: CSV on stdout)
 )";
 

@@ -36,7 +36,7 @@ options:
   --steps S             timed steps per configuration (default 3)
   --device D            default: the recipe's training.device
   --precision P         f32 or bf16 (default: the recipe's training.precision)
-  --max-gib G           memory a configuration may need (default: 80% of this machine's)
+  --max-gib G           memory a configuration may need (default: 80% of this machine's; of the GPU's free memory on cuda)
   --out DIR             write DIR/train.csv and DIR/train.json (default: CSV on stdout)
 )";
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
 #include "framework/autograd.h"
+#include "tools/tarn/session.h"
 
 namespace tarn::app {
 namespace {
@@ -139,7 +141,43 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
       ->second;
 }
 
+// Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d.
+double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens) {
+  const double f = 4.0;
+  if (!a.is_linear()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
+  const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
+  const double features = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head;
+  return f * static_cast<double>(heads) * features * (head + 1);  // S and the normaliser's z
+}
+
 }  // namespace
+
+double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length) {
+  const double r = static_cast<double>(rows), d = static_cast<double>(c.d_model);
+  const int64_t steps = std::min(max_length, c.max_position_embeddings);
+  const double layers = static_cast<double>(c.decoder_layers);
+  const int64_t heads = c.decoder_attention_heads;
+  const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
+  // A softmax cache grows by concatenation: the old and the new cache live at once.
+  const double self = (c.decoder_self_attention.is_linear() ? 1.0 : 2.0) *
+                      attention_state_bytes(c.decoder_self_attention, heads, c.d_model, steps);
+  const double cross = attention_state_bytes(c.cross_attention, heads, c.d_model, source_len);
+  const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs
+  return encoder + r * layers * (self + cross) + logits;
+}
+
+void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len, const GenerateOptions& options,
+                           double budget_bytes) {
+  const double need = decoding_memory_bytes(c, rows, source_len, options.max_length);
+  if (need <= budget_bytes) return;
+  char sizes[96];
+  std::snprintf(sizes, sizeof sizes, "%.1f GB but this machine has %.1f GB", need / 1e9, budget_bytes / 1e9);
+  throw Error(str_cat("decoding ", rows, " hypotheses (--beam ", options.beam, ") of up to ",
+                      std::min(options.max_length, c.max_position_embeddings), " tokens (--max-length ",
+                      options.max_length, ") needs at least ", sizes,
+                      c.decoder_self_attention.is_linear() ? "" : " (softmax attention keeps every token's keys and values)",
+                      ": lower --beam or --max-length"));
+}
 
 std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& model,
                                            const std::vector<std::vector<int32_t>>& sources,
@@ -148,6 +186,10 @@ std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& m
   TARN_CHECK(options.max_length >= 1, "generate: --max-length must be at least 1, got ", options.max_length);
   NoGradGuard no_grad;
   if (sources.empty()) return {};
+  size_t longest = 1;
+  for (const auto& src : sources) longest = std::max(longest, src.size());
+  const int64_t rows = options.beam == 1 ? static_cast<int64_t>(sources.size()) : options.beam;
+  check_decoding_memory(model.config(), rows, static_cast<int64_t>(longest), options, usable_memory_bytes());
   if (options.beam == 1) return greedy(model, sources, options.max_length);
   std::vector<std::vector<int32_t>> out;
   for (const auto& s : sources) out.push_back(beam_search(model, s, options));

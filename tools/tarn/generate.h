@@ -15,8 +15,20 @@ struct GenerateOptions {
   double length_penalty = 1.0;  // beam: hypotheses ranked by log p / length^penalty
 };
 
+// A lower bound on the bytes decoding `rows` hypotheses together (the batch for greedy, the beam
+// for beam search) holds beside the model's weights, for a source of `source_len` tokens and up
+// to `max_length` generated ones: the encoder's output, each decoder layer's state (linear
+// attention: a d_head x (d_head + 1) matrix per head, whatever the length; softmax: keys and
+// values of every token so far, copied once as the cache grows) and the logits.
+double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length);
+
+// Refuses (tarn::Error, exit code 2) decoding whose decoding_memory_bytes exceed
+// `budget_bytes`, naming --beam and --max-length and what the budget is.
+void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len, const GenerateOptions& options,
+                           double budget_bytes);
+
 // Each source (token ids ending with </s>) -> generated ids without the leading </s> and
-// without the final </s>.
+// without the final </s>. Checks the decoding memory against this machine's first.
 std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& model,
                                            const std::vector<std::vector<int32_t>>& sources,
                                            const GenerateOptions& options);

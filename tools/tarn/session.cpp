@@ -13,6 +13,7 @@
 #include "data/corpus_reader.h"
 #include "data/denoising_dataset.h"
 #include "data/pair_dataset.h"
+#include "framework/backend.h"
 #include "framework/config/config_error.h"
 #include "framework/log/log.h"
 #include "kernels/backend.h"
@@ -73,6 +74,14 @@ double usable_memory_bytes() {
     if (in >> v && v > 0 && v < bytes) bytes = v;  // "max" (no limit) does not parse
   }
   return bytes;
+}
+
+double device_memory_bytes(Device device) {
+  const kernels::Backend& k = backend_for(device);
+  if (device.is_cpu() || !k.memory_info) return usable_memory_bytes();
+  size_t free_bytes = 0, total_bytes = 0;
+  k.memory_info(device.index, &free_bytes, &total_bytes);
+  return static_cast<double>(free_bytes);
 }
 
 namespace {
@@ -179,9 +188,6 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   TrainingMemory t;
   t.state = 16 * f.parameters() + 4 * f.buffer_values;
   t.logits = 2.0 * 4 * micro_batch * static_cast<double>(c.vocab_size);
-  // Activations live in the memory of the device that trains; the check compares with this
-  // host's memory, so they are counted for CPU training, where they belong to it.
-  if (recipe.training.device != "cpu") return t;
   // Per token of the batch (source and target alike: denoising keeps them about equal), at least
   // 8 d_model + 2 ffn values per encoder layer (attention inputs, projections and output, norms,
   // the FFN's hidden layer before and after its activation) and 12 d_model + 2 ffn per decoder
@@ -200,16 +206,53 @@ TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   return training_memory_of(sized_model_config(recipe, tokenizer_vocab), recipe);
 }
 
+namespace {
+
+// The memory a training step lives in: the host's for CPU training, the GPU's free memory for
+// CUDA training (the whole step is on the device). A CUDA recipe checked where no GPU answers
+// (`tarn config` on a CPU machine) is held to the host's memory for what the host also keeps
+// (the state, as checkpoints load it, and the logits).
+struct MemoryBudget {
+  double bytes = 0;
+  std::string whose;  // "this machine's 24.0 GB", "cuda:0's 79.1 GB free"
+  std::string has;    // "this machine has 24.0 GB", "cuda:0 has 79.1 GB free of 85.9 GB"
+  bool on_device = false;
+};
+
+MemoryBudget memory_budget(const Recipe& recipe) {
+  if (recipe.training.device != "cpu") {
+    try {
+      const Device device = Device::parse(recipe.training.device);
+      const kernels::Backend& k = backend_for(device);
+      if (k.memory_info && device.index < kernels::cuda_device_count()) {
+        size_t free_bytes = 0, total_bytes = 0;
+        k.memory_info(device.index, &free_bytes, &total_bytes);
+        const double free = static_cast<double>(free_bytes);
+        return {free, str_cat(device.str(), "'s ", gigabytes(free), " free"),
+                str_cat(device.str(), " has ", gigabytes(free), " free of ", gigabytes(static_cast<double>(total_bytes))),
+                true};
+      }
+    } catch (const Error&) {
+      // no GPU here (training_device reports that where it matters)
+    }
+  }
+  const double have = usable_memory_bytes();
+  return {have, "this machine's " + gigabytes(have), "this machine has " + gigabytes(have), false};
+}
+
+}  // namespace
+
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   const BartConfig c = sized_model_config(recipe, tokenizer_vocab);
   const BartConfig::Footprint f = c.footprint();
-  const TrainingMemory t = training_memory_of(c, recipe);
+  TrainingMemory t = training_memory_of(c, recipe);
+  const MemoryBudget budget = memory_budget(recipe);
+  if (recipe.training.device != "cpu" && !budget.on_device) t.activations = 0;
   const double need = t.total();
-  const double have = usable_memory_bytes();
+  const double have = budget.bytes;
   if (need <= have) {
     if (need > 0.8 * have)
-      log::warn("config", str_cat("one training step needs at least ", gigabytes(need), " of this machine's ",
-                                  gigabytes(have),
+      log::warn("config", str_cat("one training step needs at least ", gigabytes(need), " of ", budget.whose,
                                   ": it may not fit (lower training.tokens_per_batch or the model's size)"));
     return;
   }
@@ -231,9 +274,8 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
                     str_cat("this model and its training state need at least ", gigabytes(need), " (",
                             gigabytes(t.state), " for ", params,
                             " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
-                            gigabytes(t.logits + t.activations), " for one batch's logits and activations) and this "
-                            "machine has ", gigabytes(have),
-                            ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
+                            gigabytes(t.logits + t.activations), " for one batch's logits and activations) and ",
+                            budget.has, ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
                             "the batch (training.tokens_per_batch)"));
 }
 
@@ -303,8 +345,10 @@ Precision training_precision(const Recipe& recipe, Device device) {
                               "; training in f32"));
     return Precision::f32;
   }
+  const bool bf16_scan = backend_for(device).linear_attention_bf16 != nullptr;
   log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description,
-            "; weights, optimizer state, norms, softmax and the loss in f32");
+            bf16_scan ? "; linear attention in bf16 with f32 state" : "; linear attention in f32 (no bf16 scan here)",
+            "; weights, optimizer state, norms, softmax attention and the loss in f32");
   return Precision::bf16;
 }
 

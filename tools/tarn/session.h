@@ -22,6 +22,10 @@ void configure_threads(const Recipe& recipe);
 // Bytes this process may use: physical memory, or the cgroup's limit when lower.
 double usable_memory_bytes();
 
+// Bytes a device offers now: usable_memory_bytes() for the CPU, the GPU's free memory
+// (cudaMemGetInfo) for a CUDA device. Throws "no CUDA device ..." where there is none.
+double device_memory_bytes(Device device);
+
 // A path for a message: whole when it is of a sane length, else its start and its length.
 std::string short_path(const std::string& p);
 
@@ -48,14 +52,15 @@ BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab);
 struct TrainingMemory {
   double state = 0;        // weights, gradients, AdamW's two moments (f32), and the buffers
   double logits = 0;       // one micro-batch's logits and their gradient
-  double activations = 0;  // what the autograd tape keeps for the backward pass (CPU training)
+  double activations = 0;  // what the autograd tape keeps for the backward pass
   double total() const { return state + logits + activations; }
 };
 TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
 
 // Refuses, before anything is allocated, a recipe whose model and training state cannot fit in
-// this machine's memory (physical memory, or the cgroup's limit when lower): a ConfigError that
-// names the model key responsible and the sizes. `tokenizer_vocab` 0 takes the recipe's
+// the memory it trains in: this machine's (physical memory, or the cgroup's limit when lower)
+// for CPU training, the GPU's free memory for CUDA training. A ConfigError that names the key
+// responsible and the sizes. `tokenizer_vocab` 0 takes the recipe's
 // vocabulary size. Warns above 80%. `tarn config` and `tarn train` both call it.
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
 
