@@ -93,6 +93,10 @@ TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
       EXPECT_LE(static_cast<int64_t>(ids.size()), g.max_length);
       for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < tok.vocab_size());
     }
+    // A limit past the model's positions stops at the last position (a 3-step model rarely says </s>).
+    g.max_length = int64_t{1} << 20;
+    for (const auto& ids : generate(*trained.model, sources, g))
+      EXPECT_LE(static_cast<int64_t>(ids.size()), trained.model->config().max_position_embeddings);
   }
 }
 

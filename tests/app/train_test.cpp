@@ -265,6 +265,28 @@ TEST(Train, AModelThatCannotFitInMemoryIsRefusedBeforeAnyAllocation) {
         << shipped;
 }
 
+// Softmax attention trained with attention dropout keeps each query-key pair's probability:
+// on long sequences that, not the model, is what cannot fit, and the refusal says so. Without
+// attention dropout the blocked kernel keeps none, and the same recipe passes.
+TEST(Train, SoftmaxAttentionDropoutOnLongSequencesIsRefusedNamingIt) {
+  std::vector<std::string> long_softmax = {"model.max_positions=65536", "data.max_source_len=65536",
+                                           "data.max_target_len=65536", "training.tokens_per_batch=65536"};
+  for (const char* stack : {"encoder_self", "decoder_self", "cross"})
+    long_softmax.push_back(std::string("model.attention.") + stack + ".kind=softmax");
+  std::vector<std::string> with_dropout = long_softmax;
+  with_dropout.push_back("model.attention_dropout=0.1");
+  try {
+    check_memory(load_recipe(testing::tiny_recipe(), with_dropout));
+    ADD_FAILURE() << "2 x 65536^2 probabilities per head and layer were not refused";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--set model.attention_dropout: "), std::string::npos) << m;
+    EXPECT_NE(m.find("keeps every query-key pair's probability"), std::string::npos) << m;
+  }
+  long_softmax.push_back("model.attention_dropout=0");
+  EXPECT_NO_THROW(check_memory(load_recipe(testing::tiny_recipe(), long_softmax)));
+}
+
 // The up-front estimate must stay below what a step really holds (else it would refuse recipes
 // that fit), and not so far below that it misses what it claims to count.
 TEST(Train, MemoryEstimateIsALowerBoundOfTheLivePeak) {

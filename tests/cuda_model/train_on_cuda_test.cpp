@@ -129,7 +129,7 @@ TEST(TrainOnCuda, ARecipeThatDoesNotFitTheDevicesFreeMemoryIsRefusedUpFront) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("cuda:0 has 0.0 GB free of"), std::string::npos) << what;
-    EXPECT_NE(what.find("for one batch's logits and activations"), std::string::npos) << what;
+    EXPECT_NE(what.find("for one batch's logits, activations and attention"), std::string::npos) << what;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1")) << "refused only after training started";
   emu::set_device_memory(total_bytes);

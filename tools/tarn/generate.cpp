@@ -186,13 +186,16 @@ std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& m
   TARN_CHECK(options.max_length >= 1, "generate: --max-length must be at least 1, got ", options.max_length);
   NoGradGuard no_grad;
   if (sources.empty()) return {};
+  // The decoder has max_position_embeddings positions: no token is generated past the last.
+  GenerateOptions o = options;
+  o.max_length = std::min(o.max_length, model.config().max_position_embeddings);
   size_t longest = 1;
   for (const auto& src : sources) longest = std::max(longest, src.size());
   const int64_t rows = options.beam == 1 ? static_cast<int64_t>(sources.size()) : options.beam;
   check_decoding_memory(model.config(), rows, static_cast<int64_t>(longest), options, usable_memory_bytes());
-  if (options.beam == 1) return greedy(model, sources, options.max_length);
+  if (o.beam == 1) return greedy(model, sources, o.max_length);
   std::vector<std::vector<int32_t>> out;
-  for (const auto& s : sources) out.push_back(beam_search(model, s, options));
+  for (const auto& s : sources) out.push_back(beam_search(model, s, o));
   return out;
 }
 

@@ -55,7 +55,7 @@ commands:
         model.safetensors (HuggingFace BART names), config.json and spm.model.
   generate --checkpoint DIR [--beam N] [--max-length N]
         Reads source lines on stdin, writes one generated line per source on stdout.
-        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128).
+        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128; at most the model's max_positions).
   denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
         Noises the first N lines of FILE as in training and shows input, output, original.
   bench attention [--device cpu|cuda] [--n 128,...,65536] [--out DIR] [--help]

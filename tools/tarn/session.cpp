@@ -197,6 +197,26 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   const double encoder = static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.encoder_ffn_dim));
   const double decoder = static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.decoder_ffn_dim));
   t.activations = 4 * micro_batch * (encoder + decoder);
+  // Attention. The kernels' largest workspace (linear attention's [num | den] rows, B H N (e + 1)
+  // floats: one at a time), and where softmax attention trains with attention dropout, the
+  // probabilities it must keep (HF's composed path: at least P and its dropped copy, 2 x 4 bytes
+  // per head and query-key pair). Sized for batches of the longest sequences the data allows,
+  // which a batch can be made of: B Nq Nk = micro_batch x Nk.
+  t.attention = 4 * micro_batch * (d + static_cast<double>(std::max(c.encoder_attention_heads, c.decoder_attention_heads)));
+  if (c.attention_dropout > 0) {
+    const DataRecipe& data = recipe.data;
+    const double source = static_cast<double>(data.pack_tokens > 0 ? std::min(data.max_source_len, data.pack_tokens)
+                                                                    : data.max_source_len);
+    const double target = static_cast<double>(data.max_target_len);
+    auto pairs = [&](const AttentionConfig& a, double layers, double heads, double keys) {
+      return a.is_linear() ? 0.0 : 8.0 * layers * heads * micro_batch * keys;
+    };
+    const double enc_heads = static_cast<double>(c.encoder_attention_heads);
+    const double dec_heads = static_cast<double>(c.decoder_attention_heads);
+    t.attention += pairs(c.encoder_self_attention, static_cast<double>(c.encoder_layers), enc_heads, source) +
+                   pairs(c.decoder_self_attention, static_cast<double>(c.decoder_layers), dec_heads, target) +
+                   pairs(c.cross_attention, static_cast<double>(c.decoder_layers), dec_heads, source);
+  }
   return t;
 }
 
@@ -247,7 +267,7 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   const BartConfig::Footprint f = c.footprint();
   TrainingMemory t = training_memory_of(c, recipe);
   const MemoryBudget budget = memory_budget(recipe);
-  if (recipe.training.device != "cpu" && !budget.on_device) t.activations = 0;
+  if (recipe.training.device != "cpu" && !budget.on_device) t.activations = t.attention = 0;
   const double need = t.total();
   const double have = budget.bytes;
   if (need <= have) {
@@ -264,6 +284,7 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   if (f.decoder_parameters > largest) key = "model.decoder_layers", largest = f.decoder_parameters;
   if (4 * f.buffer_values > 16 * largest) key = "model.attention", largest = f.buffer_values / 4;
   if (t.logits > 16 * largest || t.state + t.logits <= have) key = "training.tokens_per_batch";
+  if (t.state + t.logits + t.activations <= have && t.attention > t.activations) key = "model.attention_dropout";
   if (key == "model.d_model" && static_cast<double>(c.max_position_embeddings) > static_cast<double>(c.vocab_size))
     key = "model.max_positions";
   if (key == "model.encoder_layers" || key == "model.decoder_layers")
@@ -274,8 +295,13 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
                     str_cat("this model and its training state need at least ", gigabytes(need), " (",
                             gigabytes(t.state), " for ", params,
                             " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
-                            gigabytes(t.logits + t.activations), " for one batch's logits and activations) and ",
-                            budget.has, ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
+                            gigabytes(t.logits + t.activations + t.attention),
+                            " for one batch's logits, activations and attention) and ", budget.has,
+                            key == "model.attention_dropout"
+                                ? ": softmax attention with attention dropout keeps every query-key pair's probability; "
+                                  "turn it off (model.attention_dropout: 0 uses the blocked kernel, which keeps none), "
+                                  "or shorten the sequences (data.max_source_len, max_target_len) or the batch"
+                                : ": make the model smaller (model.preset, d_model, ffn_dim, layers, max_positions) or "
                             "the batch (training.tokens_per_batch)"));
 }
 

@@ -53,7 +53,9 @@ struct TrainingMemory {
   double state = 0;        // weights, gradients, AdamW's two moments (f32), and the buffers
   double logits = 0;       // one micro-batch's logits and their gradient
   double activations = 0;  // what the autograd tape keeps for the backward pass
-  double total() const { return state + logits + activations; }
+  double attention = 0;    // the attention kernels' workspace, and softmax's probabilities where
+                           // attention dropout makes it keep them (longest sequences)
+  double total() const { return state + logits + activations + attention; }
 };
 TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
 
