@@ -76,12 +76,24 @@ double usable_memory_bytes() {
   return bytes;
 }
 
-double device_memory_bytes(Device device) {
+namespace {
+
+// A CUDA device's free and total bytes; false where no device of that index answers.
+bool cuda_memory(Device device, size_t& free_bytes, size_t& total_bytes) {
+  if (device.is_cpu() || device.index >= kernels::cuda_device_count()) return false;
   const kernels::Backend& k = backend_for(device);
-  if (device.is_cpu() || !k.memory_info) return usable_memory_bytes();
-  size_t free_bytes = 0, total_bytes = 0;
+  if (!k.memory_info) return false;
   k.memory_info(device.index, &free_bytes, &total_bytes);
-  return static_cast<double>(free_bytes);
+  return true;
+}
+
+}  // namespace
+
+double device_memory_bytes(Device device) {
+  if (device.is_cpu()) return usable_memory_bytes();
+  backend_for(device);  // throws "no CUDA device ..." with the reason
+  size_t free_bytes = 0, total_bytes = 0;
+  return cuda_memory(device, free_bytes, total_bytes) ? static_cast<double>(free_bytes) : usable_memory_bytes();
 }
 
 namespace {
@@ -243,10 +255,8 @@ MemoryBudget memory_budget(const Recipe& recipe) {
   if (recipe.training.device != "cpu") {
     try {
       const Device device = Device::parse(recipe.training.device);
-      const kernels::Backend& k = backend_for(device);
-      if (k.memory_info && device.index < kernels::cuda_device_count()) {
-        size_t free_bytes = 0, total_bytes = 0;
-        k.memory_info(device.index, &free_bytes, &total_bytes);
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cuda_memory(device, free_bytes, total_bytes)) {
         const double free = static_cast<double>(free_bytes);
         return {free, str_cat(device.str(), "'s ", gigabytes(free), " free"),
                 str_cat(device.str(), " has ", gigabytes(free), " free of ", gigabytes(static_cast<double>(total_bytes))),
@@ -372,7 +382,7 @@ Precision training_precision(const Recipe& recipe, Device device) {
     return Precision::f32;
   }
   const bool bf16_scan = backend_for(device).linear_attention_bf16 != nullptr;
-  log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description,
+  log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description, " (the output layer in f32)",
             bf16_scan ? "; linear attention in bf16 with f32 state" : "; linear attention in f32 (no bf16 scan here)",
             "; weights, optimizer state, norms, softmax attention and the loss in f32");
   return Precision::bf16;
