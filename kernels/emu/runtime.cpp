@@ -1,10 +1,10 @@
 // Host stand-ins for the CUDA runtime API under the emulator: "device" memory is host memory,
 // every copy and launch is synchronous, streams and events are tokens. Errors are returned as
 // cudaError_t, as the real API does, so the same checking code serves both builds.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>

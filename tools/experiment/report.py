@@ -820,24 +820,33 @@ def draw_runs(runs, path, title, x_of, xlabel, threshold=None):
     return finish(fig, ax, path, set(), handles)
 
 
+def runs_not_run(title, root):
+    """The facts and body of a section of runs when `root` holds none."""
+    where = f"{root}/<setting>/seed<k>/metrics.jsonl"
+    return [f"**{title}:** not run (`{where}`)"], not_run(where)
+
+
+def runs_body(intro, plots, link, runs, with_test, facts):
+    """A section of runs: its intro, plots, the runs' table, what did not parse, the facts."""
+    body = [intro] + [link(p) for p in plots]
+    body += [runs_table(runs, with_test=with_test), unparsable_note(runs), bullets(facts)]
+    return "\n\n".join(b for b in body if b)
+
+
 def quality_section(in_dir, plots, link):
     root = os.path.join(in_dir, "quality")
     runs = read_runs(root)
     if not runs:
-        return [f"**Quality:** not run (`{root}/<setting>/seed<k>/metrics.jsonl`)"], \
-            not_run(f"{root}/<setting>/seed<k>/metrics.jsonl")
+        return runs_not_run("Quality", root)
     ref = reference_setting(runs)
     facts = ["**Quality, test ppl (mean over seeds):** " +
              "; ".join(f"{s} {mean_range(test_ppls(seeds))}" for s, seeds in runs.items())]
     gaps = [quality_gap(s, seeds, ref, runs[ref]) for s, seeds in runs.items() if s != ref] \
         if ref is not None else ["no softmax setting: no quality gaps to state"]
-    body = ["Final validation ppl is the last validation record of each run; test ppl comes from "
-            "`tarn eval` (test.txt). Seed spread is max − min over seeds; a gap counts as real "
-            "only when it exceeds the larger spread of the two settings."]
-    body += [link(p) for p in plots]
-    body += [runs_table(runs, with_test=True), unparsable_note(runs),
-             bullets(gaps)]
-    return facts + gaps, "\n\n".join(b for b in body if b)
+    intro = ("Final validation ppl is the last validation record of each run; test ppl comes from "
+             "`tarn eval` (test.txt). Seed spread is max − min over seeds; a gap counts as real "
+             "only when it exceeds the larger spread of the two settings.")
+    return facts + gaps, runs_body(intro, plots, link, runs, True, gaps)
 
 
 def target_ppl(runs):
@@ -868,17 +877,13 @@ def long_section(in_dir, plots, link):
     root = os.path.join(in_dir, "long")
     runs = read_runs(root)
     if not runs:
-        return [f"**Long sequences:** not run (`{root}/<setting>/seed<k>/metrics.jsonl`)"], \
-            not_run(f"{root}/<setting>/seed<k>/metrics.jsonl")
+        return runs_not_run("Long sequences", root)
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
-    body = ["The target perplexity is the largest of the runs' best validation ppl, so every run "
-            "reaches it; its time is the elapsed time of the first validation record at or "
-            "below it (mean over seeds)."]
-    body += [link(p) for p in plots]
-    body += [runs_table(runs, with_test=False), unparsable_note(runs),
-             bullets(facts)]
-    return facts, "\n\n".join(b for b in body if b)
+    intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
+             "reaches it; its time is the elapsed time of the first validation record at or "
+             "below it (mean over seeds).")
+    return facts, runs_body(intro, plots, link, runs, False, facts)
 
 
 def draw_quality(runs, plots_dir):

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -170,11 +169,10 @@ void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len
                            double budget_bytes) {
   const double need = decoding_memory_bytes(c, rows, source_len, options.max_length);
   if (need <= budget_bytes) return;
-  char sizes[96];
-  std::snprintf(sizes, sizeof sizes, "%.1f GB but this machine has %.1f GB", need / 1e9, budget_bytes / 1e9);
   throw Error(str_cat("decoding ", rows, " hypotheses (--beam ", options.beam, ") of up to ",
                       std::min(options.max_length, c.max_position_embeddings), " tokens (--max-length ",
-                      options.max_length, ") needs at least ", sizes,
+                      options.max_length, ") needs at least ", gigabytes(need), " but this machine has ",
+                      gigabytes(budget_bytes),
                       c.decoder_self_attention.is_linear() ? "" : " (softmax attention keeps every token's keys and values)",
                       ": lower --beam or --max-length"));
 }

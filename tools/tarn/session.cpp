@@ -96,15 +96,11 @@ double device_memory_bytes(Device device) {
   return cuda_memory(device, free_bytes, total_bytes) ? static_cast<double>(free_bytes) : usable_memory_bytes();
 }
 
-namespace {
-
 std::string gigabytes(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, bytes < 1e15 ? "%.1f GB" : "%.2g GB", bytes / 1e9);
   return buf;
 }
-
-}  // namespace
 
 void configure_threads(const Recipe& recipe) {
   const unsigned cores = std::thread::hardware_concurrency();

@@ -22,6 +22,9 @@ void configure_threads(const Recipe& recipe);
 // Bytes this process may use: physical memory, or the cgroup's limit when lower.
 double usable_memory_bytes();
 
+// Bytes in decimal gigabytes for a message: "25.3 GB" (astronomical sizes as "2.2e+07 GB").
+std::string gigabytes(double bytes);
+
 // Bytes a device offers now: usable_memory_bytes() for the CPU, the GPU's free memory
 // (cudaMemGetInfo) for a CUDA device. Throws "no CUDA device ..." where there is none.
 double device_memory_bytes(Device device);
