@@ -238,6 +238,11 @@ def not_run(*paths):
     return f"*Not run:* {found} was not found (or has no data)."
 
 
+def section_not_run(title, where):
+    """The facts and body of a section whose inputs (`where`) are missing."""
+    return [f"**{title}:** not run (`{where}`)"], not_run(where)
+
+
 def bad_label(status):
     """The legend text of a point that was not measured, from the bench's refusal reason."""
     if re.search(r"needs .*limit", status):
@@ -527,7 +532,7 @@ def attention_section(in_dir, plots, link):
     path = os.path.join(in_dir, "attention.csv")
     rows = read_csv(path)
     if not rows:
-        return [f"**Attention:** not run (`{path}`)"], not_run(path)
+        return section_not_run("Attention", path)
     devices = list(group(rows, lambda r: r["device"]))
     headlines, body = [], []
     shapes = sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows})
@@ -624,7 +629,7 @@ def train_section(in_dir, plots, link):
     path = os.path.join(in_dir, "train.csv")
     rows = read_csv(path)
     if not rows:
-        return [f"**Training step:** not run (`{path}`)"], not_run(path)
+        return section_not_run("Training step", path)
     facts = train_facts(rows)
     columns = ["attention", "precision", "N", "batch", "tokens_per_batch", "step_ms",
                "tokens_per_s", "alloc_peak_MiB", "rss_peak_MiB"]
@@ -705,7 +710,7 @@ def decode_section(in_dir, plots, link):
     path = os.path.join(in_dir, "decode.csv")
     rows = read_csv(path)
     if not rows:
-        return [f"**Decoding:** not run (`{path}`)"], not_run(path)
+        return section_not_run("Decoding", path)
     facts = decode_facts(rows)
     body = [link(p) for p in plots] + [bullets(facts), decode_table(rows)]
     return facts, "\n\n".join(body)
@@ -820,10 +825,6 @@ def draw_runs(runs, path, title, x_of, xlabel, threshold=None):
     return finish(fig, ax, path, set(), handles)
 
 
-def runs_not_run(title, root):
-    """The facts and body of a section of runs when `root` holds none."""
-    where = f"{root}/<setting>/seed<k>/metrics.jsonl"
-    return [f"**{title}:** not run (`{where}`)"], not_run(where)
 
 
 def runs_body(intro, plots, link, runs, with_test, facts):
@@ -837,7 +838,7 @@ def quality_section(in_dir, plots, link):
     root = os.path.join(in_dir, "quality")
     runs = read_runs(root)
     if not runs:
-        return runs_not_run("Quality", root)
+        return section_not_run("Quality", f"{root}/<setting>/seed<k>/metrics.jsonl")
     ref = reference_setting(runs)
     facts = ["**Quality, test ppl (mean over seeds):** " +
              "; ".join(f"{s} {mean_range(test_ppls(seeds))}" for s, seeds in runs.items())]
@@ -877,7 +878,7 @@ def long_section(in_dir, plots, link):
     root = os.path.join(in_dir, "long")
     runs = read_runs(root)
     if not runs:
-        return runs_not_run("Long sequences", root)
+        return section_not_run("Long sequences", f"{root}/<setting>/seed<k>/metrics.jsonl")
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
     intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
