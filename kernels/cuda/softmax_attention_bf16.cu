@@ -1,0 +1,566 @@
+// bf16 softmax attention on CUDA (kernels/cuda_softmax_attention_bf16.h): the FlashAttention-2
+// passes of softmax_attention.cu, with every tile product on tensor cores (kernels/cuda/mma.cuh,
+// 16x16x16 bf16 -> f32) instead of f32 FMAs:
+//
+//   forward   one block per (batch*head, tile of 64 queries), the last tiles first (under causal
+//             masking they see the most keys); key tiles stream through shared memory:
+//               S = Q K^T (f32), the online softmax on S (row max m, row sum l, in f32 registers,
+//               two lanes per row), P = exp(scale S - m) rounded to bf16, O = alpha O + P V.
+//             O lives in f32 shared memory, not in accumulator fragments: a lane does not know
+//             which elements of a fragment it holds (mma.cuh), and rescaling by alpha is per row.
+//             out = O / l (bf16), lse = m + log l (+inf for a query that sees no key).
+//   delta     D_i = dO_i . O_i in f32, one warp per row (the backward's workspace).
+//   dK, dV    one block per (batch*head, tile of 64 keys), looping over query tiles:
+//               S^T = K Q^T, dP^T = V dO^T, P^T = exp(scale S^T - lse), dS^T = P^T o (dP^T - D) scale
+//               (both rounded to bf16), dV += P^T dO and dK += dS^T Q in accumulator fragments.
+//   dQ        one block per (batch*head, tile of 64 queries), looping over key tiles: the same S,
+//             dP and dS, then dQ += dS K.
+// Each gradient element is summed by one warp in a fixed order: no atomics, deterministic.
+//
+// Each block is 4 warps; warp w owns rows 16 w .. 16 w + 15 of the block's tile (queries in the
+// forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; in the elementwise
+// steps lane l works on row l / 2, columns l % 2, l % 2 + 2, ... Score tiles (S, dP) are f32 in
+// shared memory, P and dS bf16; rows of q, k, v, dout are copied to shared memory as bf16,
+// zero-padded to 64 rows and to a multiple of 16 columns. Under causal masking, 16x16 tiles the
+// mask hides entirely are neither computed nor multiplied (their elements never read).
+//
+// Barriers per tile step: __syncthreads() after the loads (every warp reads every loaded row) and
+// at the end of the step (the next loads overwrite what this one reads; it also orders the
+// forward's O stores before the next rescale). Between the fragment stores of S (dP) and the
+// lanes' reads, and between the lanes' writes of P (dS, the rescaled O) and the fragment loads
+// that read them, __syncwarp(): those rows belong to one warp.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda_softmax_attention_bf16.h"
+
+namespace tarn::kernels::TARN_CUDA_NS {
+namespace {
+
+using cpu::SoftmaxAttentionConfig;
+using cpu::SoftmaxAttentionDims;
+using mma::bf16;
+
+constexpr int kT = mma::kTile;                     // 16: rows, columns and depth of a fragment
+constexpr int kTile = 64;                          // query or key rows per block tile
+constexpr int kTiles = kTile / kT;                 // 16-row tiles per block tile
+constexpr int kWarps = kTiles;                     // a warp per 16 rows
+constexpr int kThreads = kWarps * device::kWarp;
+constexpr int kMaxDim = 128;                       // largest d and e
+constexpr int kPadBf16 = 8;                        // row padding: staggered banks, ld a multiple
+constexpr int kPadF32 = 4;                         // of 16 bytes (wmma)
+constexpr int kLdScore = kTile + kPadF32;          // f32 S, dP (64 columns)
+constexpr int kLdProb = kTile + kPadBf16;          // bf16 P, dS
+constexpr size_t kDefaultSmem = 48 * 1024;         // dynamic shared memory without opting in
+
+inline const bf16* device_bf16(const ::tarn::bf16* p) { return reinterpret_cast<const bf16*>(p); }
+inline bf16* device_bf16(::tarn::bf16* p) { return reinterpret_cast<bf16*>(p); }
+
+struct Shape {
+  int64_t slices, heads, n_q, n_k;
+  int d, e;          // widths of q and k, of v
+  int pd, pe;        // the same rounded up to 16: the tiles' widths
+  float scale;
+  int causal;
+  const float* pad;  // (batch, n_k) key padding flags or null
+  int64_t tiles;     // tiles per slice of the launched kernel
+};
+
+enum class Pass { forward, dkdv, dq };
+
+// Byte offsets of a pass's shared memory; each part starts on 128 bytes (wmma needs 32).
+struct Layout {
+  int ldd, lde, ldo;  // bf16 rows of width pd, of width pe; f32 rows of width pe (the forward's O)
+  size_t q, k, v, dout, s, dp, p, ds, o, key_ok, lse, delta, bytes;
+};
+
+__host__ __device__ __forceinline__ size_t round128(size_t b) { return (b + 127) / 128 * 128; }
+
+__host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
+  Layout L{};
+  L.ldd = pd + kPadBf16, L.lde = pe + kPadBf16, L.ldo = pe + kPadF32;
+  const size_t rows_d = round128(sizeof(bf16) * kTile * L.ldd), rows_e = round128(sizeof(bf16) * kTile * L.lde);
+  const size_t scores = round128(sizeof(float) * kTile * kLdScore);
+  const size_t probs = round128(sizeof(bf16) * kTile * kLdProb);
+  const size_t vec = round128(sizeof(float) * kTile);
+  size_t at = 0;
+  L.q = at, at += rows_d;
+  L.k = at, at += rows_d;
+  L.v = at, at += rows_e;
+  L.s = at, at += scores;
+  L.key_ok = at, at += vec;
+  if (pass == Pass::forward) {
+    L.p = at, at += probs;
+    L.o = at, at += round128(sizeof(float) * kTile * L.ldo);
+  } else {
+    L.dout = at, at += rows_e;
+    L.dp = at, at += scores;
+    L.ds = at, at += probs;
+    if (pass == Pass::dkdv) {
+      L.p = at, at += probs;
+      L.lse = at, at += vec;
+      L.delta = at, at += vec;
+    }
+  }
+  L.bytes = at + mma::kSharedSlack;  // the kernels align the start (mma::align_shared)
+  return L;
+}
+
+// dst (kTile x ld) <- rows [row0, row0 + kTile) of src (rows x width, row-major), zeros past the
+// last row and in columns [width, cols) (cols: the padded width). 16 bytes per thread when rows
+// are 16-byte aligned (width a multiple of 8, src aligned), else one value at a time.
+__device__ __forceinline__ void load_rows(bf16* dst, int ld, int cols, const bf16* src, int64_t row0, int64_t rows,
+                                          int width) {
+  if (width % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const int octs = cols / 8;
+    for (int idx = threadIdx.x; idx < kTile * octs; idx += blockDim.x) {
+      const int i = idx / octs, c = 8 * (idx % octs);
+      const int64_t row = row0 + i;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (row < rows && c < width) x = *reinterpret_cast<const uint4*>(src + row * width + c);
+      *reinterpret_cast<uint4*>(dst + i * ld + c) = x;
+    }
+    return;
+  }
+  const bf16 zero = mma::to_bf16(0.0f);
+  for (int idx = threadIdx.x; idx < kTile * cols; idx += blockDim.x) {
+    const int i = idx / cols, c = idx % cols;
+    const int64_t row = row0 + i;
+    dst[i * ld + c] = (row < rows && c < width) ? src[row * width + c] : zero;
+  }
+}
+
+// ok[t] = 1 where key j0 + t exists and is not padded, else 0.
+__device__ __forceinline__ void load_key_ok(float* ok, const Shape& sh, const float* pad, int64_t j0) {
+  for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+    const int64_t j = j0 + t;
+    ok[t] = j < sh.n_k && !(pad && pad[j] != 0.0f) ? 1.0f : 0.0f;
+  }
+}
+
+// Whether causal masking hides every pair of the 16 queries from i and the 16 keys from j.
+__device__ __forceinline__ bool hidden(const Shape& sh, int64_t i, int64_t j) {
+  return sh.causal && j > i + kT - 1;
+}
+
+// The two lanes of a row combine their halves.
+__device__ __forceinline__ float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(device::kFullMask, v, 1)); }
+__device__ __forceinline__ float pair_sum(float v) { return v + __shfl_xor_sync(device::kFullMask, v, 1); }
+
+// c[16 x 16] (f32 fragment) += a[16 x depth] b^T, with a and b row-major bf16 (b's rows are the
+// output columns): the "NT" product of S = Q K^T, dP = dO V^T and their transposes.
+__device__ __forceinline__ void product_nt(mma::Accumulator& c, const bf16* a, const bf16* b, int ld, int depth) {
+  for (int t = 0; t < depth; t += kT) {
+    mma::FragmentA<mma::RowMajor> fa;
+    mma::FragmentB<mma::ColMajor> fb;
+    mma::load(fa, a + t, ld);
+    mma::load(fb, b + t, ld);
+    mma::multiply_add(c, fa, fb);
+  }
+}
+
+// The warp's 16 x 64 score tile: out[., 16 t ..] = a (16 rows) . b (rows 16 t ..)^T for each
+// 16-column tile t whose pairs the causal mask does not all hide (rows from a_row, columns from
+// b_row: query first in the forward and dQ, key first in dK, dV).
+__device__ __forceinline__ void scores_nt(float* out, const bf16* a, const bf16* b, int ld, int depth, const Shape& sh,
+                                          int64_t a_row, int64_t b_row, bool a_is_query) {
+  for (int t = 0; t < kTiles; ++t) {
+    const int64_t other = b_row + t * kT;
+    if (a_is_query ? hidden(sh, a_row, other) : hidden(sh, other, a_row)) continue;
+    mma::Accumulator c;
+    mma::zero(c);
+    product_nt(c, a, b + t * kT * ld, ld, depth);
+    mma::store(out + t * kT, c, kLdScore);
+  }
+}
+
+// The warp's accumulators (16 x 16 f32 fragments) written as bf16 rows [row0, row0 + 16) of dst
+// (rows x width), through a 16 x 16 f32 staging tile of the warp's own shared memory.
+template <int kCT>
+__device__ __forceinline__ void write_fragments(bf16* dst, int64_t rows, int width, int64_t row0,
+                                                const mma::Accumulator (&acc)[kCT], int tiles, float* stage) {
+  const int lane = threadIdx.x % device::kWarp, row = lane / 2, half = lane % 2;
+  const int64_t r = row0 + row;
+#pragma unroll
+  for (int t = 0; t < kCT; ++t) {
+    if (t >= tiles) break;
+    mma::store(stage, acc[t], kLdScore);
+    __syncwarp();
+    for (int c = half; c < kT; c += 2) {
+      const int col = t * kT + c;
+      if (r < rows && col < width) dst[r * width + col] = mma::to_bf16(stage[row * kLdScore + c]);
+    }
+    __syncwarp();  // read before the next tile overwrites the staging tile
+  }
+}
+
+// q: (B,H,Nq,d) k: (B,H,Nk,d) v: (B,H,Nk,e) -> out (B,H,Nq,e) bf16, lse (B,H,Nq) f32.
+__global__ void __launch_bounds__(kThreads)
+    softmax_attention_bf16_forward_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                                          float* lse) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  unsigned char* smem = mma::align_shared(smem_unaligned);
+  const Layout L = layout(Pass::forward, sh.pd, sh.pe);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
+  float* sf = reinterpret_cast<float*>(smem + L.s);
+  bf16* pb = reinterpret_cast<bf16*>(smem + L.p);
+  float* of = reinterpret_cast<float*>(smem + L.o);
+  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+  const int wr = warp * kT, row = lane / 2, half = lane % 2;
+  const int64_t bh = blockIdx.x % sh.slices;
+  const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
+  const int64_t i = i0 + wr + row;  // this lane's query
+  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
+  load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
+  float* srow = sf + (wr + row) * kLdScore;
+  bf16* prow = pb + (wr + row) * kLdProb;
+  float* orow = of + (wr + row) * L.ldo;
+  for (int c = half; c < sh.pe; c += 2) orow[c] = 0.0f;
+
+  float m = -INFINITY, l = 0.0f;
+  const int64_t key_end = sh.causal ? (sh.n_k < i0 + kTile ? sh.n_k : i0 + kTile) : sh.n_k;
+  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+    load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
+    load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
+    load_key_ok(key_ok, sh, pad, j0);
+    __syncthreads();
+    scores_nt(sf + wr * kLdScore, qs + wr * L.ldd, ks, L.ldd, sh.pd, sh, i0 + wr, j0, true);
+    __syncwarp();
+
+    // Online softmax: rescale what was accumulated under the old max. While the row has seen
+    // nothing (m_new = -inf) any finite shift gives p = 0, alpha = 0 and keeps l = O = 0.
+    float tile_max = -INFINITY;
+    for (int c = half; c < kTile; c += 2)
+      if (key_ok[c] != 0.0f && (!sh.causal || j0 + c <= i)) tile_max = fmaxf(tile_max, srow[c] * sh.scale);
+    const float m_new = fmaxf(m, pair_max(tile_max));
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = expf(m - shift);
+    float sum = 0.0f;
+    for (int c = half; c < kTile; c += 2) {
+      const bool seen = key_ok[c] != 0.0f && (!sh.causal || j0 + c <= i);
+      const bf16 p = mma::to_bf16(seen ? expf(srow[c] * sh.scale - shift) : 0.0f);
+      prow[c] = p;
+      sum += mma::to_float(p);  // the weights P V multiplies: out stays their weighted mean
+    }
+    l = l * alpha + pair_sum(sum);
+    m = m_new;
+    for (int c = half; c < sh.pe; c += 2) orow[c] *= alpha;
+    __syncwarp();
+
+    for (int et = 0; et < sh.pe / kT; ++et) {  // O += P V
+      mma::Accumulator acc;
+      mma::load(acc, of + wr * L.ldo + et * kT, L.ldo);
+      for (int t = 0; t < kTiles; ++t) {
+        if (hidden(sh, i0 + wr, j0 + t * kT)) continue;
+        mma::FragmentA<mma::RowMajor> fa;
+        mma::FragmentB<mma::RowMajor> fb;
+        mma::load(fa, pb + wr * kLdProb + t * kT, kLdProb);
+        mma::load(fb, vs + t * kT * L.lde + et * kT, L.lde);
+        mma::multiply_add(acc, fa, fb);
+      }
+      mma::store(of + wr * L.ldo + et * kT, acc, L.ldo);
+    }
+    __syncthreads();
+  }
+
+  if (i < sh.n_q) {
+    const bool empty = l == 0.0f;
+    const float inv = empty ? 0.0f : 1.0f / l;
+    bf16* dst = out + (bh * sh.n_q + i) * sh.e;
+    for (int c = half; c < sh.e; c += 2) dst[c] = mma::to_bf16(orow[c] * inv);
+    if (half == 0) lse[bh * sh.n_q + i] = empty ? INFINITY : m + logf(l);
+  }
+}
+
+// dvec (rows) = rowsum(dout o out) in f32, dout, out: (rows, e) bf16; one warp per row.
+__global__ void softmax_attention_bf16_delta_kernel(const bf16* dout, const bf16* out, float* dvec, int64_t rows,
+                                                    int e) {
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t warp = device::global_index() / device::kWarp;
+  const int64_t warps = device::global_stride() / device::kWarp;
+  for (int64_t i = warp; i < rows; i += warps) {
+    float dot = 0.0f;
+    for (int c = lane; c < e; c += device::kWarp) dot += mma::to_float(dout[i * e + c]) * mma::to_float(out[i * e + c]);
+    dot = device::warp_reduce(dot, device::Sum());
+    if (lane == 0) dvec[i] = dot;
+  }
+}
+
+// dk: (B,H,Nk,d), dv: (B,H,Nk,e), either may be null. grid: slices * key tiles, the first first
+// (under causal masking the most queries see them). Warp w holds keys j0 + 16 w .. and their dK,
+// dV in kCT fragments each (kCT 16-column tiles cover d and e).
+template <int kCT>
+__global__ void __launch_bounds__(kThreads)
+    softmax_attention_bf16_dkdv_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                                       const float* lse, const float* dvec, bf16* dk, bf16* dv) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  unsigned char* smem = mma::align_shared(smem_unaligned);
+  const Layout L = layout(Pass::dkdv, sh.pd, sh.pe);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  float* st = reinterpret_cast<float*>(smem + L.s);    // S^T (keys x queries)
+  float* dpt = reinterpret_cast<float*>(smem + L.dp);  // dP^T
+  bf16* ptb = reinterpret_cast<bf16*>(smem + L.p);     // P^T
+  bf16* dstb = reinterpret_cast<bf16*>(smem + L.ds);   // dS^T
+  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  float* lse_s = reinterpret_cast<float*>(smem + L.lse);
+  float* d_s = reinterpret_cast<float*>(smem + L.delta);
+  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+  const int wr = warp * kT, row = lane / 2, half = lane % 2;
+  const int dtiles = sh.pd / kT, etiles = sh.pe / kT;
+  const int64_t bh = blockIdx.x % sh.slices;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) / sh.slices * kTile;
+  const int64_t j = j0 + wr + row;  // this lane's key
+  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
+  const bf16* qb = q + bh * sh.n_q * sh.d;
+  const bf16* dob = dout + bh * sh.n_q * sh.e;
+  load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
+  load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
+  load_key_ok(key_ok, sh, pad, j0);
+
+  mma::Accumulator dk_acc[kCT], dv_acc[kCT];
+#pragma unroll
+  for (int t = 0; t < kCT; ++t) mma::zero(dk_acc[t]), mma::zero(dv_acc[t]);
+  float* srow = st + (wr + row) * kLdScore;
+  float* dprow = dpt + (wr + row) * kLdScore;
+  // Causal: queries before j0 see none of these keys (j0 is a multiple of the query tile).
+  for (int64_t i0 = sh.causal ? j0 : 0; i0 < sh.n_q; i0 += kTile) {
+    load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
+    load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
+    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+      const int64_t i = i0 + t;
+      lse_s[t] = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
+      d_s[t] = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
+    }
+    __syncthreads();
+    scores_nt(st + wr * kLdScore, ks + wr * L.ldd, qs, L.ldd, sh.pd, sh, j0 + wr, i0, false);
+    scores_nt(dpt + wr * kLdScore, vs + wr * L.lde, dos, L.lde, sh.pe, sh, j0 + wr, i0, false);
+    __syncwarp();
+    const bool key_seen = key_ok[wr + row] != 0.0f;
+    for (int c = half; c < kTile; c += 2) {
+      const int64_t i = i0 + c;
+      // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf). Hidden
+      // tiles were not computed: their S and dP are never read.
+      const bool seen = key_seen && i < sh.n_q && (!sh.causal || j <= i);
+      const float p = seen ? expf(srow[c] * sh.scale - lse_s[c]) : 0.0f;
+      ptb[(wr + row) * kLdProb + c] = mma::to_bf16(p);
+      dstb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_s[c]) * sh.scale : 0.0f);
+    }
+    __syncwarp();
+    for (int t = 0; t < kTiles; ++t) {
+      if (hidden(sh, i0 + t * kT, j0 + wr)) continue;
+      mma::FragmentA<mma::RowMajor> fp, fds;
+      mma::load(fp, ptb + wr * kLdProb + t * kT, kLdProb);
+      mma::load(fds, dstb + wr * kLdProb + t * kT, kLdProb);
+#pragma unroll
+      for (int c = 0; c < kCT; ++c) {
+        mma::FragmentB<mma::RowMajor> fb;
+        if (c < etiles) {  // dV += P^T dO
+          mma::load(fb, dos + t * kT * L.lde + c * kT, L.lde);
+          mma::multiply_add(dv_acc[c], fp, fb);
+        }
+        if (c < dtiles) {  // dK += dS^T Q
+          mma::load(fb, qs + t * kT * L.ldd + c * kT, L.ldd);
+          mma::multiply_add(dk_acc[c], fds, fb);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  float* stage = st + wr * kLdScore;  // the warp's rows of S^T, free after the last step
+  if (dk) write_fragments(dk + bh * sh.n_k * sh.d, sh.n_k, sh.d, j0 + wr, dk_acc, dtiles, stage);
+  if (dv) write_fragments(dv + bh * sh.n_k * sh.e, sh.n_k, sh.e, j0 + wr, dv_acc, etiles, stage);
+}
+
+// dq: (B,H,Nq,d). grid: slices * query tiles, the last first. Warp w holds queries i0 + 16 w ..
+// and their dQ in kCT fragments.
+template <int kCT>
+__global__ void __launch_bounds__(kThreads)
+    softmax_attention_bf16_dq_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                                     const float* lse, const float* dvec, bf16* dq) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  unsigned char* smem = mma::align_shared(smem_unaligned);
+  const Layout L = layout(Pass::dq, sh.pd, sh.pe);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  float* sf = reinterpret_cast<float*>(smem + L.s);
+  float* dpf = reinterpret_cast<float*>(smem + L.dp);
+  bf16* dsb = reinterpret_cast<bf16*>(smem + L.ds);
+  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+  const int wr = warp * kT, row = lane / 2, half = lane % 2;
+  const int dtiles = sh.pd / kT;
+  const int64_t bh = blockIdx.x % sh.slices;
+  const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
+  const int64_t i = i0 + wr + row;  // this lane's query
+  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
+  const bf16* kb = k + bh * sh.n_k * sh.d;
+  const bf16* vb = v + bh * sh.n_k * sh.e;
+  load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
+  load_rows(dos, L.lde, sh.pe, dout + bh * sh.n_q * sh.e, i0, sh.n_q, sh.e);
+  const float lse_i = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
+  const float d_i = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
+
+  mma::Accumulator dq_acc[kCT];
+#pragma unroll
+  for (int t = 0; t < kCT; ++t) mma::zero(dq_acc[t]);
+  float* srow = sf + (wr + row) * kLdScore;
+  float* dprow = dpf + (wr + row) * kLdScore;
+  const int64_t key_end = sh.causal ? (sh.n_k < i0 + kTile ? sh.n_k : i0 + kTile) : sh.n_k;
+  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+    load_rows(ks, L.ldd, sh.pd, kb, j0, sh.n_k, sh.d);
+    load_rows(vs, L.lde, sh.pe, vb, j0, sh.n_k, sh.e);
+    load_key_ok(key_ok, sh, pad, j0);
+    __syncthreads();
+    scores_nt(sf + wr * kLdScore, qs + wr * L.ldd, ks, L.ldd, sh.pd, sh, i0 + wr, j0, true);
+    scores_nt(dpf + wr * kLdScore, dos + wr * L.lde, vs, L.lde, sh.pe, sh, i0 + wr, j0, true);
+    __syncwarp();
+    for (int c = half; c < kTile; c += 2) {
+      const bool seen = key_ok[c] != 0.0f && i < sh.n_q && (!sh.causal || j0 + c <= i);
+      const float p = seen ? expf(srow[c] * sh.scale - lse_i) : 0.0f;
+      dsb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_i) * sh.scale : 0.0f);
+    }
+    __syncwarp();
+    for (int t = 0; t < kTiles; ++t) {  // dQ += dS K
+      if (hidden(sh, i0 + wr, j0 + t * kT)) continue;
+      mma::FragmentA<mma::RowMajor> fds;
+      mma::load(fds, dsb + wr * kLdProb + t * kT, kLdProb);
+#pragma unroll
+      for (int c = 0; c < kCT; ++c) {
+        if (c >= dtiles) break;
+        mma::FragmentB<mma::RowMajor> fb;
+        mma::load(fb, ks + t * kT * L.ldd + c * kT, L.ldd);
+        mma::multiply_add(dq_acc[c], fds, fb);
+      }
+    }
+    __syncthreads();
+  }
+  write_fragments(dq + bh * sh.n_q * sh.d, sh.n_q, sh.d, i0 + wr, dq_acc, dtiles, sf + wr * kLdScore);
+}
+
+void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
+  TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
+              ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
+  TARN_ASSERT(dims.d > 0 && dims.e > 0 && dims.d <= kMaxDim && dims.e <= kMaxDim, op, ": head dim d=", dims.d,
+              " and value dim e=", dims.e, " must be in [1, ", kMaxDim, "] for the bf16 kernels");
+  TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
+              " Nk=", dims.n_k);
+}
+
+int round16(int64_t n) { return static_cast<int>((n + kT - 1) / kT * kT); }
+
+Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg, int64_t rows) {
+  Shape sh{};
+  sh.slices = dims.batch * dims.heads, sh.heads = dims.heads, sh.n_q = dims.n_q, sh.n_k = dims.n_k;
+  sh.d = static_cast<int>(dims.d), sh.e = static_cast<int>(dims.e);
+  sh.pd = round16(dims.d), sh.pe = round16(dims.e);
+  sh.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
+  sh.causal = cfg.causal ? 1 : 0;
+  sh.pad = cfg.key_padding_mask;
+  sh.tiles = (rows + kTile - 1) / kTile;
+  return sh;
+}
+
+int max_dynamic_smem() {
+  int dev = 0, bytes = 0;
+  TARN_CUDA_CALL(cudaGetDevice(&dev));
+  TARN_CUDA_CALL(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
+// One block per (slice, tile), `pass`'s shared memory (opting in above the default).
+template <typename... P, typename... A>
+void launch_tiles(const char* op, Pass pass, void (*kernel)(P...), const Shape& sh, A&&... args) {
+  constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+  const int64_t blocks = sh.slices * sh.tiles;
+  TARN_ASSERT(blocks <= kMaxGridX, op, ": ", sh.slices, " (batch, head) pairs x ", sh.tiles, " tiles exceed one grid");
+  const size_t smem = layout(pass, sh.pd, sh.pe).bytes;
+  if (smem > kDefaultSmem) {
+    TARN_ASSERT(smem <= static_cast<size_t>(max_dynamic_smem()), op, ": d=", sh.d, ", e=", sh.e, " need ", smem,
+                " bytes of shared memory, more than the device grants a block");
+    TARN_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  tarn::launch(kernel, static_cast<unsigned>(blocks), kThreads, smem, nullptr, sh, std::forward<A>(args)...);
+}
+
+// Fragments per row of dK, dV (dQ): 16-column tiles of the wider of d and e, as 2, 4 or 8.
+int column_tiles(const Shape& sh) {
+  const int t = (sh.pd > sh.pe ? sh.pd : sh.pe) / kT;
+  return t <= 2 ? 2 : t <= 4 ? 4 : 8;
+}
+
+template <int kCT>
+void backward_with(const Shape& key_tiles, const Shape& query_tiles, const bf16* q, const bf16* k, const bf16* v,
+                   const bf16* dout, const float* lse, const float* dvec, bf16* dq, bf16* dk, bf16* dv) {
+  const char* op = "softmax_attention_bf16_backward";
+  if ((dk || dv) && key_tiles.n_k > 0)
+    launch_tiles(op, Pass::dkdv, softmax_attention_bf16_dkdv_kernel<kCT>, key_tiles, q, k, v, dout, lse, dvec, dk,
+                 dv);
+  if (dq && query_tiles.n_q > 0)
+    launch_tiles(op, Pass::dq, softmax_attention_bf16_dq_kernel<kCT>, query_tiles, q, k, v, dout, lse, dvec, dq);
+}
+
+}  // namespace
+
+size_t softmax_attention_bf16_forward_workspace_floats(const SoftmaxAttentionDims& dims,
+                                                       const SoftmaxAttentionConfig& cfg) {
+  check_args("softmax_attention_bf16_forward", dims, cfg);
+  return 0;
+}
+
+void softmax_attention_bf16_forward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,
+                                    const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,
+                                    ::tarn::bf16* out, float* lse, float* workspace, size_t workspace_floats) {
+  const char* op = "softmax_attention_bf16_forward";
+  check_args(op, dims, cfg);
+  (void)workspace, (void)workspace_floats;
+  const Shape sh = make_shape(dims, cfg, dims.n_q);
+  if (sh.slices == 0 || dims.n_q == 0) return;
+  launch_tiles(op, Pass::forward, softmax_attention_bf16_forward_kernel, sh, device_bf16(q), device_bf16(k),
+               device_bf16(v), device_bf16(out), lse);
+}
+
+size_t softmax_attention_bf16_backward_workspace_floats(const SoftmaxAttentionDims& dims,
+                                                        const SoftmaxAttentionConfig& cfg) {
+  check_args("softmax_attention_bf16_backward", dims, cfg);
+  return static_cast<size_t>(dims.batch * dims.heads * dims.n_q);
+}
+
+void softmax_attention_bf16_backward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,
+                                     const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,
+                                     const ::tarn::bf16* out, const float* lse, const ::tarn::bf16* dout,
+                                     ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,
+                                     size_t workspace_floats) {
+  const char* op = "softmax_attention_bf16_backward";
+  check_args(op, dims, cfg);
+  if (!dq && !dk && !dv) return;
+  const size_t need = TARN_CUDA_NS::softmax_attention_bf16_backward_workspace_floats(dims, cfg);
+  TARN_ASSERT(need == 0 || (workspace && workspace_floats >= need), op, ": workspace of ", workspace_floats,
+              " floats is smaller than the ", need, " it needs");
+  const int64_t slices = dims.batch * dims.heads, rows = slices * dims.n_q;
+  if (slices == 0) return;
+  if (rows > 0)
+    tarn::launch(softmax_attention_bf16_delta_kernel, device::grid_for(rows * device::kWarp), device::kBlock, 0,
+                 nullptr, device_bf16(dout), device_bf16(out), workspace, rows, static_cast<int>(dims.e));
+  const Shape key_tiles = make_shape(dims, cfg, dims.n_k), query_tiles = make_shape(dims, cfg, dims.n_q);
+  const bf16 *q16 = device_bf16(q), *k16 = device_bf16(k), *v16 = device_bf16(v), *do16 = device_bf16(dout);
+  bf16 *dq16 = dq ? device_bf16(dq) : nullptr, *dk16 = dk ? device_bf16(dk) : nullptr,
+       *dv16 = dv ? device_bf16(dv) : nullptr;
+  switch (column_tiles(key_tiles)) {
+    case 2: backward_with<2>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+    case 4: backward_with<4>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+    default: backward_with<8>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+  }
+}
+
+}  // namespace tarn::kernels::TARN_CUDA_NS

@@ -1,0 +1,219 @@
+// bf16 softmax attention (kernels/cuda/softmax_attention_bf16.cu, tensor cores) against the CPU
+// f32 kernel of kernels/softmax_attention.h run on the same bf16-rounded inputs: forward (out
+// and lse) and every gradient, on lengths around the 64-row tiles (1, 63, 64, 65, 150), d = 32
+// and 64, d != e (down to 5 and 3: the scalar row loads, zero-padded tiles), causal and
+// bidirectional, key padding (with queries that see no key: out = 0, lse = +inf, zero
+// gradients), cross attention with Nq != Nk, under every emulated thread order (the GPU target
+// runs only where there is a device).
+//
+// Tolerance, from bf16's 8-bit mantissa (a rounding moves a value by at most 2^-9 of itself).
+// The reference sees exactly the kernel's inputs (q, k, v, dout, and for backward the forward's
+// out rounded to bf16 and its lse), so what differs is the kernel's own rounding: P and dS are
+// rounded once per tile for the tensor cores, and out and the gradients are stored as bf16.
+//   lse       log of a sum of positive terms, each off by 2^-9 relative: within 2^-8 absolute.
+//   out       a weighted mean of v whose weights are off by 2^-9 relative, stored with 2^-9
+//             relative: within 2^-7 |want| + 2^-8 max |want|.
+//   gradients sums of terms of both signs (dq_i, for one, cancels to 0 for a query with one
+//             key), each off by ~2^-9 of the term: within 2^-6 |want| + 2^-7 max |want|.
+// The worst element of the cases below reaches 0.42 of these bounds (lse: 0.34); a wrong tile,
+// mask or scale is off by the output's own size. Removing any one of the kernels' 14 barriers
+// (__syncthreads and __syncwarp), a causal mask off by one, or dQ's scale makes tests here fail
+// (each checked by breaking it and rebuilding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/check.h"
+#include "kernels/cuda_softmax_attention_bf16.h"
+#include "kernels/emu/bf16.h"
+#include "kernels/softmax_attention.h"
+#include "tests/cuda/conformance_bf16_util.h"
+#include "tests/cuda/conformance_util.h"
+
+namespace tarn::cuda_testing {
+namespace {
+
+namespace cpu = kernels::cpu;
+
+struct Dims {
+  int64_t batch, heads, n_q, n_k, d, e;
+};
+
+enum class Keys { all, some_padded, batch1_all_padded };
+
+// Every third key padded and, in batch 0, the first two, so that the first causal queries of
+// batch 0 see no key; batch1_all_padded also pads every key of batch 1.
+std::vector<float> KeyPadding(int64_t batch, int64_t n_k, Keys keys) {
+  std::vector<float> pad(batch * n_k, 0.0f);
+  if (keys == Keys::all) return pad;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < n_k; ++j)
+      pad[b * n_k + j] = j % 3 == 1 || (b == 0 && j < 2) || (b == 1 && keys == Keys::batch1_all_padded) ? 1.0f : 0.0f;
+  return pad;
+}
+
+float MaxAbs(const std::vector<float>& x) {
+  float m = 0.0f;
+  for (float v : x)
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Every element within rtol |want| + frac max |want| + 1e-6 (infinities equal, no NaN). The
+// floor is f32 summation-order noise: where a gradient cancels exactly (one key: dS = P (dP - D)
+// with dP and D the same dot product summed in another order) the CPU gets 0 and the kernel ~1e-8.
+::testing::AssertionResult WithinBf16(const std::vector<float>& got, const std::vector<float>& want, float rtol,
+                                      float frac) {
+  return AllClose(got, want, rtol, frac * MaxAbs(want) + 1e-6f);
+}
+
+constexpr float kOutRtol = 1.0f / 128, kOutFrac = 1.0f / 256;
+constexpr float kLseAtol = 1.0f / 256;
+constexpr float kGradRtol = 1.0f / 64, kGradFrac = 1.0f / 128;
+
+class SoftmaxAttentionBf16Conformance : public Conformance {
+ protected:
+  void Check(const Dims& s, bool causal, Keys keys, uint32_t seed) {
+    std::ostringstream what_os;
+    what_os << (causal ? "causal" : "bidirectional") << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
+            << " Nk=" << s.n_k << " d=" << s.d << " e=" << s.e << (keys != Keys::all ? " padded" : "");
+    const std::string what = what_os.str();
+    const int64_t bh = s.batch * s.heads;
+    // Scores of a few units (|q . k| / sqrt(d) up to ~3): far from a uniform softmax.
+    const auto q = RoundedRandom(bh * s.n_q * s.d, -1.5f, 1.5f, seed);
+    const auto k = RoundedRandom(bh * s.n_k * s.d, -1.5f, 1.5f, seed + 1);
+    const auto v = RoundedRandom(bh * s.n_k * s.e, -1.0f, 1.0f, seed + 2);
+    const auto dout = RoundedRandom(bh * s.n_q * s.e, -1.0f, 1.0f, seed + 3);
+    const auto pad = KeyPadding(s.batch, s.n_k, keys);
+    const cpu::SoftmaxAttentionDims dims{s.batch, s.heads, s.n_q, s.n_k, s.d, s.e};
+    cpu::SoftmaxAttentionConfig cfg;
+    cfg.causal = causal;
+    cfg.key_padding_mask = keys != Keys::all ? pad.data() : nullptr;
+
+    // The reference: forward, then backward from out rounded to bf16 (what the kernel hands on).
+    std::vector<float> want_out(bh * s.n_q * s.e), want_lse(bh * s.n_q);
+    std::vector<float> want_dq(q.size()), want_dk(k.size()), want_dv(v.size());
+    std::vector<float> ws(cpu::softmax_attention_forward_workspace_floats(dims, cfg));
+    cpu::softmax_attention_forward(dims, cfg, q.data(), k.data(), v.data(), want_out.data(), want_lse.data(), ws.data(),
+                                   ws.size());
+    const std::vector<float> out16 = Rounded(want_out);
+    ws.assign(cpu::softmax_attention_backward_workspace_floats(dims, cfg), 0.0f);
+    cpu::softmax_attention_backward(dims, cfg, q.data(), k.data(), v.data(), out16.data(), want_lse.data(),
+                                    dout.data(), want_dq.data(), want_dk.data(), want_dv.data(), ws.data(), ws.size());
+
+    auto dq_in = dev(ToBf16(q)), dk_in = dev(ToBf16(k)), dv_in = dev(ToBf16(v)), ddout = dev(ToBf16(dout));
+    auto dpad = dev(pad);
+    cpu::SoftmaxAttentionConfig dcfg = cfg;
+    dcfg.key_padding_mask = keys != Keys::all ? dpad.get() : nullptr;
+    DeviceArray<bf16> got_out(target(), want_out.size(), kBf16Nan);
+    auto got_lse = out(want_lse.size());
+    EXPECT_EQ(TARN_ON(target(), softmax_attention_bf16_forward_workspace_floats, dims, dcfg), size_t{0});
+    TARN_ON(target(), softmax_attention_bf16_forward, dims, dcfg, dq_in.get(), dk_in.get(), dv_in.get(),
+            got_out.get(), got_lse.get(), nullptr, 0);
+    EXPECT_TRUE(WithinBf16(ToFloat(got_out.host()), want_out, kOutRtol, kOutFrac)) << "out, " << what;
+    EXPECT_TRUE(AllClose(got_lse.host(), want_lse, 0.0f, kLseAtol)) << "lse, " << what;
+
+    auto out_in = dev(ToBf16(out16));
+    auto lse_in = dev(want_lse);
+    DeviceArray<bf16> got_dq(target(), q.size(), kBf16Nan), got_dk(target(), k.size(), kBf16Nan),
+        got_dv(target(), v.size(), kBf16Nan);
+    const size_t n = TARN_ON(target(), softmax_attention_bf16_backward_workspace_floats, dims, dcfg);
+    EXPECT_EQ(n, static_cast<size_t>(bh * s.n_q));
+    auto work = out(n);
+    TARN_ON(target(), softmax_attention_bf16_backward, dims, dcfg, dq_in.get(), dk_in.get(), dv_in.get(), out_in.get(),
+            lse_in.get(), ddout.get(), got_dq.get(), got_dk.get(), got_dv.get(), work.get(), n);
+    EXPECT_TRUE(WithinBf16(ToFloat(got_dq.host()), want_dq, kGradRtol, kGradFrac)) << "dq, " << what;
+    EXPECT_TRUE(WithinBf16(ToFloat(got_dk.host()), want_dk, kGradRtol, kGradFrac)) << "dk, " << what;
+    EXPECT_TRUE(WithinBf16(ToFloat(got_dv.host()), want_dv, kGradRtol, kGradFrac)) << "dv, " << what;
+  }
+};
+
+constexpr int64_t kLengths[] = {1, 63, 64, 65, 150};
+
+TEST_P(SoftmaxAttentionBf16Conformance, CausalForwardAndBackwardMatchCpuAtTileBoundaries) {
+  uint32_t seed = 2200;
+  for (int64_t d : {32, 64})
+    for (int64_t n : kLengths)
+      for (Keys keys : {Keys::all, Keys::some_padded}) Check({2, 1, n, n, d, d}, true, keys, seed += 4);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, BidirectionalForwardAndBackwardMatchCpuAtTileBoundaries) {
+  uint32_t seed = 2300;
+  for (int64_t n : kLengths)
+    for (Keys keys : {Keys::all, Keys::some_padded}) Check({2, 1, n, n, 32, 32}, false, keys, seed += 4);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, ValueDimDifferentFromHeadDimMatchesCpu) {
+  Check({1, 2, 130, 130, 48, 24}, true, Keys::some_padded, 2400);
+  Check({1, 1, 97, 97, 16, 128}, false, Keys::some_padded, 2404);
+  Check({1, 1, 70, 70, 128, 40}, true, Keys::all, 2408);
+  // Widths that are not multiples of 8: rows copied one value at a time, tiles zero-padded.
+  Check({1, 2, 66, 66, 17, 33}, true, Keys::some_padded, 2412);
+  Check({2, 1, 45, 71, 5, 3}, false, Keys::some_padded, 2416);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, CrossAttentionWithDifferentLengthsMatchesCpu) {
+  uint32_t seed = 2500;
+  const int64_t pairs[][2] = {{1, 64}, {63, 150}, {150, 65}, {65, 1}};
+  for (const auto& nn : pairs) Check({2, 1, nn[0], nn[1], 64, 40}, false, Keys::some_padded, seed += 4);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, QueriesThatSeeNoKeyGetZerosAndNoNan) {
+  Check({2, 2, 65, 65, 32, 32}, false, Keys::batch1_all_padded, 2600);
+  Check({2, 1, 65, 65, 32, 32}, true, Keys::batch1_all_padded, 2604);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, BackwardIsDeterministic) {
+  const cpu::SoftmaxAttentionDims dims{1, 2, 150, 150, 32, 32};
+  cpu::SoftmaxAttentionConfig cfg;
+  cfg.causal = true;
+  const int64_t n = 2 * 150 * 32;
+  auto q = dev(ToBf16(Random(n, -1.5f, 1.5f, 2700))), k = dev(ToBf16(Random(n, -1.5f, 1.5f, 2701)));
+  auto v = dev(ToBf16(Random(n, -1.0f, 1.0f, 2702))), dout = dev(ToBf16(Random(n, -1.0f, 1.0f, 2703)));
+  DeviceArray<bf16> o(target(), n, kBf16Nan);
+  auto lse = out(2 * 150);
+  TARN_ON(target(), softmax_attention_bf16_forward, dims, cfg, q.get(), k.get(), v.get(), o.get(), lse.get(), nullptr,
+          0);
+  std::vector<bf16> first[3];
+  for (int run = 0; run < 2; ++run) {
+    const size_t wn = TARN_ON(target(), softmax_attention_bf16_backward_workspace_floats, dims, cfg);
+    auto ws = out(wn);
+    DeviceArray<bf16> dq(target(), n, kBf16Nan), dk(target(), n, kBf16Nan), dv(target(), n, kBf16Nan);
+    TARN_ON(target(), softmax_attention_bf16_backward, dims, cfg, q.get(), k.get(), v.get(), o.get(), lse.get(),
+            dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), wn);
+    const std::vector<bf16> got[3] = {dq.host(), dk.host(), dv.host()};
+    for (int g = 0; g < 3; ++g) {
+      if (run == 0)
+        first[g] = got[g];
+      else
+        EXPECT_TRUE(BitwiseEqual(ToFloat(got[g]), ToFloat(first[g]))) << "gradient " << g;
+    }
+  }
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, BadArgumentsAreRejected) {
+  cpu::SoftmaxAttentionConfig causal;
+  causal.causal = true;
+  EXPECT_THROW(TARN_ON(target(), softmax_attention_bf16_forward_workspace_floats, {1, 1, 4, 5, 8, 8}, causal),
+               tarn::Error);
+  EXPECT_THROW(TARN_ON(target(), softmax_attention_bf16_forward_workspace_floats, {1, 1, 4, 4, 129, 8}, {}),
+               tarn::Error);
+  EXPECT_THROW(TARN_ON(target(), softmax_attention_bf16_backward_workspace_floats, {1, 1, 4, 4, 8, 200}, {}),
+               tarn::Error);
+  const cpu::SoftmaxAttentionDims dims{1, 1, 8, 8, 8, 8};
+  std::vector<bf16> host(64, bf16_from_float(0.5f));
+  auto x = dev(host), g = dev(host);
+  auto lse = out(8), ws = out(4);
+  EXPECT_THROW(TARN_ON(target(), softmax_attention_bf16_backward, dims, {}, x.get(), x.get(), x.get(), x.get(),
+                       lse.get(), x.get(), g.get(), nullptr, nullptr, ws.get(), 4),
+               tarn::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, SoftmaxAttentionBf16Conformance, ::testing::ValuesIn(kAllTargets), TargetName);
+
+}  // namespace
+}  // namespace tarn::cuda_testing
