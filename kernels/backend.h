@@ -19,6 +19,7 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
+#include "kernels/cuda_softmax_attention_bf16.h"
 #include "kernels/feature_maps.h"
 
 namespace tarn::kernels {
@@ -82,6 +83,17 @@ struct LinearAttentionBf16Kernels {
   int64_t max_dim;  // largest d and e the kernels take
 };
 
+// Softmax attention on bf16 inputs and outputs, the tile products on tensor cores and the softmax
+// in f32 (kernels/cuda_softmax_attention_bf16.h), for training.precision bf16. Only CUDA has it:
+// the CPU's blocked kernel stays f32.
+struct SoftmaxAttentionBf16Kernels {
+  decltype(&cuda::softmax_attention_bf16_forward_workspace_floats) forward_workspace_floats;
+  decltype(&cuda::softmax_attention_bf16_forward) forward;
+  decltype(&cuda::softmax_attention_bf16_backward_workspace_floats) backward_workspace_floats;
+  decltype(&cuda::softmax_attention_bf16_backward) backward;
+  int64_t max_dim;  // largest d and e the kernels take
+};
+
 struct Backend {
   const char* name;  // "cpu", "cuda", "cuda (emulated)"
 
@@ -105,6 +117,8 @@ struct Backend {
   int64_t softmax_attention_max_dim;
   // bf16 linear attention, or null where there is none (the CPU).
   const LinearAttentionBf16Kernels* linear_attention_bf16;
+  // bf16 softmax attention, or null where there is none (the CPU).
+  const SoftmaxAttentionBf16Kernels* softmax_attention_bf16;
 
 #define TARN_BACKEND_FIELD(name) decltype(&cuda::name) name;
   TARN_BACKEND_KERNELS(TARN_BACKEND_FIELD)

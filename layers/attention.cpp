@@ -203,6 +203,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
       opt.causal = causal_;
       opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
       opt.scale = scaling_;
+      opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
       ctx = softmax_attention(q, k, v, opt);
     }
   } else {

@@ -170,31 +170,34 @@ bool linear_attention_runs_in_bf16(Device device, int64_t d, int64_t e) {
 
 namespace {
 
-// linear_attention with precision bf16 on a device that has the bf16 kernels: the kernels read
-// bf16 roundings of a, b, v (kept for backward: half the bytes of f32 copies) and write a bf16
-// out, widened to f32 for the graph; backward rounds dy the same way and widens the gradients.
-Tensor linear_attention_bf16(const Tensor& a, const Tensor& b, const Tensor& v, const Tensor& mask,
-                             const kc::LinearAttentionDims& dims, const kc::LinearAttentionConfig& cfg) {
-  const char* op = "linear_attention (bf16)";
+// Attention with precision bf16 on a device that has bf16 kernels (`table`: the backend's
+// linear_attention_bf16 or softmax_attention_bf16; their forward and backward take the same
+// arguments): the kernels read bf16 roundings of a, b, v (kept for backward: half the bytes of
+// f32 copies) and write a bf16 out and an f32 per-row statistic (linear: the normaliser,
+// softmax: lse); out is widened to f32 for the graph. Backward rounds dy the same way and widens
+// the gradients.
+template <typename Kernels, typename Dims, typename Config>
+Tensor attention_in_bf16(const char* op, const Kernels* kernels::Backend::*table, const Tensor& a, const Tensor& b,
+                         const Tensor& v, const Tensor& mask, const Dims& dims, const Config& cfg) {
   const Device dev = a.device();
-  const kernels::LinearAttentionBf16Kernels& k = *backend_for(dev).linear_attention_bf16;
+  const Kernels& k = *(backend_for(dev).*table);
   const Tensor a16 = ops_internal::rounded_to_bf16(op, a), b16 = ops_internal::rounded_to_bf16(op, b),
                v16 = ops_internal::rounded_to_bf16(op, v);
   Tensor out16 = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev, DType::bf16);
-  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
+  Tensor stat = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {
     Tensor ws = workspace(k.forward_workspace_floats(dims, cfg), dev);
-    k.forward(dims, cfg, a16.data<bf16>(), b16.data<bf16>(), v16.data<bf16>(), out16.data<bf16>(), den.device_f32(),
+    k.forward(dims, cfg, a16.data<bf16>(), b16.data<bf16>(), v16.data<bf16>(), out16.data<bf16>(), stat.device_f32(),
               ws.device_f32(), ws.numel());
   }
-  return record("linear_attention", ops_internal::widened_to_f32(op, out16), {a, b, v},
-                [a16, b16, v16, out16, den, mask, dims, cfg](const Tensor& dy, const NeedsGrad& needs) -> Grads {
-                  const char* name = "linear_attention (bf16) backward";
+  return record(op, ops_internal::widened_to_f32(op, out16), {a, b, v},
+                [op, table, a16, b16, v16, out16, stat, mask, dims, cfg](const Tensor& dy,
+                                                                         const NeedsGrad& needs) -> Grads {
                   const Device dev = a16.device();
-                  const kernels::LinearAttentionBf16Kernels& kb = *backend_for(dev).linear_attention_bf16;
-                  kc::LinearAttentionConfig c = cfg;
+                  const Kernels& kb = *(backend_for(dev).*table);
+                  Config c = cfg;
                   c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
-                  const Tensor dy16 = ops_internal::rounded_to_bf16(name, dy);
+                  const Tensor dy16 = ops_internal::rounded_to_bf16(op, dy);
                   auto gradient = [&](bool needed, const Tensor& like) {
                     return needed ? Tensor::empty(like.shape(), dev, DType::bf16) : Tensor();
                   };
@@ -203,10 +206,10 @@ Tensor linear_attention_bf16(const Tensor& a, const Tensor& b, const Tensor& v, 
                   {
                     Tensor ws = workspace(kb.backward_workspace_floats(dims, c), dev);
                     kb.backward(dims, c, a16.data<bf16>(), b16.data<bf16>(), v16.data<bf16>(), out16.data<bf16>(),
-                                den.device_f32(), dy16.data<bf16>(), ptr(da), ptr(db), ptr(dv), ws.device_f32(),
+                                stat.device_f32(), dy16.data<bf16>(), ptr(da), ptr(db), ptr(dv), ws.device_f32(),
                                 ws.numel());
                   }
-                  auto widened = [&](const Tensor& g) { return g.defined() ? ops_internal::widened_to_f32(name, g) : g; };
+                  auto widened = [&](const Tensor& g) { return g.defined() ? ops_internal::widened_to_f32(op, g) : g; };
                   return {widened(da), widened(db), widened(dv)};
                 });
 }
@@ -233,7 +236,8 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
   cfg.chunk = opt.chunk;
   cfg.feature_map = opt.fused_feature_map;
   if (opt.precision == Precision::bf16 && linear_attention_runs_in_bf16(dev, dims.d, dims.e))
-    return linear_attention_bf16(a, b, v, opt.key_padding_mask, dims, cfg);
+    return attention_in_bf16("linear_attention (bf16)", &kernels::Backend::linear_attention_bf16, a, b, v,
+                             opt.key_padding_mask, dims, cfg);
   Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
   Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {
@@ -308,6 +312,11 @@ Tensor linear_attention_step(LinearAttentionState& state, const Tensor& a, const
 
 // ---- softmax attention ----
 
+bool softmax_attention_runs_in_bf16(Device device, int64_t d, int64_t e) {
+  const kernels::SoftmaxAttentionBf16Kernels* k = backend_for(device).softmax_attention_bf16;
+  return k && d <= k->max_dim && e <= k->max_dim;
+}
+
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                          const SoftmaxAttentionOptions& opt) {
   const char* op = "softmax_attention";
@@ -326,6 +335,9 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   cfg.causal = opt.causal;
   cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, q);
   cfg.scale = opt.scale;
+  if (opt.precision == Precision::bf16 && softmax_attention_runs_in_bf16(dev, dims.d, dims.e))
+    return attention_in_bf16("softmax_attention (bf16)", &kernels::Backend::softmax_attention_bf16, q, k, v,
+                             opt.key_padding_mask, dims, cfg);
   Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
   Tensor lse = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
   {

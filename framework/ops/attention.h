@@ -112,7 +112,16 @@ struct SoftmaxAttentionOptions {
   bool causal = false;
   Tensor key_padding_mask;  // (B, Nk), 1 = padded
   float scale = 0.0f;       // 0 = 1/sqrt(d)
+  // bf16: where the device has bf16 softmax-attention kernels (CUDA: kernels/cuda_softmax_attention_bf16.h,
+  // d and e up to 128), q, k and v are rounded to bf16 and the tile products run on tensor cores,
+  // the softmax and lse in f32; out and the gradients come back as f32 tensors. Elsewhere (the
+  // CPU) the f32 kernel runs: softmax_attention_runs_in_bf16 says which.
+  Precision precision = Precision::f32;
 };
+
+// Whether softmax_attention with precision bf16 runs the bf16 kernels on `device` for head
+// dimensions d and e (else it runs in f32).
+bool softmax_attention_runs_in_bf16(Device device, int64_t d, int64_t e);
 
 // softmax(scale q k^T + masks) v, blocked (no N x N matrix), with backward.
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,

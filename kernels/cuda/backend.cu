@@ -6,6 +6,7 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
+#include "kernels/cuda_softmax_attention_bf16.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
@@ -70,6 +71,12 @@ const LinearAttentionBf16Kernels kLinearAttentionBf16 = {
     &TARN_CUDA_NS::linear_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_backward,
     256};
 
+// kernels/cuda_softmax_attention_bf16.h: 1 <= d, e <= 128.
+const SoftmaxAttentionBf16Kernels kSoftmaxAttentionBf16 = {
+    &TARN_CUDA_NS::softmax_attention_bf16_forward_workspace_floats, &TARN_CUDA_NS::softmax_attention_bf16_forward,
+    &TARN_CUDA_NS::softmax_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::softmax_attention_bf16_backward,
+    kSoftmaxAttentionMaxDim};
+
 #if defined(__CUDACC__)
 constexpr const char* kName = "cuda";
 #else
@@ -78,7 +85,7 @@ constexpr const char* kName = "cuda (emulated)";
 
 const Backend kTable = {
     kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
-    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, &kLinearAttentionBf16,
+    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, &kLinearAttentionBf16, &kSoftmaxAttentionBf16,
 #define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

@@ -236,6 +236,54 @@ TEST(OpsOnCuda, SoftmaxAttentionMatchesTheCpuKernel) {
   }
 }
 
+// training.precision bf16 for softmax attention: the bf16 kernels (kernels/cuda_softmax_attention_bf16.h)
+// on the device, the f32 kernel on the CPU; as the linear-attention test above, the device follows
+// the f32 CPU op within bf16 rounding and differs from it.
+TEST(OpsOnCuda, SoftmaxAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCpu) {
+  const Device cuda = emulated_cuda();
+  EXPECT_TRUE(softmax_attention_runs_in_bf16(cuda, 64, 64));
+  EXPECT_FALSE(softmax_attention_runs_in_bf16(cuda, 64, 130)) << "past the kernels' 128";
+  EXPECT_FALSE(softmax_attention_runs_in_bf16(Device::cpu(), 64, 64));
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const int64_t n = 70;  // past one 64-row tile
+    std::vector<Tensor> cpu{random_tensor({2, 2, n, 16}, 1, -1.5f, 1.5f), random_tensor({2, 2, n, 16}, 2, -1.5f, 1.5f),
+                            random_tensor({2, 2, n, 8}, 3)};
+    std::vector<Tensor> dev, cpu16;
+    for (Tensor& t : cpu) {
+      dev.push_back(t.to(cuda));
+      cpu16.push_back(t.clone());
+      for (Tensor* x : {&t, &dev.back(), &cpu16.back()}) x->set_requires_grad(true);
+    }
+    auto run = [&](const std::vector<Tensor>& x, Precision p) {
+      SoftmaxAttentionOptions o;
+      o.causal = causal;
+      o.precision = p;
+      o.key_padding_mask = padding_mask(2, n, x[0].device());
+      return softmax_attention(x[0], x[1], x[2], o);
+    };
+    const Tensor want = run(cpu, Precision::f32), got = run(dev, Precision::bf16), cpu_bf16 = run(cpu16, Precision::bf16);
+    ASSERT_EQ(got.device(), cuda);
+    ASSERT_EQ(got.dtype(), DType::f32) << "autograd sees f32 tensors only";
+    const Tensor seed = random_tensor(want.shape(), 9);
+    want.backward(seed);
+    got.backward(seed.to(cuda));
+    cpu_bf16.backward(seed);
+    EXPECT_EQ(cpu_bf16.to_vector(), want.to_vector()) << "the CPU has no bf16 kernel: it must run the f32 one";
+    const double forward = max_relative_difference(got.to_vector(), want.to_vector());
+    EXPECT_LE(forward, 2e-2) << "forward";
+    EXPECT_GT(forward, 1e-5) << "forward: no bf16 rounding visible";
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(dev[i].grad().defined()) << "input " << i;
+      EXPECT_EQ(dev[i].grad().device(), cuda);
+      EXPECT_EQ(cpu16[i].grad().to_vector(), cpu[i].grad().to_vector()) << "CPU gradient of input " << i;
+      const double gradient = max_relative_difference(dev[i].grad().to_vector(), cpu[i].grad().to_vector());
+      EXPECT_LE(gradient, 5e-2) << "gradient of input " << i;
+      EXPECT_GT(gradient, 1e-5) << "gradient of input " << i << ": no bf16 rounding visible";
+    }
+  }
+}
+
 // Head dimensions above the CUDA kernel's tiles (128) take the matmul + softmax composition.
 TEST(OpsOnCuda, SoftmaxAttentionWithWideHeadsMatchesTheCpuKernel) {
   expect_cuda_matches_cpu(

@@ -378,9 +378,12 @@ Precision training_precision(const Recipe& recipe, Device device) {
     return Precision::f32;
   }
   const bool bf16_scan = backend_for(device).linear_attention_bf16 != nullptr;
+  const bool bf16_softmax = backend_for(device).softmax_attention_bf16 != nullptr;
   log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description, " (the output layer in f32)",
             bf16_scan ? "; linear attention in bf16 with f32 state" : "; linear attention in f32 (no bf16 scan here)",
-            "; weights, optimizer state, norms, softmax attention and the loss in f32");
+            bf16_softmax ? "; softmax attention's tile products in bf16, its softmax in f32"
+                         : "; softmax attention in f32 (no bf16 kernel here)",
+            "; weights, optimizer state, norms and the loss in f32");
   return Precision::bf16;
 }
 
