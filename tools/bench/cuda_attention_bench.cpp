@@ -1,10 +1,11 @@
 // The GPU attention benchmark (issue 7): linear attention (causal and bidirectional, f32 and
-// bf16, elu1 feature map fused) against the FlashAttention-style softmax baseline, forward and
-// forward + backward, on the roofline of the device it runs on.
+// bf16, elu1 feature map fused) against the FlashAttention-style softmax baseline (f32, and bf16
+// on tensor cores), forward and forward + backward, on the roofline of the device it runs on.
 //
 // Usage: cuda_attention_bench [--quick] [--max-n N] [--repeats R] [--max-ms T] [--algos a,b,...]
 //   algos: linear_causal_f32, linear_bidir_f32, linear_causal_bf16, linear_bidir_bf16,
-//          softmax_causal_f32, softmax_bidir_f32 (default: all)
+//          softmax_causal_f32, softmax_bidir_f32, softmax_causal_bf16, softmax_bidir_bf16
+//          (default: all)
 //   --quick: B*H = 128, d = 64, N = 1K and 4K only (includes the target shape)
 //   --max-ms: once a forward + backward of an algorithm takes longer than T ms (default 4000),
 //     its longer sequences at that B*H and d are skipped (softmax is quadratic in N: at B*H = 128,
@@ -54,6 +55,7 @@
 
 #if __has_include("kernels/cuda_linear_attention_bf16.h")
 #include "kernels/cuda_linear_attention_bf16.h"
+#include "kernels/cuda_softmax_attention_bf16.h"
 #define TARN_BENCH_BF16 1
 #else
 namespace tarn {
@@ -90,10 +92,13 @@ enum class Algo {
   linear_causal_bf16,
   linear_bidir_bf16,
   softmax_causal,
-  softmax_bidir
+  softmax_bidir,
+  softmax_causal_bf16,
+  softmax_bidir_bf16
 };
-constexpr Algo kAllAlgos[] = {Algo::linear_causal_f32, Algo::linear_bidir_f32, Algo::linear_causal_bf16,
-                              Algo::linear_bidir_bf16, Algo::softmax_causal,   Algo::softmax_bidir};
+constexpr Algo kAllAlgos[] = {Algo::linear_causal_f32,   Algo::linear_bidir_f32, Algo::linear_causal_bf16,
+                              Algo::linear_bidir_bf16,   Algo::softmax_causal,   Algo::softmax_bidir,
+                              Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16};
 
 const char* algo_name(Algo a) {
   switch (a) {
@@ -103,13 +108,22 @@ const char* algo_name(Algo a) {
     case Algo::linear_bidir_bf16: return "linear_bidir_bf16";
     case Algo::softmax_causal: return "softmax_causal_f32";
     case Algo::softmax_bidir: return "softmax_bidir_f32";
+    case Algo::softmax_causal_bf16: return "softmax_causal_bf16";
+    case Algo::softmax_bidir_bf16: return "softmax_bidir_bf16";
   }
   return "?";
 }
-bool is_bf16(Algo a) { return a == Algo::linear_causal_bf16 || a == Algo::linear_bidir_bf16; }
-bool is_softmax(Algo a) { return a == Algo::softmax_causal || a == Algo::softmax_bidir; }
+bool is_bf16(Algo a) {
+  return a == Algo::linear_causal_bf16 || a == Algo::linear_bidir_bf16 || a == Algo::softmax_causal_bf16 ||
+         a == Algo::softmax_bidir_bf16;
+}
+bool is_softmax(Algo a) {
+  return a == Algo::softmax_causal || a == Algo::softmax_bidir || a == Algo::softmax_causal_bf16 ||
+         a == Algo::softmax_bidir_bf16;
+}
 bool is_causal(Algo a) {
-  return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::softmax_causal;
+  return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::softmax_causal ||
+         a == Algo::softmax_causal_bf16;
 }
 bool available(Algo a) {
 #if defined(TARN_BENCH_BF16)
@@ -255,6 +269,11 @@ struct Run : RunBase {
     const cpu::SoftmaxAttentionDims sd{1, sh.bh, sh.n, sh.n, sh.d, sh.e};
     cpu::SoftmaxAttentionConfig sc;
     sc.causal = is_causal(a);
+#if defined(TARN_BENCH_BF16)
+    if (is_softmax(a) && is_bf16(a))
+      return std::max(TARN_BENCH_ON(on_gpu, softmax_attention_bf16_forward_workspace_floats, sd, sc),
+                      TARN_BENCH_ON(on_gpu, softmax_attention_bf16_backward_workspace_floats, sd, sc));
+#endif
     if (is_softmax(a))
       return std::max(TARN_BENCH_ON(on_gpu, softmax_attention_forward_workspace_floats, sd, sc),
                       TARN_BENCH_ON(on_gpu, softmax_attention_backward_workspace_floats, sd, sc));
@@ -297,16 +316,24 @@ void Run<float>::backward() {
 template <>
 void Run<tarn::bf16>::forward() {
 #if defined(TARN_BENCH_BF16)
-  TARN_BENCH_ON(gpu, linear_attention_bf16_forward, ldims, lcfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
-                ws.get(), ws.size());
+  if (is_softmax(algo))
+    TARN_BENCH_ON(gpu, softmax_attention_bf16_forward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
+                  ws.get(), ws.size());
+  else
+    TARN_BENCH_ON(gpu, linear_attention_bf16_forward, ldims, lcfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
+                  ws.get(), ws.size());
 #endif
 }
 
 template <>
 void Run<tarn::bf16>::backward() {
 #if defined(TARN_BENCH_BF16)
-  TARN_BENCH_ON(gpu, linear_attention_bf16_backward, ldims, lcfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
-                dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), ws.size());
+  if (is_softmax(algo))
+    TARN_BENCH_ON(gpu, softmax_attention_bf16_backward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
+                  dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), ws.size());
+  else
+    TARN_BENCH_ON(gpu, linear_attention_bf16_backward, ldims, lcfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
+                  dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), ws.size());
 #endif
 }
 
@@ -597,12 +624,14 @@ int time_all(const Options& o) {
           // Softmax's forward + backward time over linear attention's, same masking, same shape.
           if (!is_softmax(a)) {
             for (const Timed& t : timed)
-              if (t.bh == bh && t.n == n && t.d == d && is_causal(t.algo) == is_causal(a) && is_softmax(t.algo))
+              if (t.bh == bh && t.n == n && t.d == d && is_causal(t.algo) == is_causal(a) && is_softmax(t.algo) &&
+                  is_bf16(t.algo) == is_bf16(a))
                 versus << "#   " << algo_name(a) << " B*H=" << bh << " N=" << n << " d=" << d << ": " << t.fb_ms / fb_ms
                        << "x faster than " << algo_name(t.algo) << "\n";
           } else {
             for (const Timed& t : timed)
-              if (t.bh == bh && t.n == n && t.d == d && is_causal(t.algo) == is_causal(a) && !is_softmax(t.algo))
+              if (t.bh == bh && t.n == n && t.d == d && is_causal(t.algo) == is_causal(a) && !is_softmax(t.algo) &&
+                  is_bf16(t.algo) == is_bf16(a))
                 versus << "#   " << algo_name(t.algo) << " B*H=" << bh << " N=" << n << " d=" << d << ": "
                        << fb_ms / t.fb_ms << "x faster than " << algo_name(a) << "\n";
           }
