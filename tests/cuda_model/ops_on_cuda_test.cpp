@@ -157,11 +157,44 @@ TEST(OpsOnCuda, LinearAttentionMatchesTheCpuForEveryFeatureMap) {
   }
 }
 
-// training.precision bf16: the op runs the bf16 kernels (kernels/cuda_linear_attention_bf16.h)
-// on the device and the f32 kernel on the CPU. The device's output and gradients follow the f32
-// CPU op within bf16 rounding (their own conformance test bounds them elementwise; here the
-// op's plumbing is checked: casts, the saved bf16 tensors, the mask, which gradient goes where)
-// and differ from it (else the bf16 kernels did not run).
+// Runs `run` (an attention op on three inputs, in a precision) on CPU leaves in f32, on cuda:0
+// copies in bf16 and on CPU copies in bf16, backward from one seed, and checks that the CPU
+// ignores bf16 (no bf16 kernel there: bit-identical to f32) while the device follows f32 within
+// bf16 rounding (2e-2 forward, 5e-2 gradients, of the largest value) and visibly differs from it
+// (else its bf16 kernels did not run). Each kernel's conformance test bounds it elementwise; this
+// checks the op's plumbing: casts, the saved bf16 tensors, the mask, which gradient goes where.
+void expect_bf16_on_the_device_only(std::vector<Tensor> cpu,
+                                    const std::function<Tensor(const std::vector<Tensor>&, Precision)>& run) {
+  const Device cuda = emulated_cuda();
+  std::vector<Tensor> dev, cpu16;
+  for (Tensor& t : cpu) {
+    dev.push_back(t.to(cuda));
+    cpu16.push_back(t.clone());
+    for (Tensor* x : {&t, &dev.back(), &cpu16.back()}) x->set_requires_grad(true);
+  }
+  const Tensor want = run(cpu, Precision::f32), got = run(dev, Precision::bf16), cpu_bf16 = run(cpu16, Precision::bf16);
+  ASSERT_EQ(got.device(), cuda);
+  ASSERT_EQ(got.dtype(), DType::f32) << "autograd sees f32 tensors only";
+  const Tensor seed = random_tensor(want.shape(), 9);
+  want.backward(seed);
+  got.backward(seed.to(cuda));
+  cpu_bf16.backward(seed);
+  EXPECT_EQ(cpu_bf16.to_vector(), want.to_vector()) << "the CPU has no bf16 kernel: it must run the f32 one";
+  const double forward = max_relative_difference(got.to_vector(), want.to_vector());
+  EXPECT_LE(forward, 2e-2) << "forward";
+  EXPECT_GT(forward, 1e-5) << "forward: no bf16 rounding visible";
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_TRUE(dev[i].grad().defined()) << "input " << i;
+    EXPECT_EQ(dev[i].grad().device(), cuda);
+    EXPECT_EQ(cpu16[i].grad().to_vector(), cpu[i].grad().to_vector()) << "CPU gradient of input " << i;
+    const double gradient = max_relative_difference(dev[i].grad().to_vector(), cpu[i].grad().to_vector());
+    EXPECT_LE(gradient, 5e-2) << "gradient of input " << i;
+    EXPECT_GT(gradient, 1e-5) << "gradient of input " << i << ": no bf16 rounding visible";
+  }
+}
+
+// training.precision bf16: the bf16 linear-attention kernels (kernels/cuda_linear_attention_bf16.h)
+// on the device, the f32 kernel on the CPU.
 TEST(OpsOnCuda, LinearAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCpu) {
   const Device cuda = emulated_cuda();
   EXPECT_TRUE(linear_attention_runs_in_bf16(cuda, 64, 64));
@@ -175,40 +208,14 @@ TEST(OpsOnCuda, LinearAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCpu
                               random_tensor({2, 2, n, 8}, 3)};
       if (map == FeatureMap::identity)  // features must be positive for a normaliser away from 0
         for (int i = 0; i < 2; ++i) cpu[i] = random_tensor({2, 2, n, 16}, 1 + i, 0.1f, 1.0f);
-      std::vector<Tensor> dev, cpu16;
-      for (Tensor& t : cpu) {
-        dev.push_back(t.to(cuda));
-        cpu16.push_back(t.clone());
-        for (Tensor* x : {&t, &dev.back(), &cpu16.back()}) x->set_requires_grad(true);
-      }
-      auto run = [&](const std::vector<Tensor>& x, Precision p) {
+      expect_bf16_on_the_device_only(cpu, [&](const std::vector<Tensor>& x, Precision p) {
         LinearAttentionOptions o;
         o.causal = causal;
         o.fused_feature_map = map;
         o.precision = p;
         o.key_padding_mask = padding_mask(2, n, x[0].device());
         return linear_attention(x[0], x[1], x[2], o);
-      };
-      const Tensor want = run(cpu, Precision::f32), got = run(dev, Precision::bf16),
-                   cpu_bf16 = run(cpu16, Precision::bf16);
-      ASSERT_EQ(got.device(), cuda);
-      ASSERT_EQ(got.dtype(), DType::f32) << "autograd sees f32 tensors only";
-      const Tensor seed = random_tensor(want.shape(), 9);
-      want.backward(seed);
-      got.backward(seed.to(cuda));
-      cpu_bf16.backward(seed);
-      EXPECT_EQ(cpu_bf16.to_vector(), want.to_vector()) << "the CPU has no bf16 scan: it must run the f32 kernel";
-      const double forward = max_relative_difference(got.to_vector(), want.to_vector());
-      EXPECT_LE(forward, 2e-2) << "forward";
-      EXPECT_GT(forward, 1e-5) << "forward: no bf16 rounding visible";
-      for (int i = 0; i < 3; ++i) {
-        ASSERT_TRUE(dev[i].grad().defined()) << "input " << i;
-        EXPECT_EQ(dev[i].grad().device(), cuda);
-        EXPECT_EQ(cpu16[i].grad().to_vector(), cpu[i].grad().to_vector()) << "CPU gradient of input " << i;
-        const double gradient = max_relative_difference(dev[i].grad().to_vector(), cpu[i].grad().to_vector());
-        EXPECT_LE(gradient, 5e-2) << "gradient of input " << i;
-        EXPECT_GT(gradient, 1e-5) << "gradient of input " << i << ": no bf16 rounding visible";
-      }
+      });
     }
   }
 }
@@ -237,8 +244,7 @@ TEST(OpsOnCuda, SoftmaxAttentionMatchesTheCpuKernel) {
 }
 
 // training.precision bf16 for softmax attention: the bf16 kernels (kernels/cuda_softmax_attention_bf16.h)
-// on the device, the f32 kernel on the CPU; as the linear-attention test above, the device follows
-// the f32 CPU op within bf16 rounding and differs from it.
+// on the device, the f32 kernel on the CPU.
 TEST(OpsOnCuda, SoftmaxAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCpu) {
   const Device cuda = emulated_cuda();
   EXPECT_TRUE(softmax_attention_runs_in_bf16(cuda, 64, 64));
@@ -247,40 +253,16 @@ TEST(OpsOnCuda, SoftmaxAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCp
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "bidirectional");
     const int64_t n = 70;  // past one 64-row tile
-    std::vector<Tensor> cpu{random_tensor({2, 2, n, 16}, 1, -1.5f, 1.5f), random_tensor({2, 2, n, 16}, 2, -1.5f, 1.5f),
-                            random_tensor({2, 2, n, 8}, 3)};
-    std::vector<Tensor> dev, cpu16;
-    for (Tensor& t : cpu) {
-      dev.push_back(t.to(cuda));
-      cpu16.push_back(t.clone());
-      for (Tensor* x : {&t, &dev.back(), &cpu16.back()}) x->set_requires_grad(true);
-    }
-    auto run = [&](const std::vector<Tensor>& x, Precision p) {
-      SoftmaxAttentionOptions o;
-      o.causal = causal;
-      o.precision = p;
-      o.key_padding_mask = padding_mask(2, n, x[0].device());
-      return softmax_attention(x[0], x[1], x[2], o);
-    };
-    const Tensor want = run(cpu, Precision::f32), got = run(dev, Precision::bf16), cpu_bf16 = run(cpu16, Precision::bf16);
-    ASSERT_EQ(got.device(), cuda);
-    ASSERT_EQ(got.dtype(), DType::f32) << "autograd sees f32 tensors only";
-    const Tensor seed = random_tensor(want.shape(), 9);
-    want.backward(seed);
-    got.backward(seed.to(cuda));
-    cpu_bf16.backward(seed);
-    EXPECT_EQ(cpu_bf16.to_vector(), want.to_vector()) << "the CPU has no bf16 kernel: it must run the f32 one";
-    const double forward = max_relative_difference(got.to_vector(), want.to_vector());
-    EXPECT_LE(forward, 2e-2) << "forward";
-    EXPECT_GT(forward, 1e-5) << "forward: no bf16 rounding visible";
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(dev[i].grad().defined()) << "input " << i;
-      EXPECT_EQ(dev[i].grad().device(), cuda);
-      EXPECT_EQ(cpu16[i].grad().to_vector(), cpu[i].grad().to_vector()) << "CPU gradient of input " << i;
-      const double gradient = max_relative_difference(dev[i].grad().to_vector(), cpu[i].grad().to_vector());
-      EXPECT_LE(gradient, 5e-2) << "gradient of input " << i;
-      EXPECT_GT(gradient, 1e-5) << "gradient of input " << i << ": no bf16 rounding visible";
-    }
+    expect_bf16_on_the_device_only(
+        {random_tensor({2, 2, n, 16}, 1, -1.5f, 1.5f), random_tensor({2, 2, n, 16}, 2, -1.5f, 1.5f),
+         random_tensor({2, 2, n, 8}, 3)},
+        [&](const std::vector<Tensor>& x, Precision p) {
+          SoftmaxAttentionOptions o;
+          o.causal = causal;
+          o.precision = p;
+          o.key_padding_mask = padding_mask(2, n, x[0].device());
+          return softmax_attention(x[0], x[1], x[2], o);
+        });
   }
 }
 
