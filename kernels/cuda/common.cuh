@@ -99,6 +99,14 @@ class Scratch {
   T* ptr_ = nullptr;
 };
 
+// The dynamic shared memory a block may opt in to on the current device, in bytes.
+inline int max_dynamic_smem() {
+  int dev = 0, bytes = 0;
+  TARN_CUDA_CALL(cudaGetDevice(&dev));
+  TARN_CUDA_CALL(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
 // Copies one value back to the host (synchronises the default stream).
 template <typename T>
 T read_back(const T* device_value) {

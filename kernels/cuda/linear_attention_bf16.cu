@@ -395,13 +395,6 @@ __global__ void linear_attention_bf16_exp_backward_kernel(const bf16* x, const f
   }
 }
 
-int max_dynamic_smem() {
-  int dev = 0, bytes = 0;
-  TARN_CUDA_CALL(cudaGetDevice(&dev));
-  TARN_CUDA_CALL(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 // Launches a scan, split into `segments` (pass 1, pass 2, pass 3; states: their workspace) when
 // there are more than one.
 template <int kTileQ>
@@ -433,7 +426,7 @@ void scan(const char* op, const Operand& x, const Operand& y, const Operand& w, 
           int q_cols, int64_t heads, int64_t slices, ScanMode mode, int64_t segments, float* states) {
   if (slices == 0 || x.rows == 0) return;
   const int p = round16(p_cols), q = round16(q_cols);
-  const size_t limit = static_cast<size_t>(max_dynamic_smem());
+  const size_t limit = static_cast<size_t>(device::max_dynamic_smem());
   auto bytes = [&](int t) {
     return t == 16 ? smem_layout<16>(p).bytes : t == 32 ? smem_layout<32>(p).bytes : smem_layout<64>(p).bytes;
   };

@@ -471,13 +471,6 @@ Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig&
   return sh;
 }
 
-int max_dynamic_smem() {
-  int dev = 0, bytes = 0;
-  TARN_CUDA_CALL(cudaGetDevice(&dev));
-  TARN_CUDA_CALL(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 // One block per (slice, tile), `pass`'s shared memory (opting in above the default).
 template <typename... P, typename... A>
 void launch_tiles(const char* op, Pass pass, void (*kernel)(P...), const Shape& sh, A&&... args) {
@@ -486,8 +479,8 @@ void launch_tiles(const char* op, Pass pass, void (*kernel)(P...), const Shape& 
   TARN_ASSERT(blocks <= kMaxGridX, op, ": ", sh.slices, " (batch, head) pairs x ", sh.tiles, " tiles exceed one grid");
   const size_t smem = layout(pass, sh.pd, sh.pe).bytes;
   if (smem > kDefaultSmem) {
-    TARN_ASSERT(smem <= static_cast<size_t>(max_dynamic_smem()), op, ": d=", sh.d, ", e=", sh.e, " need ", smem,
-                " bytes of shared memory, more than the device grants a block");
+    TARN_ASSERT(smem <= static_cast<size_t>(device::max_dynamic_smem()), op, ": d=", sh.d, ", e=", sh.e, " need ",
+                smem, " bytes of shared memory, more than the device grants a block");
     TARN_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   tarn::launch(kernel, static_cast<unsigned>(blocks), kThreads, smem, nullptr, sh, std::forward<A>(args)...);
@@ -554,8 +547,7 @@ void softmax_attention_bf16_backward(const SoftmaxAttentionDims& dims, const Sof
                  nullptr, device_bf16(dout), device_bf16(out), workspace, rows, static_cast<int>(dims.e));
   const Shape key_tiles = make_shape(dims, cfg, dims.n_k), query_tiles = make_shape(dims, cfg, dims.n_q);
   const bf16 *q16 = device_bf16(q), *k16 = device_bf16(k), *v16 = device_bf16(v), *do16 = device_bf16(dout);
-  bf16 *dq16 = dq ? device_bf16(dq) : nullptr, *dk16 = dk ? device_bf16(dk) : nullptr,
-       *dv16 = dv ? device_bf16(dv) : nullptr;
+  bf16 *dq16 = device_bf16(dq), *dk16 = device_bf16(dk), *dv16 = device_bf16(dv);  // null stays null
   switch (column_tiles(key_tiles)) {
     case 2: backward_with<2>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
     case 4: backward_with<4>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
