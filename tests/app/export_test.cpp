@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "data/denoising_dataset.h"
 #include "framework/autograd.h"
@@ -101,6 +102,65 @@ TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothAttentionKinds, Generation, ::testing::Values("linear", "softmax"));
+
+TEST(Generation, RepeatedNgramCompletionsAreTheTokensThatFollowedTheLastNMinusOne) {
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(repeated_ngram_completions({1, 2, 3, 1, 2}, 3), V({3}));     // 1 2 _ : 1 2 3 was seen
+  EXPECT_EQ(repeated_ngram_completions({1, 2, 3, 1, 2}, 2), V({3}));     // 2 _ : 2 3 was seen
+  EXPECT_EQ(repeated_ngram_completions({1, 2, 3, 1, 2}, 1), V({1, 2, 3, 1, 2}));
+  EXPECT_EQ(repeated_ngram_completions({1, 2, 3, 1, 2}, 4), V({}));      // 2 3 1 2 was never followed
+  EXPECT_EQ(repeated_ngram_completions({1, 2, 3, 1, 2}, 0), V({}));
+  EXPECT_EQ(repeated_ngram_completions({5, 5, 5}, 2), V({5, 5}));
+  EXPECT_EQ(repeated_ngram_completions({7, 8, 7, 9, 7}, 2), V({8, 9}));  // every earlier follower
+  EXPECT_EQ(repeated_ngram_completions({1, 2}, 3), V({}));               // no whole 3-gram yet
+  EXPECT_EQ(repeated_ngram_completions({}, 2), V({}));
+}
+
+// Where `ids` first repeats an n-gram it already held (ids.size() if never): counted here with
+// a set of the n-grams seen, independently of repeated_ngram_completions.
+size_t first_repeated_ngram(const std::vector<int32_t>& ids, size_t n) {
+  std::set<std::vector<int32_t>> seen;
+  for (size_t t = n - 1; t < ids.size(); ++t) {
+    if (!seen.insert(std::vector<int32_t>(ids.begin() + (t + 1 - n), ids.begin() + t + 1)).second) return t;
+  }
+  return ids.size();
+}
+
+// A 10-step model loops on one token: with --no-repeat-ngram 2 no output holds a bigram twice,
+// and greedy decoding agrees with the unconstrained one up to where that one first repeats.
+TEST(Generation, NoRepeatNgramLeavesNoNgramTwiceInGreedyOrBeamOutput) {
+  const std::string dir = trained_run("generate_no_repeat", "linear", 10);
+  const TrainedModel trained = load_trained_model(dir + "/run");
+  const Tokenizer& tok = *trained.tok;
+  std::vector<std::vector<int32_t>> sources;
+  for (const char* s : {"the red cat sees a bird .", "a small child .", "every stone in the old wall ."}) {
+    sources.push_back(tok.encode(s));
+    sources.back().push_back(tok.eos_id());
+  }
+  for (int beam : {1, 3}) {
+    GenerateOptions g;
+    g.beam = beam;
+    g.max_length = 24;
+    const auto free_running = generate(*trained.model, sources, g);
+    g.no_repeat_ngram = 2;
+    const auto constrained = generate(*trained.model, sources, g);
+    ASSERT_EQ(constrained.size(), sources.size());
+    bool some_repeat = false;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const size_t r = first_repeated_ngram(free_running[i], 2);
+      some_repeat = some_repeat || r < free_running[i].size();
+      EXPECT_EQ(first_repeated_ngram(constrained[i], 2), constrained[i].size()) << "beam " << beam << ", source " << i;
+      if (beam > 1) continue;
+      ASSERT_GE(constrained[i].size(), r) << "source " << i;
+      EXPECT_TRUE(std::equal(free_running[i].begin(), free_running[i].begin() + r, constrained[i].begin()))
+          << "source " << i;
+      if (r < free_running[i].size() && r < constrained[i].size()) {  // else it ended there
+        EXPECT_NE(constrained[i][r], free_running[i][r]) << "source " << i;
+      }
+    }
+    EXPECT_TRUE(some_repeat) << "beam " << beam << ": no output repeated a bigram, so the test shows nothing";
+  }
+}
 
 TEST(Generation, GreedyEqualsArgmaxOfTeacherForcedLogits) {
   const std::string dir = trained_run("greedy_tf", "linear", 10);

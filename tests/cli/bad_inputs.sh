@@ -34,6 +34,7 @@ expect "--count: -1 is out of range" "$tarn" denoise --checkpoint "$work/none" -
 expect "--tokens-per-batch: 99999999999999999999 is out of range" \
   "$tarn" eval --checkpoint "$work/none" --data x --tokens-per-batch 99999999999999999999
 expect "--max-length: 0 is out of range" "$tarn" generate --checkpoint "$work/none" --max-length 0
+expect "--no-repeat-ngram: -1 is out of range" "$tarn" denoise --checkpoint "$work/none" --data x --no-repeat-ngram -1
 expect 'training.precision: expected one of f32, bf16, got "fp16"' "$tarn" config "$recipe" --set training.precision=fp16
 expect "training.threads: expected an integer in [0, 1024], got 100000" "$tarn" config "$recipe" --set training.threads=100000
 expect "model.encoder_layers: this model and its training state need at least" \

@@ -44,8 +44,15 @@ std::vector<double> log_probs(const float* logits, int64_t v) {
   return out;
 }
 
+// Sets the log-probability of every token that would repeat an n-gram of `tokens` to -inf.
+// </s> is never in `tokens`, so it is never banned: a hypothesis can always end.
+template <typename T>
+void ban_repeated_ngrams(T* scores, const std::vector<int32_t>& tokens, int n) {
+  for (int32_t tok : repeated_ngram_completions(tokens, n)) scores[tok] = -std::numeric_limits<T>::infinity();
+}
+
 std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& model,
-                                         const std::vector<std::vector<int32_t>>& sources, int64_t max_length) {
+                                         const std::vector<std::vector<int32_t>>& sources, const GenerateOptions& o) {
   const BartConfig& c = model.config();
   const Encoded enc = encode(model, sources);
   DecodingState state = model.start_decoding(enc.out, enc.padding);
@@ -53,13 +60,19 @@ std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& mod
   std::vector<std::vector<int32_t>> out(b);
   std::vector<bool> done(b, false);
   std::vector<int32_t> next(b, c.decoder_start_token_id);
-  for (int64_t t = 0; t < max_length; ++t) {
+  std::vector<float> allowed;  // a row with the banned tokens at -inf (--no-repeat-ngram)
+  for (int64_t t = 0; t < o.max_length; ++t) {
     const Tensor logits = model.decode_step(state, next).to(Device::cpu());  // (B, V), read on the host
     const int64_t v = logits.size(-1);
     const float* p = logits.f32();
     bool all = true;
     for (size_t i = 0; i < b; ++i) {
       const float* row = p + i * v;
+      if (o.no_repeat_ngram > 0 && !done[i]) {
+        allowed.assign(row, row + v);
+        ban_repeated_ngrams(allowed.data(), out[i], o.no_repeat_ngram);
+        row = allowed.data();
+      }
       const int32_t tok = static_cast<int32_t>(std::max_element(row, row + v) - row);
       next[i] = done[i] ? c.pad_token_id : tok;
       if (!done[i]) {
@@ -99,13 +112,15 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     };
     std::vector<Cand> cands;
     for (size_t i = 0; i < live.size(); ++i) {
-      const std::vector<double> lp = log_probs(logits.f32() + i * v, v);
+      std::vector<double> lp = log_probs(logits.f32() + i * v, v);
+      ban_repeated_ngrams(lp.data(), live[i].tokens, o.no_repeat_ngram);
       // Only the top 2*beam of each row can survive: keep those.
       std::vector<int32_t> idx(static_cast<size_t>(v));
       std::iota(idx.begin(), idx.end(), 0);
       const size_t k = std::min<size_t>(idx.size(), 2 * static_cast<size_t>(o.beam));
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
-      for (size_t j = 0; j < k; ++j) cands.push_back({live[i].logp + lp[idx[j]], i, idx[j]});
+      for (size_t j = 0; j < k && lp[idx[j]] > -std::numeric_limits<double>::infinity(); ++j)
+        cands.push_back({live[i].logp + lp[idx[j]], i, idx[j]});
     }
     std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
     std::vector<Hyp> next;
@@ -151,6 +166,17 @@ double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d,
 
 }  // namespace
 
+std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& tokens, int n) {
+  std::vector<int32_t> out;
+  const int64_t prefix = n - 1, size = static_cast<int64_t>(tokens.size());
+  // Every earlier n-gram tokens[i, i + n) whose first n-1 tokens equal the last n-1.
+  for (int64_t i = 0; n > 0 && i + prefix < size; ++i) {
+    if (std::equal(tokens.begin() + i, tokens.begin() + i + prefix, tokens.end() - prefix))
+      out.push_back(tokens[static_cast<size_t>(i + prefix)]);
+  }
+  return out;
+}
+
 double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length) {
   const double r = static_cast<double>(rows), d = static_cast<double>(c.d_model);
   const int64_t steps = std::min(max_length, c.max_position_embeddings);
@@ -182,6 +208,8 @@ std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& m
                                            const GenerateOptions& options) {
   TARN_CHECK(options.beam >= 1, "generate: --beam must be at least 1, got ", options.beam);
   TARN_CHECK(options.max_length >= 1, "generate: --max-length must be at least 1, got ", options.max_length);
+  TARN_CHECK(options.no_repeat_ngram >= 0, "generate: --no-repeat-ngram must be 0 (off) or more, got ",
+             options.no_repeat_ngram);
   NoGradGuard no_grad;
   if (sources.empty()) return {};
   // The decoder has max_position_embeddings positions: no token is generated past the last.
@@ -191,7 +219,7 @@ std::vector<std::vector<int32_t>> generate(const BartForConditionalGeneration& m
   for (const auto& src : sources) longest = std::max(longest, src.size());
   const int64_t rows = options.beam == 1 ? static_cast<int64_t>(sources.size()) : options.beam;
   check_decoding_memory(model.config(), rows, static_cast<int64_t>(longest), options, usable_memory_bytes());
-  if (o.beam == 1) return greedy(model, sources, o.max_length);
+  if (o.beam == 1) return greedy(model, sources, o);
   std::vector<std::vector<int32_t>> out;
   for (const auto& s : sources) out.push_back(beam_search(model, s, o));
   return out;

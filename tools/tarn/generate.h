@@ -13,7 +13,14 @@ struct GenerateOptions {
   int beam = 1;             // 1 = greedy
   int64_t max_length = 128;  // generated tokens, </s> included
   double length_penalty = 1.0;  // beam: hypotheses ranked by log p / length^penalty
+  // n > 0: no output repeats an n-gram it already holds (fairseq's --no-repeat-ngram-size,
+  // HuggingFace's no_repeat_ngram_size); a half-trained model otherwise loops on a phrase.
+  int no_repeat_ngram = 0;
 };
+
+// The tokens that would complete an n-gram `tokens` already holds: those that followed an
+// earlier occurrence of its last n-1 tokens (for n = 1, every token in it). Empty for n <= 0.
+std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& tokens, int n);
 
 // A lower bound on the bytes decoding `rows` hypotheses together (the batch for greedy, the beam
 // for beam search) holds beside the model's weights, for a source of `source_len` tokens and up

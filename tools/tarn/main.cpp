@@ -53,10 +53,11 @@ commands:
         the batches.
   export --checkpoint DIR --out DIR
         model.safetensors (HuggingFace BART names), config.json and spm.model.
-  generate --checkpoint DIR [--beam N] [--max-length N]
+  generate --checkpoint DIR [--beam N] [--max-length N] [--no-repeat-ngram N]
         Reads source lines on stdin, writes one generated line per source on stdout.
-        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128; at most the model's max_positions).
-  denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N]
+        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128; at most the model's max_positions),
+        --no-repeat-ngram N: never repeat an N-token sequence within one output (default 0, off).
+  denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N] [--no-repeat-ngram N]
         Noises the first N lines of FILE as in training and shows input, output, original.
   bench attention [--device cpu|cuda] [--n 128,...,65536] [--out DIR] [--help]
         Forward and forward+backward time and peak memory of softmax and linear attention
@@ -204,11 +205,12 @@ GenerateOptions generate_options(const Args& a) {
   GenerateOptions g;
   g.beam = static_cast<int>(a.integer("beam", 1, 1, kMaxBeam));
   g.max_length = a.integer("max-length", 128, 1, kMaxGenerateLength);
+  g.no_repeat_ngram = static_cast<int>(a.integer("no-repeat-ngram", 0, 0, kMaxGenerateLength));
   return g;
 }
 
 int cmd_generate(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length"}, {});
+  const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length", "no-repeat-ngram"}, {});
   const GenerateOptions g = generate_options(a);
   TrainedModel l = load_trained_model(a.need("checkpoint"));
   const int64_t max_src = l.recipe.data.max_source_len;
@@ -230,7 +232,7 @@ int cmd_generate(int argc, char** argv) {
 }
 
 int cmd_denoise(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "count", "beam", "max-length"}, {});
+  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "count", "beam", "max-length", "no-repeat-ngram"}, {});
   const int64_t count = a.integer("count", 5, 0, std::numeric_limits<int32_t>::max());
   const GenerateOptions g = generate_options(a);
   const std::string data = a.need("data");
