@@ -45,7 +45,7 @@ ckpt=$run/best
 "$tarn" export --checkpoint "$ckpt" --out "$run/export"
 
 step "6/6 denoising examples (input with <mask> spans, model output, original)"
-"$tarn" denoise --checkpoint "$ckpt" --data work/wordnet/test.txt --count 5 --beam 4
+"$tarn" denoise --checkpoint "$ckpt" --data work/wordnet/test.txt --count 5 --beam 4 --no-repeat-ngram 3
 
 # What this machine reached, beside the README's figure for the reference machine (the same
 # numbers as README.md's "Measured" table: keep them in step).

@@ -96,4 +96,10 @@ std::string thousands(long long n) {
 
 std::string mebibytes(long long bytes) { return thousands((bytes + (1LL << 19)) >> 20) + " MiB"; }
 
+std::string number(const char* printf_format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, printf_format, v);
+  return buf;
+}
+
 }  // namespace tarn::log

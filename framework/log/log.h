@@ -35,5 +35,7 @@ std::string duration(double seconds);
 std::string thousands(long long n);
 // "1,234 MiB" (rounded to the nearest mebibyte).
 std::string mebibytes(long long bytes);
+// `v` through one printf conversion for a double: number("%.3f", 0.58172) is "0.582".
+std::string number(const char* printf_format, double v);
 
 }  // namespace tarn::log

@@ -31,6 +31,7 @@
 #include "tools/tarn/session.h"
 #include "tools/tarn/trained_model.h"
 #include "tools/tarn/trainer.h"
+#include "tools/tarn/word_errors.h"
 
 namespace tarn::app {
 namespace {
@@ -58,7 +59,8 @@ commands:
         --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128; at most the model's max_positions),
         --no-repeat-ngram N: never repeat an N-token sequence within one output (default 0, off).
   denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N] [--no-repeat-ngram N]
-        Noises the first N lines of FILE as in training and shows input, output, original.
+        Noises the first N lines of FILE as in training and shows input, output, original;
+        then the word error rate of the outputs against the originals.
   bench attention [--device cpu|cuda] [--n 128,...,65536] [--out DIR] [--help]
         Forward and forward+backward time and peak memory of softmax and linear attention
         (bidirectional, causal, cross; per feature map) against N; where linear wins.
@@ -241,13 +243,20 @@ int cmd_denoise(int argc, char** argv) {
              " data; use tarn generate");
   auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "denoise");
   const int64_t n = std::min<int64_t>(count, static_cast<int64_t>(ds->size()));
+  WordErrors errors;
   for (int64_t i = 0; i < n; ++i) {
     const Example ex = ds->example(static_cast<size_t>(i), 0);
     const std::vector<int32_t> out = generate(*l.model, {ex.source}, g).at(0);
     std::vector<int32_t> src(ex.source.begin(), ex.source.end() - 1);
-    std::printf("input:    %s\noutput:   %s\noriginal: %s\n\n", l.tok->decode(src).c_str(), l.tok->decode(out).c_str(),
-                l.tok->decode(ex.target).c_str());
+    const std::string output = l.tok->decode(out), original = l.tok->decode(ex.target);
+    std::printf("input:    %s\noutput:   %s\noriginal: %s\n\n", l.tok->decode(src).c_str(), output.c_str(),
+                original.c_str());
+    std::fflush(stdout);
+    errors.add(output, original);
   }
+  if (n > 0)
+    log::info("denoise", n, " lines: word error rate ", log::number("%.3f", errors.rate()), " against the originals (",
+              errors.edits, " word edits over ", errors.reference_words, " words)");
   return 0;
 }
 

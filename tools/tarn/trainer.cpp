@@ -45,12 +45,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 // A mean loss above this many nats per target token has diverged: its perplexity overflows a
 // double (e^709.8), and no run recovers from there. Such a step is treated as a non-finite one.
 constexpr double kDivergedLoss = 700;
@@ -161,7 +155,7 @@ std::string Trainer::overlap_note(int64_t steps) const {
   if (sharded_) return "";
   if (!recipe_.training.overlap_communication) return " (training.overlap_communication off)";
   return str_cat(" in ", grad_sync_->buckets(), " buckets, ",
-                 fmt("%.1f", static_cast<double>(early_buckets_) / static_cast<double>(steps)),
+                 log::number("%.1f", static_cast<double>(early_buckets_) / static_cast<double>(steps)),
                  " of them started during the backward per step");
 }
 
@@ -394,8 +388,8 @@ void Trainer::setup() {
   if (recipe_.training.shard_optimizer && !solo()) {
     sharded_ = std::make_unique<ShardedAdamW>(model_->named_parameters(), ao, *grad_comm_);
     log::info("optim", "ZeRO-1: AdamW moments sharded over ", comm_->world(), " ranks, ",
-              fmt("%.1f", 2.0 * 4 * sharded_->shard_elements() * mb), " MB per rank (",
-              fmt("%.1f", 2.0 * 4 * sharded_->elements() * mb), " MB unsharded)");
+              log::number("%.1f", 2.0 * 4 * sharded_->shard_elements() * mb), " MB per rank (",
+              log::number("%.1f", 2.0 * 4 * sharded_->elements() * mb), " MB unsharded)");
   } else {
     if (recipe_.training.shard_optimizer) log::info("optim", "training.shard_optimizer has no effect on one rank");
     optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
@@ -525,7 +519,7 @@ bool Trainer::step() {
     ++progress_.skipped_steps;
     if (lead())  // agreed by every rank: said once
       log::warn("train", str_cat("step ", progress_.step + 1, ": ",
-                                 norm == 0 ? "non-finite or diverged loss (over " + fmt("%.0f", kDivergedLoss) +
+                                 norm == 0 ? "non-finite or diverged loss (over " + log::number("%.0f", kDivergedLoss) +
                                                  " nats per token)"
                                            : std::string("non-finite gradient norm"),
                                  ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
@@ -570,9 +564,9 @@ void Trainer::log_progress() {
   }
   std::string line = "step " + log::thousands(progress_.step);
   if (max_steps > 0) line += "/" + log::thousands(max_steps);
-  line += " | ep " + std::to_string(progress_.data.epoch) + " | loss " + fmt("%.3f", loss) + " | ppl " +
-          fmt("%.1f", std::exp(nll)) + " | lr " + fmt("%.2e", lr_) + " | gnorm " +
-          fmt("%.2f", interval_.grad_norm_sum / interval_.steps) + " | " +
+  line += " | ep " + std::to_string(progress_.data.epoch) + " | loss " + log::number("%.3f", loss) + " | ppl " +
+          log::number("%.1f", std::exp(nll)) + " | lr " + log::number("%.2e", lr_) + " | gnorm " +
+          log::number("%.2f", interval_.grad_norm_sum / interval_.steps) + " | " +
           log::thousands(static_cast<long long>(tps)) + " tok/s | " + log::duration(elapsed);
   if (!std::isnan(eta)) line += ", ETA " + log::duration(std::max(0.0, eta));
   log::progress("train", line);
@@ -619,9 +613,9 @@ void Trainer::validate_and_maybe_save_best() {
   summary_.live_peak_bytes = mem.high_water_bytes;
   summary_.rss_peak_bytes = rss.peak_bytes;
   const double elapsed = elapsed_s();
-  log::info("valid", "step ", log::thousands(progress_.step), " | nll ", fmt("%.4f", r.mean_nll()), " | ppl ",
-            fmt("%.2f", r.perplexity()), " over ", log::thousands(r.tokens), " tokens (", r.batches, " batches, ",
-            log::duration(seconds_since(start)), ") | ", log::duration(elapsed), " | mem live peak ",
+  log::info("valid", "step ", log::thousands(progress_.step), " | nll ", log::number("%.4f", r.mean_nll()),
+            " | ppl ", log::number("%.2f", r.perplexity()), " over ", log::thousands(r.tokens), " tokens (", r.batches,
+            " batches, ", log::duration(seconds_since(start)), ") | ", log::duration(elapsed), " | mem live peak ",
             log::mebibytes(mem.high_water_bytes), device_.is_cpu() ? "" : " on " + device_.str(), ", RSS peak ",
             log::mebibytes(rss.peak_bytes), improved ? " | best so far" : "");
   json::Value m = json::Value::object();
@@ -734,15 +728,17 @@ TrainSummary Trainer::run() {
   summary_.buckets_started_early = early_buckets_;
   if (test_set_ && !summary_.failed && reason != "SIGINT" && reason != "SIGTERM") {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
-    log::info("test", "nll ", fmt("%.4f", summary_.test->mean_nll()), " | ppl ", fmt("%.2f", summary_.test->perplexity()),
-              " over ", log::thousands(summary_.test->tokens), " target tokens (", recipe_.data.test, ")");
+    log::info("test", "nll ", log::number("%.4f", summary_.test->mean_nll()), " | ppl ",
+              log::number("%.2f", summary_.test->perplexity()), " over ", log::thousands(summary_.test->tokens),
+              " target tokens (", recipe_.data.test, ")");
   }
   if (!solo()) {
     comm_->barrier();  // every rank returns once rank 0's last checkpoint is written
     const int64_t steps = std::max<int64_t>(1, summary_.steps_this_run);
     log::info("dist", "gradient ", sharded_ ? "reduce-scatter + all-gather" : "all-reduce", ": ",
-              fmt("%.2f", 1e3 * comm_s_ / static_cast<double>(steps)), " ms per step on rank 0 (waiting for the "
-              "other ranks included), ", fmt("%.1f", 100.0 * comm_s_ / std::max(summary_.wall_s, 1e-9)),
+              log::number("%.2f", 1e3 * comm_s_ / static_cast<double>(steps)),
+              " ms per step on rank 0 (waiting for the other ranks included), ",
+              log::number("%.1f", 100.0 * comm_s_ / std::max(summary_.wall_s, 1e-9)),
               "% of the run; ", log::thousands(sharded_ ? sharded_->elements() : grad_sync_->elements()),
               " floats per step", overlap_note(steps));
   }
