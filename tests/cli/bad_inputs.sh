@@ -2,25 +2,8 @@
 # The tarn command line against bad flags and bad recipe files (ctest: cli_bad_inputs): each
 # must end at once with exit status 2 and a message naming what was wrong, before any loading.
 #   bad_inputs.sh <tarn> <recipe>
-set -uo pipefail
-tarn=$1 recipe=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-# expect <message> <command...>: exit 2 within 20 s, the message on stderr.
-expect() {
-  local message=$1 out status
-  shift
-  out=$(timeout 20 "$@" 2>&1 </dev/null)
-  status=$?
-  if [ "$status" -ne 2 ] || ! grep -qF -- "$message" <<<"$out"; then
-    echo "[cli] FAIL: $* -> exit $status, expected 2 with: $message"
-    echo "$out" | tail -n 3
-    failures=$((failures + 1))
-  else
-    echo "[cli] ok: $*"
-  fi
-}
+tag=cli
+source "$(dirname "$0")/common.sh"
 mkfifo "$work/recipe.fifo"
 expect "is not a regular file" "$tarn" config "$work/recipe.fifo"
 expect "is not a regular file" "$tarn" train "$work/recipe.fifo"
@@ -40,5 +23,4 @@ expect "training.threads: expected an integer in [0, 1024], got 100000" "$tarn" 
 expect "model.encoder_layers: this model and its training state need at least" \
   "$tarn" config "$recipe" --set model.encoder_layers=1000000000
 expect "is not a regular file" "$tarn" train /dev/urandom
-[ "$failures" -eq 0 ] || { echo "[cli] $failures failures"; exit 1; }
-echo "[cli] all bad inputs refused with exit 2"
+finish "all bad inputs refused with exit 2"

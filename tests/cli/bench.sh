@@ -3,15 +3,9 @@
 # the promised columns and a row per configuration, and its JSON of the machine; a size that
 # cannot fit is refused up front (a "skipped" row, or exit 2 for decode); bad flags exit 2.
 #   bench.sh <tarn> <recipe>
-set -uo pipefail
-tarn=$1 recipe=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "[bench] FAIL: $*"
-  failures=$((failures + 1))
-}
+tag=bench
+source "$(dirname "$0")/common.sh"
+
 # header_is <csv> <header>: the CSV's first line is exactly the header.
 header_is() {
   [ "$(head -n 1 "$1")" = "$2" ] || fail "$1: header $(head -n 1 "$1"), expected $2"
@@ -58,15 +52,6 @@ awk -v a="$(state softmax 10)" -v b="$(state softmax 40)" 'BEGIN { exit !(b > a)
 [ "$(state linear 10)" = "$(state linear 40)" ] || fail "decode: the linear state changed size with the position"
 
 # Refusals and bad flags: exit 2 and a message, before any work.
-expect() {
-  local message=$1 out status
-  shift
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  status=$?
-  if [ "$status" -ne 2 ] || ! grep -qF -- "$message" <<<"$out"; then
-    fail "$* -> exit $status, expected 2 with: $message; got: $(tail -n 2 <<<"$out")"
-  fi
-}
 expect "decoding needs" "$tarn" bench decode "$recipe" --positions 100000 --attention softmax --max-gib 0.001
 expect "--algos: \"flash\" is not one of" "$tarn" bench attention --algos flash
 expect "--n: 0 is out of range" "$tarn" bench attention --n 0
@@ -75,5 +60,4 @@ expect "no CUDA device" "$tarn" bench attention --device cuda --n 32
 expect "bench: unknown benchmark \"speed\"" "$tarn" bench speed
 "$tarn" bench train --help | grep -q "usage: tarn bench train" || fail "bench train --help"
 
-[ "$failures" -eq 0 ] && echo "[bench] all passed"
-exit $((failures > 0))
+finish "all passed"

@@ -4,15 +4,8 @@
 # HuggingFace files, generate answers one line per input line, and denoise shows one
 # input/output/original block per line and ends with the word error rate.
 #   decode.sh <tarn> <recipe>
-set -uo pipefail
-tarn=$1 recipe=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "[decode] FAIL: $*"
-  failures=$((failures + 1))
-}
+tag=decode
+source "$(dirname "$0")/common.sh"
 
 # Word salad from a fixed seed: 200 training lines, 20 validation lines.
 RANDOM=7
@@ -57,8 +50,4 @@ done
 grep -qE '^\[denoise\] 4 lines: word error rate [0-9]+\.[0-9]{3} against the originals \([0-9]+ word edits over [0-9]+ words\)$' \
   "$work/denoise.log" || fail "denoise: no word error rate line: $(tail -n 3 "$work/denoise.log")"
 
-if [ "$failures" -gt 0 ]; then
-  echo "[decode] $failures failure(s)"
-  exit 1
-fi
-echo "[decode] train, eval, export, generate and denoise all answered as expected"
+finish "train, eval, export, generate and denoise all answered as expected"
