@@ -73,17 +73,23 @@ TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
   EXPECT_TRUE(f.find("model.decoder.layers.1.encoder_attn.k_proj.weight"));
 }
 
+// Sources as generate takes them: token ids ending with </s>.
+std::vector<std::vector<int32_t>> encoded_sources(const Tokenizer& tok, std::initializer_list<const char*> lines) {
+  std::vector<std::vector<int32_t>> sources;
+  for (const char* line : lines) {
+    sources.push_back(tok.encode(line));
+    sources.back().push_back(tok.eos_id());
+  }
+  return sources;
+}
+
 class Generation : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
   const std::string dir = trained_run(std::string("generate_") + GetParam(), GetParam(), 3);
   const TrainedModel trained = load_trained_model(dir + "/run");
   const Tokenizer& tok = *trained.tok;
-  std::vector<std::vector<int32_t>> sources;
-  for (const char* s : {"the red cat sees a bird .", "a small child ."}) {
-    sources.push_back(tok.encode(s));
-    sources.back().push_back(tok.eos_id());
-  }
+  const auto sources = encoded_sources(tok, {"the red cat sees a bird .", "a small child ."});
   for (int beam : {1, 3}) {
     GenerateOptions g;
     g.beam = beam;
@@ -131,12 +137,8 @@ size_t first_repeated_ngram(const std::vector<int32_t>& ids, size_t n) {
 TEST(Generation, NoRepeatNgramLeavesNoNgramTwiceInGreedyOrBeamOutput) {
   const std::string dir = trained_run("generate_no_repeat", "linear", 10);
   const TrainedModel trained = load_trained_model(dir + "/run");
-  const Tokenizer& tok = *trained.tok;
-  std::vector<std::vector<int32_t>> sources;
-  for (const char* s : {"the red cat sees a bird .", "a small child .", "every stone in the old wall ."}) {
-    sources.push_back(tok.encode(s));
-    sources.back().push_back(tok.eos_id());
-  }
+  const auto sources =
+      encoded_sources(*trained.tok, {"the red cat sees a bird .", "a small child .", "every stone in the old wall ."});
   for (int beam : {1, 3}) {
     GenerateOptions g;
     g.beam = beam;
