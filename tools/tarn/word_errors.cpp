@@ -14,12 +14,9 @@ std::vector<std::string> words(const std::string& line) {
   return out;
 }
 
-}  // namespace
-
-int64_t word_edit_distance(const std::string& hypothesis, const std::string& reference) {
-  const std::vector<std::string> h = words(hypothesis), r = words(reference);
-  // One row of the dynamic programme: row[j] = distance between the first i words of h and
-  // the first j of r.
+// Levenshtein distance between two word sequences. One row of the dynamic programme:
+// row[j] = distance between the first i words of h and the first j of r.
+int64_t edit_distance(const std::vector<std::string>& h, const std::vector<std::string>& r) {
   std::vector<int64_t> row(r.size() + 1);
   for (size_t j = 0; j <= r.size(); ++j) row[j] = static_cast<int64_t>(j);
   for (size_t i = 1; i <= h.size(); ++i) {
@@ -34,9 +31,16 @@ int64_t word_edit_distance(const std::string& hypothesis, const std::string& ref
   return row[r.size()];
 }
 
+}  // namespace
+
+int64_t word_edit_distance(const std::string& hypothesis, const std::string& reference) {
+  return edit_distance(words(hypothesis), words(reference));
+}
+
 void WordErrors::add(const std::string& hypothesis, const std::string& reference) {
-  edits += word_edit_distance(hypothesis, reference);
-  reference_words += static_cast<int64_t>(words(reference).size());
+  const std::vector<std::string> r = words(reference);  // split once: for the distance and the count
+  edits += edit_distance(words(hypothesis), r);
+  reference_words += static_cast<int64_t>(r.size());
 }
 
 double WordErrors::rate() const {
