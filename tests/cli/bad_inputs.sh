@@ -3,6 +3,7 @@
 # must end at once with exit status 2 and a message naming what was wrong, before any loading.
 #   bad_inputs.sh <tarn> <recipe>
 tag=cli
+expect_seconds=20  # refusals come before any loading
 source "$(dirname "$0")/common.sh"
 mkfifo "$work/recipe.fifo"
 expect "is not a regular file" "$tarn" config "$work/recipe.fifo"

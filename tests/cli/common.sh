@@ -12,12 +12,12 @@ fail() {
   failures=$((failures + 1))
 }
 
-# expect <message> <command...>: the command must exit 2 within 60 s with the message in its
-# output (a refusal before any real work).
+# expect <message> <command...>: the command must exit 2 within $expect_seconds (default 60)
+# with the message in its output (a refusal before any real work).
 expect() {
   local message=$1 out status
   shift
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
+  out=$(timeout "${expect_seconds:-60}" "$@" 2>&1 </dev/null)
   status=$?
   if [ "$status" -ne 2 ] || ! grep -qF -- "$message" <<<"$out"; then
     fail "$* -> exit $status, expected 2 with: $message; got: $(tail -n 3 <<<"$out")"
