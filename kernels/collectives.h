@@ -1,5 +1,5 @@
 #pragma once
-// Collectives for data-parallel training (DESIGN.md section 1: "gradients all-reduced across
+// Collectives for data-parallel training (docs/design.md section 1: "gradients all-reduced across
 // ranks"): a Communicator is one rank's handle on a group of `world` ranks. Two
 // implementations behind one interface:
 //   cpu::thread_communicators(world)   ranks are threads of this process sharing memory
@@ -108,7 +108,8 @@ using NcclUniqueId = std::array<char, 128>;
 //   local_communicators(world)
 //                           every rank in this process, rank r on device r (ncclCommInitAll);
 //                           the emulated build returns cpu::thread_communicators(world), as its
-//                           "devices" are host memory
+//                           "devices" are host memory, whose start_all_reduce_sum answers with
+//                           the device's event-based pending type (kernels/cuda/stream_pending.cuh)
 #define TARN_COLLECTIVES_CUDA_API                                                                 \
   bool nccl_available();                                                                          \
   NcclUniqueId nccl_unique_id();                                                                  \

@@ -1,10 +1,11 @@
 // Collectives on GPUs through NCCL (kernels/collectives.h). nvcc's build uses NCCL when
 // cmake/TarnCuda.cmake found it (TARN_WITH_NCCL); the emulated build's "devices" are host
-// memory, so its communicators are the CPU's thread group. Every NCCL and CUDA call is checked
+// memory, so its communicators are the CPU's thread group behind the device's pending type. Every NCCL and CUDA call is checked
 // and a failure throws tarn::Error naming the call.
 #include "kernels/collectives.h"
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/stream_pending.cuh"
 
 #if defined(__CUDACC__) && defined(TARN_WITH_NCCL)
 #define TARN_USE_NCCL 1
@@ -138,36 +139,10 @@ class NcclCommunicator final : public Communicator {
     TARN_ASSERT(n >= 0, "all_reduce_sum: negative length ", n, " on rank ", rank_);
     after_default_stream();
     TARN_NCCL_CALL(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
-    return std::make_unique<Pending>(stream_, device_);
+    return std::make_unique<StreamPending>(stream_, device_);
   }
 
  private:
-  // An all-reduce on stream_: done when the event recorded after it has happened.
-  class Pending final : public PendingCollective {
-   public:
-    Pending(cudaStream_t stream, int device) : device_(device) {
-      TARN_CUDA_CALL(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-      TARN_CUDA_CALL(cudaEventRecord(done_, stream));
-    }
-    ~Pending() override { cudaEventDestroy(done_); }
-    Pending(const Pending&) = delete;
-    Pending& operator=(const Pending&) = delete;
-    bool test() override {
-      const cudaError_t e = cudaEventQuery(done_);
-      if (e == cudaErrorNotReady) return false;
-      TARN_CUDA_CALL(e);
-      return true;
-    }
-    void wait() override {
-      TARN_CUDA_CALL(cudaSetDevice(device_));
-      TARN_CUDA_CALL(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
-    }
-
-   private:
-    cudaEvent_t done_ = nullptr;
-    int device_;
-  };
-
   // stream_'s next work starts after everything launched so far on the legacy default stream
   // (the kernels that wrote the inputs).
   void after_default_stream() {
@@ -204,6 +179,45 @@ class NcclCommunicator final : public Communicator {
 };
 
 #else
+
+#if defined(TARN_CUDA_EMULATED)
+// The emulated build's "devices" are host memory, so a rank's collectives are the CPU thread
+// group's. The overlapped all-reduce still answers through StreamPending, as NCCL's does, so
+// that the emulator's in-flight events (emu::set_completion_polls) exercise the same polling.
+class EmulatedDeviceCommunicator final : public Communicator {
+ public:
+  explicit EmulatedDeviceCommunicator(std::unique_ptr<Communicator> group) : group_(std::move(group)) {
+    TARN_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~EmulatedDeviceCommunicator() override { cudaStreamDestroy(stream_); }
+  EmulatedDeviceCommunicator(const EmulatedDeviceCommunicator&) = delete;
+  EmulatedDeviceCommunicator& operator=(const EmulatedDeviceCommunicator&) = delete;
+
+  int rank() const override { return group_->rank(); }
+  int world() const override { return group_->world(); }
+  const char* backend() const override { return group_->backend(); }
+  void all_reduce_sum(float* data, int64_t n) override { group_->all_reduce_sum(data, n); }
+  void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    group_->reduce_scatter_sum(send, recv, n);
+  }
+  void all_gather(const float* send, float* recv, int64_t n) override { group_->all_gather(send, recv, n); }
+  void broadcast(float* data, int64_t n, int root) override { group_->broadcast(data, n, root); }
+  void all_reduce_host(double* data, int64_t n, ReduceOp op) override { group_->all_reduce_host(data, n, op); }
+  void broadcast_host_bytes(void* data, int64_t bytes, int root) override {
+    group_->broadcast_host_bytes(data, bytes, root);
+  }
+  void barrier() override { group_->barrier(); }
+
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
+    group_->all_reduce_sum(data, n);  // done at once here; the event below says when on hardware
+    return std::make_unique<StreamPending>(stream_, 0);
+  }
+
+ private:
+  std::unique_ptr<Communicator> group_;
+  cudaStream_t stream_ = nullptr;
+};
+#endif
 
 [[noreturn]] void no_nccl(const char* what) {
 #if defined(TARN_CUDA_EMULATED)
@@ -266,7 +280,10 @@ std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId&, int, int, i
 
 std::vector<std::unique_ptr<Communicator>> local_communicators(int world) {
 #if defined(TARN_CUDA_EMULATED)
-  return cpu::thread_communicators(world);
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (auto& group : cpu::thread_communicators(world))
+    ranks.push_back(std::make_unique<EmulatedDeviceCommunicator>(std::move(group)));
+  return ranks;
 #else
   no_nccl("local_communicators");
 #endif

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA semantics in plain C++, for tests (DESIGN.md section 4). A `.cu` file compiled by g++
+// CUDA semantics in plain C++, for tests (docs/design.md section 4). A `.cu` file compiled by g++
 // against this header (through kernels/cuda/launch.cuh) runs on the CPU:
 //   - every CUDA thread is a fiber (kernels/emu/fiber.h); a block runs to completion on one OS
 //     worker thread, blocks spread over a small worker pool;
@@ -240,7 +240,7 @@ inline float atomicExch(float* a, float v) {
 #define __powf(x, y) powf(x, y)
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / ::sqrt(x); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
@@ -290,6 +290,8 @@ enum cudaError_t : int {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNotReady = 600,  // a query of work still in flight (set_completion_polls)
+  cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError = cudaError_t;
@@ -316,6 +318,8 @@ struct EmuEvent;
 using cudaStream_t = EmuStream*;
 using cudaEvent_t = EmuEvent*;
 constexpr unsigned cudaStreamNonBlocking = 1;
+// The legacy default stream's handle (nullptr names it too).
+extern EmuStream* const cudaStreamLegacy;
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
 template <typename T>
@@ -339,20 +343,31 @@ cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+// cudaErrorNotReady (also left as the thread's last error, as CUDA does) while the stream's
+// last recorded event is in flight (set_completion_polls), else cudaSuccess.
+cudaError_t cudaStreamQuery(cudaStream_t s);
 // Everything is synchronous here, so the event has always happened.
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+constexpr unsigned cudaEventDisableTiming = 2;
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+// As cudaStreamQuery, for one event.
+cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaDeviceSynchronize();
+// Clears a sticky error (fault_device) and the thread's last error, as a new context would.
+cudaError_t cudaDeviceReset();
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 // The device's free and total bytes: set_device_memory's capacity less the live cudaMalloc blocks.
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+// The thread's last error, cleared by the call, as CUDA's; a sticky error (fault_device) is
+// returned by every call and never cleared until cudaDeviceReset.
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t e);
@@ -386,6 +401,21 @@ void set_stack_bytes(size_t bytes);
 // reports it, and a cudaMalloc past it fails with cudaErrorMemoryAllocation.
 void set_device_memory(size_t bytes);
 size_t device_memory();
+
+// Work in flight. Everything runs synchronously here, so an event has happened when it is
+// recorded; with n > 0, each event recorded afterwards (and its stream) answers the next n
+// queries with cudaErrorNotReady, as a collective or copy still running on a real device would,
+// until a synchronize completes it. Tests use it to check that callers poll correctly (a query
+// leaves cudaErrorNotReady as the thread's last error, which the next launch check would read).
+void set_completion_polls(int n);
+int completion_polls();
+
+// A fault inside a kernel (an illegal address, a trap): on hardware it is sticky, the context
+// is unusable, and every later runtime call and launch fails with it until the process ends.
+// The emulator raises one on request (its kernels' own faults throw at the launch instead), and
+// cudaDeviceReset clears it. cudaSuccess when the device is healthy.
+void fault_device(cudaError_t error);
+cudaError_t device_fault();
 
 // Launch statistics since the last reset, for tests and benchmarks.
 struct Stats {
@@ -520,6 +550,8 @@ using tarn::emu::cudaErrorInvalidConfiguration;
 using tarn::emu::cudaErrorInvalidDevice;
 using tarn::emu::cudaErrorInvalidDeviceFunction;
 using tarn::emu::cudaErrorLaunchFailure;
+using tarn::emu::cudaErrorNotReady;
+using tarn::emu::cudaErrorIllegalAddress;
 using tarn::emu::cudaMemcpyKind;
 using tarn::emu::cudaMemcpyHostToHost;
 using tarn::emu::cudaMemcpyHostToDevice;
@@ -538,6 +570,12 @@ using tarn::emu::cudaDevAttrMaxSharedMemoryPerBlockOptin;
 using tarn::emu::cudaStream_t;
 using tarn::emu::cudaEvent_t;
 using tarn::emu::cudaStreamNonBlocking;
+using tarn::emu::cudaStreamLegacy;
+using tarn::emu::cudaEventDisableTiming;
+using tarn::emu::cudaStreamQuery;
+using tarn::emu::cudaEventCreateWithFlags;
+using tarn::emu::cudaEventQuery;
+using tarn::emu::cudaDeviceReset;
 using tarn::emu::cudaMalloc;
 using tarn::emu::cudaFree;
 using tarn::emu::cudaMallocAsync;

@@ -2,6 +2,7 @@
 // every copy and launch is synchronous, streams and events are tokens. Errors are returned as
 // cudaError_t, as the real API does, so the same checking code serves both builds.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,21 +14,50 @@
 
 namespace tarn::emu {
 
+// Work "in flight" (set_completion_polls): an event or stream answers this many more queries
+// with cudaErrorNotReady. The host threads of the ranks query their own events, but the default
+// stream is shared, hence atomics.
 struct EmuStream {
   unsigned flags = 0;
+  std::atomic<int> polls_left{0};
 };
 struct EmuEvent {
   std::chrono::steady_clock::time_point when{};
+  std::atomic<int> polls_left{0};
+  EmuStream* stream = nullptr;
 };
+
+namespace {
+EmuStream legacy_stream;
+}  // namespace
+EmuStream* const cudaStreamLegacy = &legacy_stream;
 
 namespace {
 constexpr size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
 
 thread_local cudaError_t tl_last_error = cudaSuccess;
+std::atomic<int> g_completion_polls{0};
+std::atomic<cudaError_t> g_fault{cudaSuccess};
 
 cudaError_t record(cudaError_t e) {
   if (e != cudaSuccess) tl_last_error = e;
   return e;
+}
+
+EmuStream* resolve(cudaStream_t s) { return s ? s : &legacy_stream; }
+
+// One query of work that completes after `polls_left` more: cudaErrorNotReady until then.
+cudaError_t query(std::atomic<int>& polls_left) {
+  int left = polls_left.load();
+  while (left > 0 && !polls_left.compare_exchange_weak(left, left - 1)) {
+  }
+  return left > 0 ? record(cudaErrorNotReady) : cudaSuccess;
+}
+
+// The sticky fault as every runtime call reports it, or cudaSuccess.
+cudaError_t faulted() {
+  const cudaError_t f = g_fault.load();
+  return f == cudaSuccess ? f : record(f);
 }
 
 struct FuncAttributes {
@@ -67,6 +97,15 @@ void* host_block(size_t bytes) {
 }
 }  // namespace
 
+void set_completion_polls(int n) { g_completion_polls = n < 0 ? 0 : n; }
+int completion_polls() { return g_completion_polls; }
+
+void fault_device(cudaError_t error) {
+  g_fault = error;
+  record(error);
+}
+cudaError_t device_fault() { return g_fault.load(); }
+
 void set_device_memory(size_t bytes) {
   DeviceMemory& m = device_memory_state();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -80,6 +119,7 @@ size_t device_memory() {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (const cudaError_t f = faulted()) return f;
   if (!ptr) return record(cudaErrorInvalidValue);
   DeviceMemory& m = device_memory_state();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -93,7 +133,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
-  if (!ptr) return cudaSuccess;
+  if (!ptr) return faulted();
   DeviceMemory& m = device_memory_state();
   std::lock_guard<std::mutex> lock(m.mu);
   const auto it = m.blocks.find(ptr);
@@ -101,10 +141,11 @@ cudaError_t cudaFree(void* ptr) {
   m.live -= it->second;
   m.blocks.erase(it);
   std::free(ptr);
-  return cudaSuccess;
+  return faulted();
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (const cudaError_t f = faulted()) return f;
   if (!free_bytes || !total_bytes) return record(cudaErrorInvalidValue);
   DeviceMemory& m = device_memory_state();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -117,6 +158,7 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cud
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {  // pinned host memory: not the device's
+  if (const cudaError_t f = faulted()) return f;
   if (!ptr) return record(cudaErrorInvalidValue);
   *ptr = host_block(bytes);
   return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
@@ -127,6 +169,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t f = faulted()) return f;
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src || kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidValue);
   std::memmove(dst, src, bytes);
@@ -138,6 +181,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (const cudaError_t f = faulted()) return f;
   if (bytes == 0) return cudaSuccess;
   if (!dst) return record(cudaErrorInvalidValue);
   std::memset(dst, value, bytes);
@@ -148,48 +192,89 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) { 
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  if (const cudaError_t f = faulted()) return f;
   if (!s) return record(cudaErrorInvalidValue);
   *s = new EmuStream{flags};
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete s;
+  if (s != &legacy_stream) delete s;
+  return faulted();
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (const cudaError_t f = faulted()) return f;
+  resolve(s)->polls_left = 0;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  if (const cudaError_t f = faulted()) return f;
+  return query(resolve(s)->polls_left);
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  if (const cudaError_t f = faulted()) return f;
   return e ? cudaSuccess : record(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  if (const cudaError_t f = faulted()) return f;
   if (!e) return record(cudaErrorInvalidValue);
   *e = new EmuEvent{};
   return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
-  return cudaSuccess;
+  return faulted();
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (const cudaError_t f = faulted()) return f;
   if (!e) return record(cudaErrorInvalidValue);
   e->when = std::chrono::steady_clock::now();
+  e->stream = resolve(s);
+  e->polls_left = g_completion_polls.load();
+  e->stream->polls_left = g_completion_polls.load();
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (const cudaError_t f = faulted()) return f;
+  if (!e) return record(cudaErrorInvalidValue);
+  return query(e->polls_left);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (const cudaError_t f = faulted()) return f;
+  if (!e) return record(cudaErrorInvalidValue);
+  e->polls_left = 0;
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (const cudaError_t f = faulted()) return f;
   if (!ms || !start || !end) return record(cudaErrorInvalidValue);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+// Completes the default stream's work; events and other streams keep their own count (they
+// are few, and tests synchronize what they query).
+cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t f = faulted()) return f;
+  legacy_stream.polls_left = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceReset() {
+  g_fault = cudaSuccess;
+  tl_last_error = cudaSuccess;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int* n) {
+  if (const cudaError_t f = faulted()) return f;
   if (!n) return record(cudaErrorInvalidValue);
   *n = 1;
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* d) {
+  if (const cudaError_t f = faulted()) return f;
   if (!d) return record(cudaErrorInvalidValue);
   *d = 0;
   return cudaSuccess;
@@ -197,6 +282,7 @@ cudaError_t cudaGetDevice(int* d) {
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : record(cudaErrorInvalidDevice); }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (const cudaError_t f = faulted()) return f;
   if (!value || device != 0) return record(cudaErrorInvalidValue);
   switch (attr) {  // an H100-like device
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
@@ -210,11 +296,15 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaGetLastError() {
+  if (const cudaError_t f = faulted()) return f;
   const cudaError_t e = tl_last_error;
   tl_last_error = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() { return tl_last_error; }
+cudaError_t cudaPeekAtLastError() {
+  if (const cudaError_t f = faulted()) return f;
+  return tl_last_error;
+}
 
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
@@ -225,6 +315,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
   }
   return "unknown error";
 }
@@ -238,11 +330,14 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
   }
   return "cudaErrorUnknown";
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (const cudaError_t f = faulted()) return f;
   if (!func || value < 0) return record(cudaErrorInvalidValue);
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value > 227 * 1024) return record(cudaErrorInvalidValue);

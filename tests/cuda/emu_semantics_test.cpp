@@ -407,6 +407,77 @@ TEST(EmuRuntime, MemoryCallsBehaveLikeTheRealRuntime) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// Work in flight (set_completion_polls): queries answer cudaErrorNotReady, which also becomes
+// the thread's last error, as CUDA's do, until the work is done or synchronised.
+TEST(EmuRuntime, QueriesOfWorkInFlightAreNotReadyAndLeaveItAsTheLastError) {
+  const int saved = completion_polls();
+  set_completion_polls(2);
+  cudaStream_t s;
+  cudaEvent_t e;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaErrorNotReady);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);  // done after two polls
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  // The stream's work: a query counts down the same way; a synchronize completes it at once.
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(s), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(cudaEventSynchronize(e), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady);  // the default stream is cudaStreamLegacy
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  set_completion_polls(0);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  set_completion_polls(saved);
+}
+
+// tarn::launch checks the thread's last error after the launch, as on hardware: an error some
+// earlier call left unread fails the next launch (which is why pollers must clear
+// cudaErrorNotReady), and the check clears it.
+TEST(EmuLaunch, AnErrorLeftUnreadFailsTheNextLaunchsCheck) {
+  std::vector<float> x(256, 1.0f), out(1, 0.0f);
+  const auto run = [&] { tarn::launch(block_sum_dynamic, 1, 256, 256 * sizeof(float), nullptr, x.data(), out.data(), 256); };
+  EXPECT_EQ(cudaSetDevice(7), cudaErrorInvalidDevice);
+  const std::string msg = ErrorOf(run);
+  EXPECT_NE(msg.find("invalid device ordinal"), std::string::npos) << msg;
+  EXPECT_EQ(out[0], 256.0f) << "the kernel itself ran";
+  EXPECT_EQ(ErrorOf(run), "");
+}
+
+// A fault is sticky: every later call and launch fails with it, cudaGetLastError does not clear
+// it, and no kernel runs, until cudaDeviceReset.
+TEST(EmuRuntime, AStickyFaultFailsEveryCallAndLaunchUntilTheDeviceIsReset) {
+  std::vector<float> x(256, 1.0f), out(1, -1.0f);
+  const auto run = [&] { tarn::launch(block_sum_dynamic, 1, 256, 256 * sizeof(float), nullptr, x.data(), out.data(), 256); };
+  fault_device(cudaErrorIllegalAddress);
+  EXPECT_EQ(device_fault(), cudaErrorIllegalAddress);
+  float* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, 64), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  const std::string msg = ErrorOf(run);
+  EXPECT_NE(msg.find("an illegal memory access was encountered"), std::string::npos) << msg;
+  EXPECT_EQ(out[0], -1.0f) << "a faulted device ran a kernel";
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(ErrorOf(run), "");
+  EXPECT_EQ(out[0], 256.0f);
+}
+
 TEST(EmuLaunch, InvalidConfigurationsThrowLikeTheHardwareRejectsThem) {
   std::vector<float> x(4096), out(4096);
   auto msg = ErrorOf([&] { tarn::launch(block_sum_dynamic, 0, 256, 1024, nullptr, x.data(), out.data(), 1); });
