@@ -7,7 +7,7 @@
 namespace tarn::kernels::cpu {
 
 // The rounding of bf16_from_float on integer lanes, written without branches so that the loop
-// vectorises (a NaN keeps its top bits with the quiet bit set, as bf16_from_float does).
+// vectorises (any NaN becomes the canonical 0x7FFF, as bf16_from_float and the GPU give).
 void cast_to_bf16(const float* x, bf16* y, int64_t n) {
   parallel_chunks(n, [&](int64_t begin, int64_t end) {
     uint16_t* out = reinterpret_cast<uint16_t*>(y);
@@ -16,8 +16,7 @@ void cast_to_bf16(const float* x, bf16* y, int64_t n) {
       uint32_t u;
       std::memcpy(&u, x + i, 4);
       const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      const uint32_t nan = (u >> 16) | 0x0040u;
-      out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+      out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? uint32_t{kBf16CanonicalNan} : rounded);
     }
   });
 }
