@@ -1,9 +1,10 @@
-# The CUDA emulator and everything built around it (DESIGN.md section 4, kernels/emu/README.md).
+# The CUDA emulator and everything built around it (docs/design.md section 4, kernels/emu/README.md).
 # Included from three places, and does what fits each:
 #   kernels/CMakeLists.txt  tarn_emu (the emulator), tarn_kernels_emu (every kernels/cuda/*.cu
 #                           compiled by g++ against it, for tests), and, when nvcc builds
 #                           tarn_kernels_cuda, <build>/cuda_resource_usage.txt from ptxas' report
-#   tests/CMakeLists.txt    the lint_cuda test (tools/lint_cuda.sh)
+#   tests/CMakeLists.txt    the lint_cuda test (tools/lint_cuda.sh) and the register budget
+#                           of every nvcc-built kernel (tools/check_register_budget.py)
 #   cmake -P (script mode)  the helpers behind the resource-usage file: TARN_RU_MODE=compile runs
 #                           one nvcc command and keeps its ptxas report beside the object;
 #                           TARN_RU_MODE=collect gathers the reports into one file with a summary
@@ -131,6 +132,15 @@ endif()
 if(CMAKE_CURRENT_SOURCE_DIR STREQUAL "${PROJECT_SOURCE_DIR}/tests")
   add_test(NAME lint_cuda COMMAND bash ${PROJECT_SOURCE_DIR}/tools/lint_cuda.sh ${PROJECT_SOURCE_DIR})
   add_test(NAME lint_cuda_self_test COMMAND bash ${PROJECT_SOURCE_DIR}/tools/lint_cuda.sh --self-test)
+  # Registers x threads of every kernel within a block's register file, from ptxas' report
+  # (tools/check_register_budget.py): a launch that would fail only on hardware fails here.
+  add_test(NAME cuda_register_budget_self_test
+           COMMAND python3 ${PROJECT_SOURCE_DIR}/tools/check_register_budget.py --self-test)
+  if(TARGET tarn_kernels_cuda)
+    add_test(NAME cuda_register_budget
+             COMMAND python3 ${PROJECT_SOURCE_DIR}/tools/check_register_budget.py
+                     ${CMAKE_BINARY_DIR}/cuda_resource_usage.txt ${PROJECT_SOURCE_DIR}/kernels/cuda)
+  endif()
   return()
 endif()
 

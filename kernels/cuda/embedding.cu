@@ -48,8 +48,9 @@ __device__ __forceinline__ void compare_exchange(uint64_t* s, int t, int j, int6
 }
 
 // In shared memory, per tile of kSortTile keys: with k_first == 2 the whole sort for k up to
-// kSortTile; otherwise the steps j < kSortTile of the merge for this k.
-__global__ void bitonic_tile_kernel(uint64_t* keys, int64_t k_first, int64_t k_last) {
+// kSortTile; otherwise the steps j < kSortTile of the merge for this k. Launched with kSortTile
+// threads: the bound holds ptxas to the registers that many threads can have.
+__global__ void __launch_bounds__(kSortTile) bitonic_tile_kernel(uint64_t* keys, int64_t k_first, int64_t k_last) {
   __shared__ uint64_t s[kSortTile];
   const int t = threadIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kSortTile + t;

@@ -52,7 +52,7 @@ __global__ void permute_rows_kernel(const float* src, float* dst, Axes a, int64_
 // The innermost axis moves. Output axis p walks the source contiguously and output axis q
 // (the innermost) has source stride sq; `batch` holds the other axes. Block (kTile, kTileRows)
 // moves one tile of (p: i0.., q: j0..): reads along p, writes along q.
-__global__ void permute_tile_kernel(const float* src, float* dst, Axes batch, int64_t batches, int64_t np,
+__global__ void __launch_bounds__(kTile * kTileRows) permute_tile_kernel(const float* src, float* dst, Axes batch, int64_t batches, int64_t np,
                                     int64_t nq, int64_t sq, int64_t dp) {
   __shared__ float tile[kTile][kTile + 1];  // +1: the column reads hit 32 different banks
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile, j0 = static_cast<int64_t>(blockIdx.x) * kTile;

@@ -1,4 +1,4 @@
-// Linear attention on CUDA (DESIGN.md section 2), the entry points of kernels/linear_attention.h
+// Linear attention on CUDA (docs/design.md section 2), the entry points of kernels/linear_attention.h
 // on device buffers, with the row-local feature maps (elu1, relu, exp, identity) fused into the
 // loads: a and b are the raw q and k, phi(q) and phi(k) are never written, and backward returns
 // dq and dk (favor is applied before, by favor_forward in linear_attention_favor.cu; the
@@ -156,7 +156,7 @@ inline size_t scan_smem_floats(int p, int ldp) {
 // not split. Barriers: each phase reads what the previous one wrote, and the loads of the next
 // chunk overwrite what the state update and the stores read, so each phase ends with
 // __syncthreads().
-__global__ void linear_attention_scan_kernel(Operand x, Operand y, Operand w, ScanShape sh, Output out,
+__global__ void __launch_bounds__(kScanThreads) linear_attention_scan_kernel(Operand x, Operand y, Operand w, ScanShape sh, Output out,
                                              float* states) {
   TARN_DYNAMIC_SHARED(float, smem);
   const int ldp = sh.ldp, p = sh.p;

@@ -24,7 +24,10 @@ __device__ __forceinline__ float row_max_serial(const float* x, int d) {
 // One recurrent step per (batch, head), one block each: S' += phi(b) v'^T (unless padded), then
 // out = phi(a)^T S' / (phi(a)^T z + eps). a, b: (slices, d) raw, v: (slices, e), state:
 // (slices, d, e + 1), out: (slices, e); thread m owns column m of the state (blockDim.x >= e + 1).
-__global__ void linear_attention_step_kernel(const float* a, const float* b, const float* v, float* state,
+// Up to kMaxStepThreads threads a block (e up to 1023): the bound holds ptxas to the registers
+// that many threads can have.
+constexpr int kMaxStepThreads = 1024;
+__global__ void __launch_bounds__(kMaxStepThreads) linear_attention_step_kernel(const float* a, const float* b, const float* v, float* state,
                                              float* out, const float* pad, int64_t heads, int d, int e, float eps,
                                              FeatureMap map) {
   __shared__ float den;
@@ -67,7 +70,8 @@ void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentio
   const int64_t slices = dims.batch * dims.heads;
   if (slices == 0) return;
   const int64_t threads = (dims.e + 1 + device::kWarp - 1) / device::kWarp * device::kWarp;
-  TARN_ASSERT(threads <= 1024, "linear_attention_step: value dim e=", dims.e, " is above the 1023 one block holds");
+  TARN_ASSERT(threads <= kMaxStepThreads, "linear_attention_step: value dim e=", dims.e, " is above the ",
+              kMaxStepThreads - 1, " one block holds");
   constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;  // hardware limit of gridDim.x
   TARN_ASSERT(slices <= kMaxGridX, "linear_attention_step: ", slices, " (batch, head) pairs exceed one grid");
   tarn::launch(linear_attention_step_kernel, static_cast<unsigned>(slices), static_cast<unsigned>(threads), 0, nullptr,
