@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# The first GPU hour in one command (issue 27). The GPU machine we are lent now and then has the
+# NVIDIA driver, the CUDA toolkit, compute-sanitizer and ncu, and nothing else (no yaml-cpp,
+# OpenBLAS, Open MPI, SentencePiece or GoogleTest, no network), so everything is built here and
+# carried there as one relocatable bundle.
+#
+#   tools/gpu_check.sh bundle [--arch "90"]
+#       On the CPU machine: builds the CUDA test executables and benches for the GPU (Release,
+#       no -march=native, oneDNN off) in build/gpu, packs them stripped with the non-system
+#       shared libraries they load (CUDA's own left out) into build/gpu_bundle/ and
+#       build/gpu_bundle.tar.gz, then checks the bundle from a clean folder: every library
+#       resolves inside it (or to the system's C/C++ runtime, or CUDA's), and every executable
+#       starts and lists its tests.
+#   tools/gpu_check.sh run [--bundle DIR|TARBALL] [--out DIR]
+#       On the GPU machine, from the repository root: an environment report, every GPU test
+#       (the Gpu|OnCuda|Nccl suites), the two CUDA benches, compute-sanitizer racecheck and
+#       memcheck on the causal attention conformance tests, ncu on one launch of the causal scan
+#       and one of flash softmax, then a one-page summary (summary.md). Each step has its own
+#       timeout and writes its log as it goes, into --out (default: $OUT when set, else
+#       gpu_check_out/). The whole run stays under 9 minutes. Without a GPU it says so and exits 2.
+#   tools/gpu_check.sh --help
+#
+# Exit status of run: 0 when every step passed, 1 when a test failed, a sanitizer found a
+# hazard or a step timed out, 2 when there is no GPU or no bundle.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle_dir="$root/build/gpu_bundle"
+tarball="$root/build/gpu_bundle.tar.gz"
+build_dir="$root/build/gpu"
+
+# What the bundle holds. The test executables carry every GPU suite; the benches time the kernels.
+tests=(tarn_cuda_tests tarn_cuda_model_tests)
+benches=(cuda_attention_bench cuda_kernels_bench)
+# Libraries the GPU machine has of its own: the C and C++ runtimes (its distribution's, newer
+# than Debian 12's, so backward compatible) and CUDA's, which must match its driver.
+system_libs='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s)\.so'
+cuda_libs='^(libcuda|libcudart|libcublas|libcublasLt|libcurand|libnccl|libnvidia-[a-z-]+|libnvrtc|libnvJitLink)\.so'
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+# --------------------------------------------------------------------------------------------
+# bundle
+
+do_bundle() {
+  local arch="90"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --arch) [ $# -ge 2 ] || die "--arch needs a value, e.g. --arch \"80;90\""; arch=$2; shift 2 ;;
+      *) die "bundle: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
+    die "bundle needs nvcc (the CUDA toolkit) on this machine"
+  bash "$root/tools/setup.sh" >/dev/null || die "tools/setup.sh failed"
+  local launcher=()
+  if command -v ccache >/dev/null 2>&1; then
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  echo "[gpu_check] configure $build_dir (sm $arch, no -march=native, oneDNN off)"
+  cmake -S "$root" -B "$build_dir" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTARN_NATIVE=OFF -DTARN_WITH_DNNL=OFF -DTARN_BUILD_TESTS=ON \
+    -DTARN_BUILD_BENCH=ON >"$root/build/gpu_configure.log" 2>&1 ||
+    { tail -30 "$root/build/gpu_configure.log" >&2; die "configure failed (build/gpu_configure.log)"; }
+  echo "[gpu_check] build ${tests[*]} ${benches[*]} (the CUDA kernels take a while on 2 cores)"
+  cmake --build "$build_dir" -j"${TARN_JOBS:-$(nproc)}" --target "${tests[@]}" "${benches[@]}" ||
+    die "build failed"
+
+  rm -rf "$bundle_dir" "$tarball"
+  mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
+  local exe
+  for exe in "${tests[@]}"; do cp "$build_dir/tests/$exe" "$bundle_dir/bin/"; done
+  for exe in "${benches[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
+  strip "$bundle_dir"/bin/*
+  # The non-system libraries they load, as the loader resolves them here (sonames kept).
+  local lib name
+  while read -r name lib; do
+    [[ $name =~ $system_libs || $name =~ $cuda_libs ]] && continue
+    [ -f "$lib" ] || die "cannot find $name (ldd: $lib)"
+    cp -L "$lib" "$bundle_dir/lib/$name"
+  done < <(for exe in "$bundle_dir"/bin/*; do
+             ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+           done | sort -u)
+  strip --strip-unneeded "$bundle_dir"/lib/* 2>/dev/null || true
+  cp "$0" "$bundle_dir/gpu_check.sh"
+  git -C "$root" rev-parse HEAD >"$bundle_dir/commit" 2>/dev/null || echo unknown >"$bundle_dir/commit"
+  {
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) for sm $arch"
+    echo "nvcc: $( (command -v nvcc || echo /usr/local/cuda/bin/nvcc) | xargs -I{} {} --version | tail -1)"
+    echo "commit: $(cat "$bundle_dir/commit")$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  } >"$bundle_dir/BUILD_INFO"
+  tar -C "$(dirname "$bundle_dir")" -czf "$tarball" "$(basename "$bundle_dir")"
+  echo "[gpu_check] bundle: $bundle_dir ($(du -sh "$bundle_dir" | cut -f1)), $tarball ($(du -h "$tarball" | cut -f1))"
+  verify_bundle
+}
+
+# Unpacks the tarball into a clean folder and checks that it stands alone there.
+verify_bundle() {
+  local tmp status=0 exe
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  tar -C "$tmp" -xzf "$tarball"
+  local b="$tmp/gpu_bundle"
+  for exe in "$b"/bin/*; do
+    # Every NEEDED library: in the bundle, or the system's runtime, or CUDA's.
+    while read -r name arrow path _; do
+      [ "$arrow" = "=>" ] || continue
+      if [[ $name =~ $system_libs || $name =~ $cuda_libs ]]; then continue; fi
+      case "$path" in
+        "$b"/lib/*) ;;
+        *) echo "[gpu_check] $(basename "$exe"): $name resolves outside the bundle ($path)" >&2; status=1 ;;
+      esac
+    done < <(LD_LIBRARY_PATH="$b/lib" ldd "$exe")
+  done
+  for exe in "${tests[@]}"; do
+    local n
+    if ! n=$(LD_LIBRARY_PATH="$b/lib" "$b/bin/$exe" --gtest_list_tests --gtest_filter="$(gpu_filter "$exe")" 2>&1 |
+             grep -c '^  '); then
+      echo "[gpu_check] $exe did not start from the bundle" >&2
+      status=1
+    else
+      echo "[gpu_check] $exe starts from the bundle: $n GPU tests listed"
+    fi
+  done
+  [ $status -eq 0 ] || die "the bundle does not stand alone (above)"
+  echo "[gpu_check] verified from a clean folder: every library resolves inside the bundle, to the C/C++" \
+       "runtime or to CUDA's; carry build/gpu_bundle.tar.gz (or build/gpu_bundle) to the GPU machine and run" \
+       "tools/gpu_check.sh run there"
+}
+
+# The GPU suites of each test executable: the conformance tests' Gpu target, and every suite
+# that runs on the device (OnCuda) or across devices (Nccl).
+gpu_filter() {
+  case "$1" in
+    tarn_cuda_tests) echo '*Gpu*:*OnCuda*:*Nccl*' ;;
+    tarn_cuda_model_tests) echo '*OnCuda*' ;;
+  esac
+}
+
+# --------------------------------------------------------------------------------------------
+# run
+
+out=""
+summary_lines=()
+overall=0
+
+# step NAME TIMEOUT_S COMMAND...: runs the command with its own timeout, its output in
+# $out/NAME.log (written as it goes); returns the command's status (124 on a timeout).
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  echo "[gpu_check] --- $name (timeout ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - start))
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "[gpu_check] $name: TIMED OUT after ${took}s (log: $out/$name.log)"
+  else
+    echo "[gpu_check] $name: exit $rc in ${took}s"
+  fi
+  return $rc
+}
+
+# Counts of a gtest log: "passed failed skipped".
+gtest_counts() {
+  local log=$1 p f s
+  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*listed below.*/\1/p' "$log" | tail -1)
+  s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  echo "${p:-0} ${f:-0} ${s:-0}"
+}
+
+# Adds CUDA's libraries to the loader path where the bundle's executables cannot find them:
+# the toolkit's folders, then the NVIDIA wheels of the machine's Python (NCCL often lives only
+# there).
+find_cuda_libs() {
+  local dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64)
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    local site
+    site=$("$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
+    local s
+    for s in $site; do
+      for d in "$s"/nvidia/*/lib; do [ -d "$d" ] && dirs+=("$d"); done
+    done
+  done
+  local path="$bundle/lib"
+  local d
+  for d in "${dirs[@]}"; do [ -d "$d" ] && path="$path:$d"; done
+  export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+do_run() {
+  local given=""
+  out=${OUT:-$root/gpu_check_out}
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bundle) [ $# -ge 2 ] || die "--bundle needs a folder or a .tar.gz"; given=$2; shift 2 ;;
+      --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift 2 ;;
+      *) die "run: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  # No GPU, no run: say so before anything else.
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    die "no GPU here (nvidia-smi $(command -v nvidia-smi >/dev/null 2>&1 && echo 'lists no device' || echo 'is not installed')):" \
+        "tools/gpu_check.sh run is for the GPU machine; build the bundle here with tools/gpu_check.sh bundle"
+  fi
+  mkdir -p "$out" || die "cannot create the output folder $out"
+  out=$(cd "$out" && pwd)
+  bundle=${given:-$bundle_dir}
+  if [ -z "$given" ] && [ ! -d "$bundle" ] && [ -f "$tarball" ]; then bundle=$tarball; fi
+  if [ -f "$bundle" ]; then
+    local unpacked
+    unpacked=$(mktemp -d)
+    tar -C "$unpacked" -xzf "$bundle" || die "cannot unpack $bundle"
+    bundle="$unpacked/gpu_bundle"
+  fi
+  [ -x "$bundle/bin/tarn_cuda_tests" ] ||
+    die "no bundle at ${given:-$bundle_dir} (build one on the CPU machine: tools/gpu_check.sh bundle, then carry build/gpu_bundle)"
+  bundle=$(cd "$bundle" && pwd)
+  find_cuda_libs
+  local started=$SECONDS
+
+  # 1. The environment.
+  {
+    echo "== date"; date -u
+    echo "== bundle"; cat "$bundle/BUILD_INFO"
+    echo "== nvidia-smi"; nvidia-smi
+    echo "== nvidia-smi -q (clocks, memory)"; nvidia-smi -q -d CLOCK,MEMORY 2>&1 | head -60
+    echo "== nvcc"; nvcc --version 2>&1 || echo "nvcc not on PATH"
+    echo "== host"; uname -a; nproc; grep -m1 'model name' /proc/cpuinfo
+    echo "== LD_LIBRARY_PATH"; echo "$LD_LIBRARY_PATH" | tr ':' '\n'
+    for exe in "$bundle"/bin/*; do echo "== ldd $(basename "$exe")"; ldd "$exe"; done
+  } >"$out/env.log" 2>&1
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  summary_lines+=("- GPU: $gpu; bundle: $(head -1 "$bundle/BUILD_INFO"), $(sed -n 's/^commit: //p' "$bundle/BUILD_INFO")")
+  if grep -q 'not found' "$out/env.log"; then
+    summary_lines+=("- **libraries not found**: $(grep 'not found' "$out/env.log" | awk '{print $1}' | sort -u | tr '\n' ' ')")
+    overall=1
+  fi
+
+  # 2. Every GPU test.
+  local exe limit rc counts
+  summary_lines+=("" "| tests | passed | failed | skipped | status |" "|---|---|---|---|---|")
+  for exe in "${tests[@]}"; do
+    limit=120
+    [ "$exe" = tarn_cuda_model_tests ] && limit=90
+    step "$exe" "$limit" "$bundle/bin/$exe" --gtest_filter="$(gpu_filter "$exe")" --gtest_color=no
+    rc=$?
+    counts=$(gtest_counts "$out/$exe.log")
+    read -r p f s <<<"$counts"
+    summary_lines+=("| $exe | $p | $f | $s | $(status_word $rc) |")
+    if [ "$f" != 0 ]; then
+      grep '^\[  FAILED  \] .*\.' "$out/$exe.log" | sed 's/^\[  FAILED  \] /  - failed: /' | head -20 >>"$out/failures.txt"
+    fi
+    [ $rc -eq 0 ] || overall=1
+  done
+
+  # 3. The benches.
+  step cuda_attention_bench 90 "$bundle/bin/cuda_attention_bench" --quick || overall=1
+  step cuda_kernels_bench 45 "$bundle/bin/cuda_kernels_bench" --quick || overall=1
+
+  # 4. compute-sanitizer on the causal attention conformance tests.
+  local causal='*LinearAttention*Causal*/Gpu:*SoftmaxAttention*Causal*/Gpu'
+  summary_lines+=("" "| sanitizer | tests | verdict |" "|---|---|---|")
+  local tool
+  for tool in racecheck memcheck; do
+    if ! command -v compute-sanitizer >/dev/null 2>&1; then
+      summary_lines+=("| $tool | - | compute-sanitizer not found |")
+      continue
+    fi
+    step "sanitizer_$tool" 45 compute-sanitizer --tool "$tool" --print-limit 20 \
+      "$bundle/bin/tarn_cuda_tests" --gtest_filter="$causal" --gtest_color=no
+    rc=$?
+    local verdict
+    verdict=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1 | sed 's/^=* *//')
+    read -r p f s <<<"$(gtest_counts "$out/sanitizer_$tool.log")"
+    summary_lines+=("| $tool | $p passed, $f failed | ${verdict:-no summary line} ($(status_word $rc)) |")
+    if [ $rc -ne 0 ] || ! grep -qE '(ERROR|RACECHECK) SUMMARY: 0 ' "$out/sanitizer_$tool.log"; then overall=1; fi
+  done
+
+  # 5. ncu on one launch of each headline kernel.
+  if command -v ncu >/dev/null 2>&1; then
+    # The first launch at the target shape (B*H 128, N 4096, d 64): no check launches before it.
+    local kernel algo
+    for pair in linear_scan:linear_attention_scan_kernel:linear_causal_f32 \
+                flash_softmax:softmax_attention_forward_kernel:softmax_causal_f32; do
+      IFS=: read -r name kernel algo <<<"$pair"
+      step "ncu_$name" 40 ncu --launch-count 1 --kernel-name "regex:$kernel" \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "$bundle/bin/cuda_attention_bench" --quick --min-n 4096 --skip-check --algos "$algo" --repeats 1 || true
+    done
+  fi
+
+  write_summary $((SECONDS - started))
+  return $overall
+}
+
+status_word() {
+  case "$1" in
+    0) echo ok ;;
+    124 | 137) echo "TIMED OUT" ;;
+    *) echo "exit $1" ;;
+  esac
+}
+
+# The one-page summary: tests, each timed kernel's fraction of the roofline, sanitizer hazards,
+# ncu's headline figures.
+write_summary() {
+  local took=$1
+  {
+    echo "# gpu_check summary ($(date -u +%Y-%m-%d), ${took} s)"
+    echo
+    printf '%s\n' "${summary_lines[@]}"
+    if [ -s "$out/failures.txt" ]; then echo; echo "Failed tests:"; cat "$out/failures.txt"; fi
+    echo
+    echo "## Attention kernels (cuda_attention_bench --quick): fraction of the roofline"
+    if [ -f "$out/cuda_attention_bench.log" ]; then
+      grep -E '^# (device|check)|MISMATCH' "$out/cuda_attention_bench.log" | head -12
+      echo '```'
+      grep -vE '^#' "$out/cuda_attention_bench.log" | grep ',' | head -40
+      echo '```'
+      grep -E '^# .*(target|roofline)' "$out/cuda_attention_bench.log" | tail -4
+    fi
+    echo
+    echo "## Other kernels (cuda_kernels_bench --quick)"
+    if [ -f "$out/cuda_kernels_bench.log" ]; then
+      echo '```'
+      head -40 "$out/cuda_kernels_bench.log"
+      echo '```'
+    fi
+    local n
+    for n in ncu_linear_scan ncu_flash_softmax; do
+      [ -f "$out/$n.log" ] || continue
+      echo
+      echo "## $n (one launch)"
+      echo '```'
+      grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Limit|Stall|Warp Cycles Per Issued|==PROF==|==ERROR==' \
+        "$out/$n.log" | head -30
+      echo '```'
+    done
+  } >"$out/summary.md"
+  echo
+  cat "$out/summary.md"
+  echo
+  echo "[gpu_check] logs and summary.md in $out"
+}
+
+case "${1:-}" in
+  bundle) shift; do_bundle "$@" ;;
+  run) shift; do_run "$@"; exit $? ;;
+  -h | --help | help) usage ;;
+  "") usage >&2; exit 2 ;;
+  *) echo "gpu_check: unknown command '$1'" >&2; usage >&2; exit 2 ;;
+esac
