@@ -2,7 +2,7 @@
 // One training batch as plain row-major arrays (the trainer turns them into Tensors).
 // B = rows, S = longest source, T = longest target in the batch. Padding uses kPadId (1) in
 // the id arrays and kIgnoreIndex (-100) in the labels, so the loss skips padded positions.
-// The decoder input is the target shifted right, starting with </s> (DESIGN.md section 3):
+// The decoder input is the target shifted right, starting with </s> (docs/design.md section 3):
 //   target (labels)  a b c </s>
 //   decoder input    </s> a b c
 #include <cstdint>

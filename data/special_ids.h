@@ -1,5 +1,5 @@
 #pragma once
-// The special token ids every part of tarn agrees on (DESIGN.md section 3). The tokenizer
+// The special token ids every part of tarn agrees on (docs/design.md section 3). The tokenizer
 // trains SentencePiece with these fixed positions and refuses models that differ, so data,
 // model and export can use the constants without asking the tokenizer.
 #include <cstdint>

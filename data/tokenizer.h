@@ -1,6 +1,6 @@
 #pragma once
 // The SentencePiece tokenizer, used through its library. Models are trained with the special
-// ids of DESIGN.md section 3 at fixed positions (<s>=0, <pad>=1, </s>=2, <unk>=3, see
+// ids of docs/design.md section 3 at fixed positions (<s>=0, <pad>=1, </s>=2, <unk>=3, see
 // data/special_ids.h) and with <mask> as a user-defined symbol; SentencePiece places
 // user-defined symbols right after the specials, so mask_id() is 4 for models trained here.
 // load() refuses models whose special ids differ, so the rest of tarn can rely on them.

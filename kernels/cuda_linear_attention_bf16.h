@@ -3,7 +3,7 @@
 // with its memory-linear backward, and bidirectional / cross attention, on bf16 inputs and
 // outputs with f32 states, normaliser and accumulation, the chunk products on tensor cores
 // (kernels/cuda/mma.cuh). Same math, shapes and semantics as kernels/linear_attention.h
-// (DESIGN.md section 2), with these differences:
+// (docs/design.md section 2), with these differences:
 //
 //   - q, k, v, out, dout, dq, dk, dv are tarn::bf16 (kernels/emu/bf16.h: 16-bit storage,
 //     layout-compatible with __nv_bfloat16); den, the key padding mask and the workspace are f32.

@@ -1,5 +1,5 @@
 #pragma once
-// Feature maps phi for linear attention (DESIGN.md section 2), applied row-wise to the
+// Feature maps phi for linear attention (docs/design.md section 2), applied row-wise to the
 // queries and keys of one head: x (rows, d) -> phi(x) (rows, d), or (rows, m) for favor.
 //
 //   elu1      phi(x) = elu(x) + 1                    (the default; positive, so den > 0)

@@ -1,5 +1,5 @@
 #pragma once
-// Linear attention (DESIGN.md section 2) on raw row-major buffers.
+// Linear attention (docs/design.md section 2) on raw row-major buffers.
 //
 //   a = phi(Q): (B, H, Nq, d)   b = phi(K): (B, H, Nk, d)   v: (B, H, Nk, e)
 //   out: (B, H, Nq, e)          den: (B, H, Nq)             key_padding_mask: (B, Nk)
@@ -76,7 +76,7 @@ void linear_attention_backward(const LinearAttentionDims& dims,
 // (at most one per chunk) whatever B*H and the thread count. Query the workspace after it.
 void linear_attention_set_cpu_sequence_split(int segments);
 
-// ---- Recurrent mode (incremental decoding, DESIGN.md section 2) ----
+// ---- Recurrent mode (incremental decoding, docs/design.md section 2) ----
 // state: (B, H, d, e+1) f32, row k = [S[k, :e] | z[k]]; start from zeros. One step with the
 // new token's a, b: (B, H, d) and v: (B, H, e) adds b v'^T to the state (unless the token is
 // padded: key_padding_mask (B), nonzero = padded) and then reads out = a^T S' / (a^T z + eps)

@@ -1,6 +1,6 @@
 #pragma once
 // Random fills of f32 buffers from Philox4x32-10, the same numbers on the CPU and on the GPU
-// (DESIGN.md section 1: one RNG design on both devices).
+// (docs/design.md section 1: one RNG design on both devices).
 //
 // Layout: cuRAND's device API. curand_init(seed, subsequence, offset, &state) sets
 //   key     = (seed low 32 bits, seed high 32 bits)

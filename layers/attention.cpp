@@ -40,7 +40,7 @@ Tensor softmax_mask_bias(int64_t batch, int64_t nq, int64_t nk, const PaddingMas
   return bias;
 }
 
-// (B, 1, N, 1): 1 for real keys, 0 for padding (zeroes padded rows of φ(K), DESIGN.md section 2).
+// (B, 1, N, 1): 1 for real keys, 0 for padding (zeroes padded rows of φ(K), docs/design.md section 2).
 Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad) {
   Tensor keep = Tensor::empty({batch, 1, nk, 1});
   float* p = keep.f32();
@@ -49,7 +49,7 @@ Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad) {
 }
 
 // [v | 1]: (B, H, N, e) -> (B, H, N, e + 1); the ones column makes the normaliser one more
-// output column of the same products (DESIGN.md section 2).
+// output column of the same products (docs/design.md section 2).
 Tensor append_ones(const Tensor& v) {
   Shape s = v.shape();
   s[3] = 1;
@@ -62,7 +62,7 @@ Tensor normalise(const Tensor& u, float eps) {
   return div(slice(u, 3, 0, e), add_scalar(slice(u, 3, e, e + 1), eps));
 }
 
-// FAVOR+ without a stabiliser: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = d^(-1/4) x (DESIGN.md
+// FAVOR+ without a stabiliser: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = d^(-1/4) x (docs/design.md
 // section 2). Each row depends on that row only, so a causal forward and a decoding step give
 // the same features. W x' has entries ~ N(0, |x'|^2), so the exponent stays below ~|x'|^2/2
 // unless |x'| is large: no overflow in practice.
@@ -252,7 +252,7 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
     opt.scale = scaling_;
     ctx = softmax_attention(q, cache.key, cache.value, opt);
   } else {
-    // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (DESIGN.md section 2, recurrent mode).
+    // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (docs/design.md section 2, recurrent mode).
     LinearAttentionState st{cache.state, cache.length};
     LinearAttentionStepOptions opt;
     opt.eps = config_.eps;

@@ -1,7 +1,7 @@
 #pragma once
 // Multi-head attention as HF's BartAttention (parameters k_proj, v_proj, q_proj, out_proj, in
 // that order), computing either softmax attention (q scaled by head_dim^-0.5 after its
-// projection, as HF does) or linear attention with a feature map (DESIGN.md section 2: no
+// projection, as HF does) or linear attention with a feature map (docs/design.md section 2: no
 // scaling, the feature map sets the similarity). Self-attention passes the same tensor as
 // query and key/value; cross-attention passes the encoder output as key/value.
 //
@@ -22,7 +22,7 @@
 // Decoding: an AttentionCache holds what later steps need.
 //   self-attention, softmax: K and V of every position so far, (B, H, t, dh), one more each step;
 //   self-attention, linear:  the recurrent state S' = Σ_j φ(k_j)ᵀ [v_j | 1], (B, H, f, dh+1):
-//                            O(f dh) per token whatever t is (DESIGN.md section 2, RNN mode);
+//                            O(f dh) per token whatever t is (docs/design.md section 2, RNN mode);
 //   cross-attention:         K, V of the encoder output (softmax) or its summary S' (linear),
 //                            computed once by precompute_cross().
 #include <cstdint>

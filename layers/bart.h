@@ -1,5 +1,5 @@
 #pragma once
-// The BART encoder-decoder (DESIGN.md section 3), laid out as HuggingFace's
+// The BART encoder-decoder (docs/design.md section 3), laid out as HuggingFace's
 // BartForConditionalGeneration so that named_parameters() gives HF's names and shapes:
 //
 //   model.shared.weight                               (vocab, d)   tied: encoder/decoder

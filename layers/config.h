@@ -1,5 +1,5 @@
 #pragma once
-// BartConfig: every number that fixes the shape and behaviour of the model (DESIGN.md section
+// BartConfig: every number that fixes the shape and behaviour of the model (docs/design.md section
 // 3). No YAML here: the trainer maps recipe keys onto these fields and calls validate().
 // Field names follow HuggingFace's BartConfig where one exists (d_model, encoder_layers,
 // encoder_attention_heads, encoder_ffn_dim, max_position_embeddings, ...).
@@ -12,7 +12,7 @@ namespace tarn {
 struct AttentionConfig {
   enum class Kind { softmax, linear };
   Kind kind = Kind::softmax;
-  // Linear attention only (DESIGN.md section 2): feature map name, one of
+  // Linear attention only (docs/design.md section 2): feature map name, one of
   // "elu1" (default), "relu", "exp", "favor", "identity".
   std::string feature_map = "elu1";
   int64_t chunk = 64;         // chunk size of the causal scan

@@ -106,7 +106,7 @@ config::Schema build_schema() {
       .fraction();
   model.boolean(&ModelRecipe::scale_embedding, "scale_embedding", "multiply token embeddings by sqrt(d_model)");
   model.number(&ModelRecipe::init_std, "init_std", "standard deviation of the normal weight init").positive();
-  auto attention = model.section(&ModelRecipe::attention, "attention", "attention per stack (DESIGN.md section 2)");
+  auto attention = model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)");
   declare_attention(attention.section(&AttentionStacksRecipe::encoder_self, "encoder_self",
                                       "encoder self-attention (bidirectional)"),
                     false);

@@ -36,7 +36,7 @@ namespace config {
 class Schema;
 }
 
-// One attention stack (DESIGN.md sections 2 and 3).
+// One attention stack (docs/design.md sections 2 and 3).
 struct AttentionRecipe {
   std::string kind = "linear";       // softmax | linear
   std::string feature_map = "elu1";  // linear only: elu1 | relu | exp | favor | identity

@@ -1,5 +1,5 @@
 #pragma once
-// Attention ops with autograd (DESIGN.md section 2): feature maps, linear attention (causal
+// Attention ops with autograd (docs/design.md section 2): feature maps, linear attention (causal
 // chunked scan, bidirectional, cross), its recurrent step for decoding, and the softmax
 // baseline. Each runs a hand-written CPU kernel forward and backward (kernels/
 // linear_attention.h, feature_maps.h, softmax_attention.h); workspaces are Tensors, so

@@ -1,5 +1,5 @@
 // Feature maps for linear attention on the CPU (definitions in kernels/feature_maps.h,
-// DESIGN.md section 2).
+// docs/design.md section 2).
 #include "kernels/feature_maps.h"
 
 #include <cblas.h>

@@ -1,4 +1,4 @@
-// Bidirectional and cross attention (Nq != Nk) of DESIGN.md section 2: S' = B^T V' once,
+// Bidirectional and cross attention (Nq != Nk) of docs/design.md section 2: S' = B^T V' once,
 // then U = A S'; backward through S' and R' = A^T G.
 #include <algorithm>
 

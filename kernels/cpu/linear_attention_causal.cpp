@@ -1,4 +1,4 @@
-// The causal chunked scan of DESIGN.md section 2 and its memory-efficient backward: a
+// The causal chunked scan of docs/design.md section 2 and its memory-efficient backward: a
 // forward scan for dA and a reverse scan for dB and dV, both recomputing the chunk states,
 // so no per-position d x e state is ever stored. Each scan covers a row range from a given
 // starting state, so that linear_attention.cpp can split one sequence across threads; the

@@ -1,5 +1,5 @@
 // Chunk loaders and small helpers of the CPU linear-attention scans: rows of q/k through the
-// fused feature map into padded tiles, the gradient G of DESIGN.md section 2, the ones
+// fused feature map into padded tiles, the gradient G of docs/design.md section 2, the ones
 // column's vectors, and the write-out of outputs and key gradients.
 #include <algorithm>
 
@@ -27,7 +27,7 @@ void load_values(const Geometry& g, const float* v, int64_t r0, int64_t r, float
   simd::copy_padded(v + r0 * g.e, r, g.e, g.e, dst, g.ep, g.ep);
 }
 
-// G = [dO / (den + eps) | -(dO . out) / (den + eps)] (DESIGN.md section 2): the gradient
+// G = [dO / (den + eps) | -(dO . out) / (den + eps)] (docs/design.md section 2): the gradient
 // with respect to U = [num | den]. The last column goes to ge.
 void load_g(const Geometry& g, const Slice& s, float eps, int64_t r0, int64_t r, float* gt,
             float* ge) {

@@ -1,7 +1,7 @@
 #pragma once
 // Internals of the CPU linear-attention kernels, shared by linear_attention.cpp (entry
 // points and threading), linear_attention_chunks.cpp (chunk loaders), _causal.cpp (the
-// chunked scan and its two backward scans) and _bidirectional.cpp (DESIGN.md section 2).
+// chunked scan and its two backward scans) and _bidirectional.cpp (docs/design.md section 2).
 //
 // Per (batch, head) slice, with chunks of C rows, padded tiles in a per-thread workspace:
 //   a: C x dp   b: C x dp   bt = b^T: dp x C   v: C x ep   vt = v^T: ep x C

@@ -1,7 +1,7 @@
 #pragma once
 // SIMD building blocks shared by the CPU attention kernels (linear attention, softmax
 // attention, feature maps): a vector type, a vectorisable exp, a register-blocked
-// tile GEMM for the small per-chunk products of DESIGN.md section 2, and padded copies.
+// tile GEMM for the small per-chunk products of docs/design.md section 2, and padded copies.
 //
 // Why our own tile GEMM and not cblas_sgemm per chunk: the chunk products are tiny
 // (C x d times d x e with C = d = e = 64), run inside an OpenMP region (so OpenBLAS runs one
@@ -139,7 +139,7 @@ inline float exp(float x) {
 void exp_shifted(const float* x, float shift, float* y, int64_t n);
 
 // Which part of a square operand or result is known to be zero, so that the GEMM can skip it
-// (DESIGN.md section 2: the intra-chunk products are masked triangles).
+// (docs/design.md section 2: the intra-chunk products are masked triangles).
 enum class Tri : uint8_t {
   none,
   lower_out,  // only C(i, j) with j <= i is wanted: tiles strictly above the diagonal are

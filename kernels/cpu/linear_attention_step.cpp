@@ -1,4 +1,4 @@
-// Recurrent (RNN) mode of linear attention for incremental decoding (DESIGN.md section 2):
+// Recurrent (RNN) mode of linear attention for incremental decoding (docs/design.md section 2):
 // one token per call against a per-(batch, head) state S' = [S | z] (d x (e+1)).
 #include <omp.h>
 

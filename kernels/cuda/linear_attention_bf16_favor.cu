@@ -1,6 +1,6 @@
 // The FAVOR+ feature map on bf16 queries and keys (kernels/cuda_linear_attention_bf16.h), for
 // the bf16 attention kernels with feature_map identity. favor is not row-local (every feature
-// needs the whole projected row, DESIGN.md section 2), so it is the f32 favor_forward /
+// needs the whole projected row, docs/design.md section 2), so it is the f32 favor_forward /
 // favor_backward of linear_attention_favor.cu (projection GEMM, then the stabilised exp fused
 // in one row-wise pass) between two conversions (kernels/cuda/cast.cu): bf16 inputs widened to f32 in
 // the workspace, f32 results rounded to bf16. The projection and exp run in f32 on the exact

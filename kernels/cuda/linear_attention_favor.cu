@@ -1,5 +1,5 @@
 // The FAVOR+ feature map of kernels/feature_maps.h on CUDA (the "favor through the projection
-// GEMM then a fused exp" of DESIGN.md section 2): the projection h = x' W^T of all rows is one
+// GEMM then a fused exp" of docs/design.md section 2): the projection h = x' W^T of all rows is one
 // gemm_batched (cuBLAS; the emulated build calls the CPU's sgemm), and one row-wise pass then
 // subtracts |x'|^2 / 2 and the stabiliser and takes exp, in place. Backward likewise: a
 // row-wise pass forms dt = dy o y with the stabiliser's gradient, one GEMM gives dt W, and a

@@ -1,7 +1,7 @@
 #pragma once
 // What the f32 (linear_attention.cu) and bf16 (linear_attention_bf16.cu) linear-attention
 // kernels share: the argument checks, the normaliser and G kernels (templated on the element
-// type of out / dout), and the sequence split across blocks (DESIGN.md section 2; the top of
+// type of out / dout), and the sequence split across blocks (docs/design.md section 2; the top of
 // linear_attention.cu describes its three passes): how many segments a call uses and pass 2,
 // which turns the segments' state sums into the state each segment starts from.
 //

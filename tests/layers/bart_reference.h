@@ -1,5 +1,5 @@
 #pragma once
-// A naive BART forward in double precision, written from DESIGN.md section 3 and HF's
+// A naive BART forward in double precision, written from docs/design.md section 3 and HF's
 // modeling_bart.py with plain loops and no tarn ops: the reference the layers are checked
 // against. It reads the weights by their HF names from a BartForConditionalGeneration.
 #include <cmath>
@@ -217,7 +217,7 @@ class BartReference {
           }
           for (double& x : w) x /= z;
         } else {
-          // out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + eps)   (DESIGN.md section 2)
+          // out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + eps)   (docs/design.md section 2)
           double den = 0;
           for (int64_t j = 0; j < nk; ++j) {
             if (!allowed(i, j)) continue;

@@ -1,5 +1,5 @@
 #pragma once
-// Perplexity of a model over a dataset: exp(mean NLL over non-pad target tokens), DESIGN.md
+// Perplexity of a model over a dataset: exp(mean NLL over non-pad target tokens), docs/design.md
 // section 3. Batches are read in length order (no shuffling), with dropout off.
 #include <cstdint>
 
