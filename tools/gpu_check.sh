@@ -87,7 +87,9 @@ do_bundle() {
   git -C "$root" rev-parse HEAD >"$bundle_dir/commit" 2>/dev/null || echo unknown >"$bundle_dir/commit"
   {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) for sm $arch"
-    echo "nvcc: $( (command -v nvcc || echo /usr/local/cuda/bin/nvcc) | xargs -I{} {} --version | tail -1)"
+    local nvcc
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    echo "nvcc: $("$nvcc" --version | tail -1)"
     echo "commit: $(cat "$bundle_dir/commit")$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   } >"$bundle_dir/BUILD_INFO"
   tar -C "$(dirname "$bundle_dir")" -czf "$tarball" "$(basename "$bundle_dir")"
@@ -99,7 +101,6 @@ do_bundle() {
 verify_bundle() {
   local tmp status=0 exe
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
   tar -C "$tmp" -xzf "$tarball"
   local b="$tmp/gpu_bundle"
   for exe in "$b"/bin/*; do
@@ -123,6 +124,7 @@ verify_bundle() {
       echo "[gpu_check] $exe starts from the bundle: $n GPU tests listed"
     fi
   done
+  rm -rf "$tmp"
   [ $status -eq 0 ] || die "the bundle does not stand alone (above)"
   echo "[gpu_check] verified from a clean folder: every library resolves inside the bundle, to the C/C++" \
        "runtime or to CUDA's; carry build/gpu_bundle.tar.gz (or build/gpu_bundle) to the GPU machine and run" \

@@ -18,18 +18,16 @@
 #include "data/seed.h"
 #include "framework/allocator.h"
 #include "framework/autograd.h"
-#include "framework/distributed/gradient_sync.h"
 #include "framework/distributed/parameter_sync.h"
-#include "framework/distributed/sharded_adamw.h"
 #include "framework/config/config_error.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
 #include "framework/io/run_lock.h"
 #include "framework/log/log.h"
 #include "framework/log/signals.h"
-#include "framework/optim/adamw.h"
-#include "framework/optim/clip_grad.h"
 #include "framework/optim/lr_schedule.h"
+#include "framework/train/run_control.h"
+#include "framework/train/step.h"
 #include "kernels/backend.h"
 #include "kernels/gemm.h"
 #include "kernels/mpi/mpi.h"
@@ -44,11 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// A mean loss above this many nats per target token has diverged: its perplexity overflows a
-// double (e^709.8), and no run recovers from there. Such a step is treated as a non-finite one.
-constexpr double kDivergedLoss = 700;
-bool diverged(double mean_loss) { return !(mean_loss <= kDivergedLoss); }
 
 // Metrics are JSON numbers when finite; an infinite perplexity (or any other overflow) is null.
 json::Value metric(double v) { return std::isfinite(v) ? json::Value::number(v) : json::Value(); }
@@ -99,11 +92,11 @@ class Trainer {
 
  private:
   void setup();
-  bool step();  // false when the step was skipped (non-finite)
+  bool step();  // false when the step was skipped (non-finite or diverged)
   void log_progress();
   void validate_and_maybe_save_best();
   void save(const char* why);
-  std::string stop_reason();
+  StopReason stop_reason();
   // Data-parallel plumbing (one rank: no communication at all).
   void open_communicator();
   void open_gradient_communicator();
@@ -120,19 +113,14 @@ class Trainer {
   std::unique_ptr<kernels::Communicator> owned_comm_, owned_grad_comm_;
   kernels::Communicator* comm_ = nullptr;       // control values, files, validation
   kernels::Communicator* grad_comm_ = nullptr;  // gradients: NCCL on GPUs, else comm_
-  std::unique_ptr<GradientSync> grad_sync_;
   std::unique_ptr<RunLock> lock_;  // rank 0's hold on checkpoints.dir
   std::string launcher_;
-  double comm_s_ = 0;
-  int64_t early_buckets_ = 0;  // gradient buckets started during a backward, over the run
-  double norm_ = 0;  // ZeRO-1's gradient norm of this step
   Recipe recipe_;
   Device device_;
   std::optional<Tokenizer> tok_;
   std::unique_ptr<Dataset> train_set_, valid_set_, test_set_;
   std::unique_ptr<BartForConditionalGeneration> model_;
-  std::unique_ptr<AdamW> optimizer_;           // one rank, or plain data-parallel
-  std::unique_ptr<ShardedAdamW> sharded_;      // training.shard_optimizer on several ranks (ZeRO-1)
+  std::unique_ptr<TrainStep> step_;            // the optimizer step (framework/train/step.h)
   float lr_ = 0;                               // of the last update
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<MetricsFile> metrics_;
@@ -152,10 +140,10 @@ class Trainer {
 
 // How much of the gradient all-reduce started during the backward (training.overlap_communication).
 std::string Trainer::overlap_note(int64_t steps) const {
-  if (sharded_) return "";
+  if (step_->sharded()) return "";
   if (!recipe_.training.overlap_communication) return " (training.overlap_communication off)";
-  return str_cat(" in ", grad_sync_->buckets(), " buckets, ",
-                 log::number("%.1f", static_cast<double>(early_buckets_) / static_cast<double>(steps)),
+  return str_cat(" in ", step_->buckets(), " buckets, ",
+                 log::number("%.1f", static_cast<double>(step_->buckets_started_early()) / static_cast<double>(steps)),
                  " of them started during the backward per step");
 }
 
@@ -269,10 +257,10 @@ void Trainer::gather_rank_dropout() {
 // Parameters, optimizer state, progress and the data cursor from `c`; throws when any of it
 // does not fit this run.
 void Trainer::load_from(const Checkpoint& c) {
-  if (sharded_)
-    sharded_->load_state(load_training_checkpoint(c, *model_, progress_));
+  if (ShardedAdamW* sharded = step_->sharded())
+    sharded->load_state(load_training_checkpoint(c, *model_, progress_));
   else
-    load_training_checkpoint(c, *model_, *optimizer_, progress_);
+    load_training_checkpoint(c, *model_, *step_->optimizer(), progress_);
   batcher_->set_position(progress_.data);
 }
 
@@ -378,25 +366,25 @@ void Trainer::setup() {
   model_->set_precision(training_precision(recipe_, device_));
   log::info("model", cfg.str(), "; ", log::thousands(model_->parameter_count()), " parameters on ", device_.str());
 
-  AdamWOptions ao;
+  TrainStepOptions so;
+  AdamWOptions& ao = so.adamw;
   ao.lr = static_cast<float>(recipe_.optimizer.lr);
   ao.beta1 = static_cast<float>(recipe_.optimizer.betas[0]);
   ao.beta2 = static_cast<float>(recipe_.optimizer.betas[1]);
   ao.eps = static_cast<float>(recipe_.optimizer.eps);
   ao.weight_decay = static_cast<float>(recipe_.optimizer.weight_decay);
+  so.clip_norm = static_cast<float>(recipe_.optimizer.clip_norm);
+  so.shard_optimizer = recipe_.training.shard_optimizer;
+  so.overlap_communication = recipe_.training.overlap_communication;
+  so.bucket_bytes = static_cast<int64_t>(std::min(std::max(4.0, recipe_.training.gradient_bucket_mb * (1 << 20)), 1e15));
+  step_ = std::make_unique<TrainStep>(*model_, *comm_, *grad_comm_, so);
   const double mb = 1.0 / (1 << 20);
-  if (recipe_.training.shard_optimizer && !solo()) {
-    sharded_ = std::make_unique<ShardedAdamW>(model_->named_parameters(), ao, *grad_comm_);
+  if (const ShardedAdamW* sharded = step_->sharded())
     log::info("optim", "ZeRO-1: AdamW moments sharded over ", comm_->world(), " ranks, ",
-              log::number("%.1f", 2.0 * 4 * sharded_->shard_elements() * mb), " MB per rank (",
-              log::number("%.1f", 2.0 * 4 * sharded_->elements() * mb), " MB unsharded)");
-  } else {
-    if (recipe_.training.shard_optimizer) log::info("optim", "training.shard_optimizer has no effect on one rank");
-    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), ao);
-    const double bucket_bytes = std::max(4.0, recipe_.training.gradient_bucket_mb * (1 << 20));
-    grad_sync_ = std::make_unique<GradientSync>(model_->parameters(), *grad_comm_,
-                                                 static_cast<int64_t>(std::min(bucket_bytes, 1e15)));
-  }
+              log::number("%.1f", 2.0 * 4 * sharded->shard_elements() * mb), " MB per rank (",
+              log::number("%.1f", 2.0 * 4 * sharded->elements() * mb), " MB unsharded)");
+  else if (recipe_.training.shard_optimizer)
+    log::info("optim", "training.shard_optimizer has no effect on one rank");
 
   schedule_.kind = parse_lr_schedule_kind(recipe_.optimizer.schedule);
   schedule_.lr = ao.lr;
@@ -434,9 +422,10 @@ void Trainer::setup() {
   }
 }
 
+// One optimizer step (framework/train/step.h) over this rank's share of the next
+// grad_accumulation global batches, then the run's bookkeeping.
 bool Trainer::step() {
   const int64_t accum = recipe_.training.grad_accumulation;
-  norm_ = 0;
   std::vector<Batch> batches;
   int64_t counted = 0;  // the labels the loss counts, over every rank's share
   for (int64_t i = 0; i < accum; ++i) {
@@ -444,105 +433,44 @@ bool Trainer::step() {
     counted += batches.back().global_tgt_tokens;
   }
   const float smoothing = static_cast<float>(recipe_.training.label_smoothing);
-  double loss_sum = 0, nll_sum = 0;
-  int64_t tokens = 0;
-  bool finite = true;
-  // The last backward of the step makes the gradients final: observed, it starts each bucket's
-  // all-reduce as soon as the bucket is complete (framework/distributed/gradient_sync.h).
-  const bool overlap = grad_sync_ && !solo() && recipe_.training.overlap_communication;
-  for (size_t k = 0; k < batches.size(); ++k) {
-    const Batch& b = batches[k];
-    if (b.rows == 0) continue;  // this rank's share of a small global batch was empty
-    int64_t n = 0;
-    double nll = 0;
+  const auto forward = [&](int64_t k) -> std::optional<MicroBatchLoss> {
+    const Batch& b = batches[static_cast<size_t>(k)];
+    if (b.rows == 0) return std::nullopt;  // this rank's share of a small global batch was empty
+    MicroBatchLoss m;
     const Tensor logits = forward_batch(*model_, b);
-    const Tensor loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &n, &nll);
-    const double l = loss.item();
-    if (!std::isfinite(l)) {
-      finite = false;
-      break;
-    }
-    // Each micro-batch's mean weighted by its share of the step's tokens over all ranks: the
-    // summed gradient is that of the mean over all of them (a mean of per-rank means is not,
-    // when the shares differ in length).
-    const Tensor weight = Tensor::full(Shape{}, static_cast<float>(n) / static_cast<float>(counted), loss.device());
-    std::optional<ObserveBackward> observe;
-    if (overlap && k + 1 == batches.size()) observe.emplace(*grad_sync_);
-    loss.backward(weight);
-    loss_sum += l * static_cast<double>(n);
-    nll_sum += nll;
-    tokens += b.src_tokens() + b.tgt_tokens();
-  }
-  std::vector<double> grad_mask;  // several ranks: which parameters any rank has a gradient for
-  if (!solo()) {
-    // Every bucket not started during the backward starts now, on every rank (whatever its
-    // loss), so that all ranks make the same collectives. One control reduction agrees on what
-    // each rank saw: a non-finite loss anywhere skips the step everywhere; the sums make the
-    // logged figures global; the gradient mask says which parameters any rank has a gradient
-    // for. Then the gradient buckets complete and are unpacked.
-    if (grad_sync_) grad_sync_->start_remaining();
-    std::vector<double> control = {finite ? 0.0 : 1.0, loss_sum, nll_sum, static_cast<double>(tokens)};
-    const std::vector<double> mask = sharded_ ? sharded_->local_grad_mask() : grad_sync_->local_grad_mask();
-    control.insert(control.end(), mask.begin(), mask.end());
-    comm_->all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
-    finite = control[0] == 0.0;
-    loss_sum = control[1];
-    nll_sum = control[2];
-    tokens = static_cast<int64_t>(control[3]);
-    grad_mask.assign(control.begin() + 4, control.end());
-  }
-  // On the agreed sum: every rank reaches the same answer.
-  if (finite && diverged(loss_sum / static_cast<double>(counted))) finite = false;
-  if (!solo() && !sharded_) {  // also when the step is skipped: the buckets were started
-    grad_sync_->finish(grad_mask);
-    comm_s_ += grad_sync_->last_comm_seconds();
-    early_buckets_ += grad_sync_->last_buckets_started_early();
-  }
-  if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
-    lr_ = schedule_.lr_at(progress_.step);
-    norm_ = sharded_->step(grad_mask, static_cast<float>(recipe_.optimizer.clip_norm), lr_);
-    comm_s_ += sharded_->last_comm_seconds();
-    finite = std::isfinite(norm_);
-  }
-  double norm = sharded_ ? norm_ : 0;
-  if (finite && !sharded_) {
-    const auto params = model_->parameters();
-    norm = recipe_.optimizer.clip_norm > 0 ? clip_grad_norm(params, static_cast<float>(recipe_.optimizer.clip_norm))
-                                           : global_grad_norm(params);
-    finite = std::isfinite(norm);
-  }
+    m.loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &m.counted, &m.nll);
+    m.tokens = b.src_tokens() + b.tgt_tokens();
+    return m;
+  };
+  const float lr = schedule_.lr_at(progress_.step);
+  const StepResult r = step_->run(accum, counted, forward, lr);
   progress_.data = batcher_->position();
   progress_.dropout = model_->dropout_state();
-  if (!finite) {
-    model_->zero_grad();
+  if (!r.applied()) {
     ++progress_.bad_steps_in_row;
     ++progress_.skipped_steps;
     if (lead())  // agreed by every rank: said once
       log::warn("train", str_cat("step ", progress_.step + 1, ": ",
-                                 norm == 0 ? "non-finite or diverged loss (over " + log::number("%.0f", kDivergedLoss) +
-                                                 " nats per token)"
-                                           : std::string("non-finite gradient norm"),
+                                 r.outcome == StepOutcome::nonfinite_loss
+                                     ? "non-finite or diverged loss (over " + log::number("%.0f", kDivergedLoss) +
+                                           " nats per token)"
+                                     : std::string("non-finite gradient norm"),
                                  ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
                                  recipe_.training.max_bad_steps, " stop the run)"));
     return false;
   }
-  if (!sharded_) {
-    lr_ = schedule_.lr_at(progress_.step);
-    optimizer_->set_lr(lr_);
-    optimizer_->step();
-  }
-  model_->zero_grad();
+  lr_ = lr;
   model_->favor_step();  // counts the step; redraws FAVOR+ projections whose time has come
   ++progress_.step;
   progress_.bad_steps_in_row = 0;
-  progress_.tokens_seen += tokens;
-  tokens_this_run_ += tokens;
-  last_grad_norm_ = norm;
-  interval_.loss_sum += loss_sum / static_cast<double>(counted);
-  interval_.nll_sum += nll_sum;
+  progress_.tokens_seen += r.tokens;
+  tokens_this_run_ += r.tokens;
+  last_grad_norm_ = r.grad_norm;
+  interval_.loss_sum += r.loss_sum / static_cast<double>(counted);
+  interval_.nll_sum += r.nll_sum;
   interval_.nll_tokens += counted;
-  interval_.grad_norm_sum += norm;
-  interval_.tokens += tokens;
+  interval_.grad_norm_sum += r.grad_norm;
+  interval_.tokens += r.tokens;
   ++interval_.steps;
   return true;
 }
@@ -643,7 +571,8 @@ void Trainer::save(const char* why) {
   if (last_saved_step_ == progress_.step) return;
   gather_rank_dropout();
   // ZeRO-1: the full optimizer state, assembled from every rank's shard (collective).
-  const AdamWState optimizer_state = sharded_ ? sharded_->gather_state() : optimizer_->state_view();
+  const AdamWState optimizer_state =
+      step_->sharded() ? step_->sharded()->gather_state() : step_->optimizer()->state_view();
   last_saved_step_ = progress_.step;
   summary_.checkpoint = checkpoint_dir(recipe_.checkpoints.dir, progress_.step);
   if (!lead()) return;
@@ -656,26 +585,22 @@ void Trainer::save(const char* why) {
     prune_checkpoints(recipe_.checkpoints.dir, static_cast<int>(recipe_.checkpoints.keep_last));
 }
 
-// The same answer on every rank: a signal on any rank (SIGINT/SIGTERM to one process) or the
-// time budget on any rank's clock stops all of them after the same step; the rest follows from
-// state every rank shares.
-std::string Trainer::stop_reason() {
+// The same answer on every rank (framework/train/run_control.h).
+StopReason Trainer::stop_reason() {
   const TrainingRecipe& t = recipe_.training;
-  double flags[3] = {stop_requested() && stop_signal() == SIGTERM ? 1.0 : 0.0,
-                     stop_requested() && stop_signal() != SIGTERM ? 1.0 : 0.0,
-                     t.max_time_minutes > 0 && elapsed_s() >= t.max_time_minutes * 60
-                         ? 1.0
-                         : 0.0};
-  if (!solo()) comm_->all_reduce_host(flags, 3, kernels::ReduceOp::max);
-  if (flags[0] > 0) return "SIGTERM";
-  if (flags[1] > 0) return "SIGINT";
-  if (t.max_steps > 0 && progress_.step >= t.max_steps) return "max_steps";
-  if (t.max_epochs > 0 && static_cast<int64_t>(progress_.data.epoch) >= t.max_epochs) return "max_epochs";
-  if (flags[2] > 0) return "max_time";
-  if (progress_.bad_steps_in_row >= t.max_bad_steps) return "non-finite";
-  const int64_t patience = recipe_.validation.early_stopping_patience;
-  if (patience > 0 && progress_.evals_without_improvement >= patience) return "early_stopping";
-  return "";
+  StopLimits limits;
+  limits.max_steps = t.max_steps;
+  limits.max_epochs = t.max_epochs;
+  limits.max_time_s = t.max_time_minutes > 0 ? t.max_time_minutes * 60 : 0;
+  limits.max_bad_steps = t.max_bad_steps;
+  limits.patience = recipe_.validation.early_stopping_patience;
+  RunPosition at;
+  at.step = progress_.step;
+  at.epoch = static_cast<int64_t>(progress_.data.epoch);
+  at.elapsed_s = elapsed_s();
+  at.bad_steps_in_row = progress_.bad_steps_in_row;
+  at.evals_without_improvement = progress_.evals_without_improvement;
+  return agreed_stop_reason(limits, at, *comm_);
 }
 
 TrainSummary Trainer::run() {
@@ -688,23 +613,26 @@ TrainSummary Trainer::run() {
             log::thousands(static_cast<long long>(train_set_->size())), " examples, ",
             log::thousands(recipe_.training.tokens_per_batch), " tokens per batch; metrics in ",
             recipe_.logging.metrics_file);
-  std::string reason = stop_reason();
-  while (reason.empty()) {
-    const bool ok = step();
-    if (ok) {
+  Cadence cadence;
+  cadence.log_every = recipe_.logging.every_steps;
+  cadence.check_replicas_every = solo() ? 0 : recipe_.training.check_replicas_every_steps;
+  cadence.validate_every = recipe_.validation.every_steps;
+  cadence.checkpoint_every = recipe_.checkpoints.every_steps;
+  StopReason reason = stop_reason();
+  while (reason == StopReason::none) {
+    if (step()) {
       const int64_t s = progress_.step;
-      if (recipe_.logging.every_steps > 0 && s % recipe_.logging.every_steps == 0) log_progress();
-      const int64_t check = recipe_.training.check_replicas_every_steps;
-      if (!solo() && check > 0 && s % check == 0)
+      if (cadence.logs_at(s)) log_progress();
+      if (cadence.checks_replicas_at(s))
         check_replicas_identical(model_->parameters(), *comm_, "after step " + std::to_string(s));
-      if (recipe_.validation.every_steps > 0 && s % recipe_.validation.every_steps == 0) validate_and_maybe_save_best();
-      if (recipe_.checkpoints.every_steps > 0 && s % recipe_.checkpoints.every_steps == 0) save("every_steps");
+      if (cadence.validates_at(s)) validate_and_maybe_save_best();
+      if (cadence.checkpoints_at(s)) save("every_steps");
     }
     reason = stop_reason();
   }
   log_progress();
   log::end_progress();
-  summary_.failed = reason == "non-finite";
+  summary_.failed = reason == StopReason::bad_steps;
   if (summary_.failed) {
     log::line("train", str_cat("stopped: ", progress_.bad_steps_in_row,
                                " steps in a row had a non-finite or diverged loss or gradient; ",
@@ -714,19 +642,17 @@ TrainSummary Trainer::run() {
                                    : std::string("no checkpoint had been written yet"),
                                ". Lower optimizer.lr or check the data."));
   } else {
-    if (reason != "SIGINT" && reason != "SIGTERM" && (recipe_.validation.every_steps == 0 ||
-                                                      progress_.step % recipe_.validation.every_steps != 0))
-      validate_and_maybe_save_best();
-    save(reason.c_str());
+    if (cadence.validates_at_end(reason, progress_.step)) validate_and_maybe_save_best();
+    save(stop_reason_name(reason));
   }
   summary_.steps = progress_.step;
   summary_.steps_this_run = progress_.step - start_step;
-  summary_.stop_reason = reason;
+  summary_.stop_reason = stop_reason_name(reason);
   summary_.wall_s = seconds_since(run_start_);
   summary_.tokens_per_s = tokens_this_run_ / std::max(summary_.wall_s, 1e-9);
-  summary_.comm_s = comm_s_;
-  summary_.buckets_started_early = early_buckets_;
-  if (test_set_ && !summary_.failed && reason != "SIGINT" && reason != "SIGTERM") {
+  summary_.comm_s = step_->comm_seconds();
+  summary_.buckets_started_early = step_->buckets_started_early();
+  if (test_set_ && !summary_.failed && !stopped_by_signal(reason)) {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
     log::info("test", "nll ", log::number("%.4f", summary_.test->mean_nll()), " | ppl ",
               log::number("%.2f", summary_.test->perplexity()), " over ", log::thousands(summary_.test->tokens),
@@ -735,16 +661,17 @@ TrainSummary Trainer::run() {
   if (!solo()) {
     comm_->barrier();  // every rank returns once rank 0's last checkpoint is written
     const int64_t steps = std::max<int64_t>(1, summary_.steps_this_run);
-    log::info("dist", "gradient ", sharded_ ? "reduce-scatter + all-gather" : "all-reduce", ": ",
-              log::number("%.2f", 1e3 * comm_s_ / static_cast<double>(steps)),
+    const double comm_s = step_->comm_seconds();
+    log::info("dist", "gradient ", step_->sharded() ? "reduce-scatter + all-gather" : "all-reduce", ": ",
+              log::number("%.2f", 1e3 * comm_s / static_cast<double>(steps)),
               " ms per step on rank 0 (waiting for the other ranks included), ",
-              log::number("%.1f", 100.0 * comm_s_ / std::max(summary_.wall_s, 1e-9)),
-              "% of the run; ", log::thousands(sharded_ ? sharded_->elements() : grad_sync_->elements()),
+              log::number("%.1f", 100.0 * comm_s / std::max(summary_.wall_s, 1e-9)),
+              "% of the run; ", log::thousands(step_->reduced_elements()),
               " floats per step", overlap_note(steps));
   }
   if (model_->precision() == Precision::bf16 && device_.is_cpu())  // primitives are kept by shape: few after warm-up
     log::info("train", "bf16: ", kernels::cpu::bf16_gemm_primitives_created(), " oneDNN matmul primitives made");
-  log::info("train", "stopped (", reason, ") at step ", log::thousands(progress_.step), " after ",
+  log::info("train", "stopped (", stop_reason_name(reason), ") at step ", log::thousands(progress_.step), " after ",
             log::duration(summary_.wall_s), "; ", log::thousands(static_cast<long long>(summary_.tokens_per_s)),
             " tok/s over this run; last checkpoint ", summary_.checkpoint);
   return summary_;

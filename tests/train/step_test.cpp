@@ -1,0 +1,241 @@
+// TrainStep (framework/train/step.h) on a toy module, without BART or data: one rank against two
+// (the CPU thread group), plain AdamW against ZeRO-1, overlap on and off, and the skip policy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "framework/module.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/matmul.h"
+#include "framework/ops/reduce.h"
+#include "framework/train/step.h"
+#include "kernels/collectives.h"
+#include "tests/common/gradcheck.h"
+
+namespace tarn {
+namespace {
+
+using testing::random_tensor;
+
+// y = tanh(x W1) W2 + b; `spare` is used only when a test asks (a parameter some ranks never
+// touch).
+struct Toy : Module {
+  Tensor w1 = random_tensor(Shape{4, 8}, 1);
+  Tensor w2 = random_tensor(Shape{8, 3}, 2);
+  Tensor b = random_tensor(Shape{3}, 3);
+  Tensor spare = random_tensor(Shape{5}, 4);
+  Toy() {
+    register_parameter("w1", w1);
+    register_parameter("w2", w2);
+    register_parameter("b", b);
+    register_parameter("spare", spare);
+  }
+};
+
+// Rows [first, first + count) of micro-batch `k`: inputs x and targets t, the same whichever
+// rank holds them.
+Tensor rows_of(uint64_t seed, int64_t first, int64_t count, int64_t cols) {
+  const Tensor all = random_tensor(Shape{16, cols}, seed);
+  return all.narrow0(first, first + count).clone();
+}
+
+// The mean over `count` rows of the squared error: a loss whose `counted` is its row count.
+MicroBatchLoss squared_error(Toy& m, int64_t k, int64_t first, int64_t count, bool use_spare = false) {
+  const Tensor x = rows_of(100 + static_cast<uint64_t>(k), first, count, 4);
+  const Tensor t = rows_of(200 + static_cast<uint64_t>(k), first, count, 3);
+  const Tensor y = add(matmul(tanh(matmul(x, m.w1)), m.w2), m.b);
+  const Tensor d = sub(y, t);
+  Tensor sum = sum_all(mul(d, d));
+  if (use_spare) sum = add(sum, sum_all(mul(m.spare, m.spare)));
+  MicroBatchLoss out;
+  out.loss = scale(sum, 1.0f / static_cast<float>(count));
+  out.counted = count;
+  out.nll = sum.item();
+  out.tokens = count;
+  return out;
+}
+
+std::vector<std::vector<float>> values(const Toy& m) {
+  std::vector<std::vector<float>> v;
+  for (Tensor* p : m.parameters()) v.push_back(p->to_vector());
+  return v;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+double max_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) d = std::max(d, std::fabs(static_cast<double>(a[i][j]) - b[i][j]));
+  return d;
+}
+
+// Micro-batch k's 16 rows are split 5 / 11 between two ranks (shares of different lengths).
+constexpr int64_t kMicroBatches = 3;
+constexpr int64_t kRows = 16, kRank0Rows = 5;
+
+struct RankRun {
+  std::vector<std::vector<float>> params;
+  StepResult result;
+};
+
+// `steps` steps on `world` ranks; forward(rank, model, k) gives rank's micro-batch k.
+using Forward = std::function<std::optional<MicroBatchLoss>(int, Toy&, int64_t)>;
+std::vector<RankRun> train(int world, const TrainStepOptions& options, const Forward& forward, int steps = 2) {
+  const auto comms = kernels::cpu::thread_communicators(world);
+  std::vector<RankRun> out(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Toy m;
+      TrainStep step(m, *comms[static_cast<size_t>(r)], *comms[static_cast<size_t>(r)], options);
+      for (int s = 0; s < steps; ++s)
+        out[static_cast<size_t>(r)].result =
+            step.run(kMicroBatches, kMicroBatches * kRows, [&](int64_t k) { return forward(r, m, k); }, 1e-2f);
+      out[static_cast<size_t>(r)].params = values(m);
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::optional<MicroBatchLoss> whole_batch(int, Toy& m, int64_t k) { return squared_error(m, k, 0, kRows); }
+std::optional<MicroBatchLoss> shared_batch(int rank, Toy& m, int64_t k) {
+  return rank == 0 ? squared_error(m, k, 0, kRank0Rows) : squared_error(m, k, kRank0Rows, kRows - kRank0Rows);
+}
+
+TEST(TrainStep, TwoRanksTakeTheStepOfOneRankOverTheWholeBatch) {
+  TrainStepOptions o;
+  o.clip_norm = 1.0f;
+  const auto one = train(1, o, whole_batch);
+  const auto two = train(2, o, shared_batch);
+  EXPECT_TRUE(same_bits(two[0].params, two[1].params)) << "the replicas diverged";
+  // The same mean loss and gradient, summed in another order: equal to f32 rounding.
+  EXPECT_LT(max_difference(one[0].params, two[0].params), 1e-6);
+  EXPECT_NEAR(two[0].result.loss_sum, one[0].result.loss_sum, 1e-4 * std::fabs(one[0].result.loss_sum));
+  EXPECT_EQ(two[0].result.tokens, kMicroBatches * kRows);
+  EXPECT_EQ(two[1].result.tokens, kMicroBatches * kRows);
+  EXPECT_TRUE(two[0].result.applied());
+  EXPECT_NEAR(two[0].result.grad_norm, one[0].result.grad_norm, 1e-5 * one[0].result.grad_norm);
+}
+
+TEST(TrainStep, OverlapAndBucketSizesGiveTheSameBits) {
+  TrainStepOptions plain;
+  plain.overlap_communication = false;
+  const auto reference = train(2, plain, shared_batch);
+  for (int64_t bucket : {int64_t{4}, int64_t{64}, GradientSync::kDefaultBucketBytes}) {
+    TrainStepOptions o;
+    o.bucket_bytes = bucket;
+    const auto got = train(2, o, shared_batch);
+    EXPECT_TRUE(same_bits(got[0].params, reference[0].params)) << "bucket " << bucket;
+  }
+}
+
+TEST(TrainStep, ZeroOneGivesThePlainOptimizersParameters) {
+  TrainStepOptions plain, zero;
+  zero.shard_optimizer = true;
+  // Without clipping the update is the same arithmetic on the same sums: the same bits.
+  EXPECT_TRUE(same_bits(train(2, zero, shared_batch)[0].params, train(2, plain, shared_batch)[0].params));
+  // With clipping the norm is summed in another order: the clip factor may move in its last bit.
+  plain.clip_norm = zero.clip_norm = 0.05f;
+  EXPECT_LT(max_difference(train(2, zero, shared_batch)[1].params, train(2, plain, shared_batch)[1].params), 1e-6);
+}
+
+TEST(TrainStep, AParameterOnlyOneRankUsesGetsThatRanksGradient) {
+  const Forward spare_on_rank0 = [](int rank, Toy& m, int64_t k) {
+    return rank == 0 ? squared_error(m, k, 0, kRank0Rows, true) : squared_error(m, k, kRank0Rows, kRows - kRank0Rows);
+  };
+  const Toy fresh;
+  const std::vector<float> before = fresh.spare.to_vector();
+  for (bool shard : {false, true}) {
+    TrainStepOptions o;
+    o.shard_optimizer = shard;
+    const auto got = train(2, o, spare_on_rank0, 1);
+    EXPECT_NE(got[1].params[3], before) << "rank 1 did not receive rank 0's gradient, shard " << shard;
+    EXPECT_EQ(got[0].params[3], got[1].params[3]) << "shard " << shard;
+  }
+}
+
+TEST(TrainStep, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
+  const Toy fresh;
+  const auto before = values(fresh);
+  const Forward nan_on_rank1 = [](int rank, Toy& m, int64_t k) {
+    std::optional<MicroBatchLoss> l = shared_batch(rank, m, k);
+    if (rank == 1 && k == 1) l->loss = mul(l->loss, Tensor::full(Shape{}, std::numeric_limits<float>::quiet_NaN()));
+    return l;
+  };
+  for (bool shard : {false, true}) {
+    TrainStepOptions o;
+    o.shard_optimizer = shard;
+    const auto got = train(2, o, nan_on_rank1, 1);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[static_cast<size_t>(r)].result.outcome, StepOutcome::nonfinite_loss) << "rank " << r;
+      EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)].params, before)) << "rank " << r << " updated";
+    }
+  }
+}
+
+TEST(TrainStep, ADivergedMeanLossSkipsTheStepAndZeroesTheGradients) {
+  Toy m;
+  const auto before = values(m);
+  auto comm = kernels::solo_communicator();
+  TrainStep step(m, *comm, *comm, TrainStepOptions{});
+  const StepResult r = step.run(
+      1, 4,
+      [&](int64_t k) {
+        std::optional<MicroBatchLoss> l = squared_error(m, k, 0, 4);
+        l->loss = add(l->loss, Tensor::full(Shape{}, 1000.0f));  // a mean over 700 nats per token
+        return l;
+      },
+      1e-2f);
+  EXPECT_EQ(r.outcome, StepOutcome::nonfinite_loss);
+  EXPECT_STREQ(step_outcome_name(r.outcome), "non-finite or diverged loss");
+  EXPECT_TRUE(same_bits(values(m), before));
+  for (Tensor* p : m.parameters()) EXPECT_FALSE(p->grad().defined());
+}
+
+TEST(TrainStep, ANonFiniteGradientNormSkipsTheStep) {
+  Toy m;
+  const auto before = values(m);
+  auto comm = kernels::solo_communicator();
+  TrainStep step(m, *comm, *comm, TrainStepOptions{});
+  // sqrt at 0 is finite; its derivative is not.
+  const StepResult r = step.run(
+      1, 1,
+      [&](int64_t) {
+        MicroBatchLoss l;
+        l.loss = sum_all(sqrt(mul(m.b, Tensor::full(Shape{3}, 0.0f))));
+        l.counted = 1;
+        return std::optional<MicroBatchLoss>(l);
+      },
+      1e-2f);
+  EXPECT_EQ(r.outcome, StepOutcome::nonfinite_gradient);
+  EXPECT_TRUE(same_bits(values(m), before));
+}
+
+TEST(TrainStep, ARankWithEmptySharesStillJoinsTheStep) {
+  const Forward rank1_empty = [](int rank, Toy& m, int64_t k) -> std::optional<MicroBatchLoss> {
+    if (rank == 1) return std::nullopt;
+    return squared_error(m, k, 0, kRows);
+  };
+  const auto got = train(2, TrainStepOptions{}, rank1_empty);
+  const auto alone = train(1, TrainStepOptions{}, whole_batch);
+  EXPECT_TRUE(same_bits(got[0].params, got[1].params));
+  EXPECT_LT(max_difference(got[1].params, alone[0].params), 1e-6);
+  EXPECT_EQ(got[1].result.tokens, kMicroBatches * kRows);
+}
+
+}  // namespace
+}  // namespace tarn
