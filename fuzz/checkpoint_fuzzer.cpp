@@ -1,5 +1,5 @@
 // Fuzzes what reads a checkpoint folder's bookkeeping (framework/io/checkpoint_dir.cpp,
-// framework/io/json.cpp, tools/tarn/progress.cpp). Each input is used three ways:
+// framework/io/json.cpp, app/progress.cpp). Each input is used three ways:
 //   1. as MANIFEST.json of a folder whose COMPLETE records its true size and CRC-32 (so the
 //      manifest's parser is reached, not just the checksum), then open_checkpoint;
 //   2. as COMPLETE of a folder with a valid manifest, then open_checkpoint;
@@ -21,7 +21,7 @@
 #include "fuzz/fuzz_files.h"
 #include "kernels/check.h"
 #include "tests/app/progress_sample.h"
-#include "tools/tarn/progress.h"
+#include "app/progress.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #pragma once
 // AdamWState in the flat form a safetensors file holds, and back: checkpoints save it beside
 // model.safetensors (as optimizer.safetensors) and restore it exactly. The layout is the one
-// tools/tarn/checkpoint_state.cpp writes:
+// app/checkpoint_state.cpp writes:
 //   tensors   "exp_avg.<param>", "exp_avg_sq.<param>"      (f32, the parameter's shape)
 //   metadata  "step_count" = "<n>", "step.<param>" = "<k>", and "optimizer" = "adamw"
 //             (optional when reading; when present it must say adamw)

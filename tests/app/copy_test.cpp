@@ -10,9 +10,9 @@
 
 #include "data/corpus_reader.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/generate.h"
-#include "tools/tarn/trained_model.h"
-#include "tools/tarn/trainer.h"
+#include "app/generate.h"
+#include "app/trained_model.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

@@ -11,13 +11,13 @@
 #include "framework/io/safetensors.h"
 #include "framework/io/state_dict.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/evaluate.h"
-#include "tools/tarn/export.h"
-#include "tools/tarn/generate.h"
-#include "tools/tarn/session.h"
-#include "tools/tarn/trained_model.h"
-#include "tools/tarn/trainer.h"
+#include "app/checkpoint_state.h"
+#include "app/evaluate.h"
+#include "app/export.h"
+#include "app/generate.h"
+#include "app/session.h"
+#include "app/trained_model.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

@@ -14,8 +14,8 @@
 #include "framework/io/checkpoint_dir.h"
 #include "framework/io/safetensors.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/trainer.h"
+#include "app/checkpoint_state.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "framework/precision.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/trainer.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

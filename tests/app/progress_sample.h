@@ -1,7 +1,7 @@
 #pragma once
 // A progress.json's contents with every field set, shared by the round-trip tests
 // (tests/app/progress_test.cpp) and the seed the checkpoint fuzzer writes (fuzz/).
-#include "tools/tarn/progress.h"
+#include "app/progress.h"
 
 namespace tarn::testing {
 

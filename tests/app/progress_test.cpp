@@ -1,6 +1,6 @@
-// progress.json (tools/tarn/progress.h): what progress_json writes parses back unchanged, and
+// progress.json (app/progress.h): what progress_json writes parses back unchanged, and
 // counters a signed field cannot hold are refused by name instead of wrapping.
-#include "tools/tarn/progress.h"
+#include "app/progress.h"
 
 #include <gtest/gtest.h>
 

@@ -13,11 +13,11 @@
 #include "framework/config/config_error.h"
 #include "framework/io/safetensors.h"
 #include "layers/bart.h"
-#include "tools/tarn/session.h"
+#include "app/session.h"
 #include "kernels/backend.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/trainer.h"
+#include "app/checkpoint_state.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

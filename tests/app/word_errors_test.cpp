@@ -1,5 +1,5 @@
 // The word error rate `tarn denoise` reports.
-#include "tools/tarn/word_errors.h"
+#include "app/word_errors.h"
 
 #include <gtest/gtest.h>
 

@@ -23,10 +23,10 @@
 #include "kernels/backend.h"
 #include "kernels/mpi/mpi.h"
 #include "tests/app/app_test_util.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/evaluate.h"
-#include "tools/tarn/session.h"
-#include "tools/tarn/trainer.h"
+#include "app/checkpoint_state.h"
+#include "app/evaluate.h"
+#include "app/session.h"
+#include "app/trainer.h"
 
 namespace tarn::app {
 namespace {

@@ -86,7 +86,7 @@ TEST(AdamWStateIo, MalformedStateIsRejectedNamingTheKey) {
   bad_count["step_count"] = "12x";
   EXPECT_NE(message(good.tensors, bad_count).find("step_count"), std::string::npos);
 
-  SafetensorsMetadata unnamed = good.metadata;  // as tools/tarn/checkpoint_state.cpp writes it
+  SafetensorsMetadata unnamed = good.metadata;  // as app/checkpoint_state.cpp writes it
   unnamed.erase("optimizer");
   EXPECT_EQ(message(good.tensors, unnamed), "no error");
 

@@ -1,4 +1,4 @@
-#include "tools/tarn/progress.h"
+#include "app/progress.h"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "tools/tarn/session.h"
+#include "app/session.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "tools/tarn/generate.h"
+#include "app/generate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "framework/autograd.h"
-#include "tools/tarn/session.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/tarn/export.h"
+#include "app/export.h"
 
 #include <sys/stat.h>
 
@@ -10,8 +10,8 @@
 #include "framework/io/state_dict.h"
 #include "framework/log/log.h"
 #include "layers/bart.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/session.h"
+#include "app/checkpoint_state.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

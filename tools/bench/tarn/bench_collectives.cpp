@@ -15,9 +15,9 @@
 #include "kernels/check.h"
 #include "kernels/collectives.h"
 #include "kernels/mpi/mpi.h"
-#include "tools/tarn/bench_collectives.h"
+#include "tools/bench/tarn/bench_collectives.h"
 
-#include "tools/tarn/bench_common.h"
+#include "tools/bench/tarn/bench_common.h"
 
 namespace {
 

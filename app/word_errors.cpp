@@ -1,4 +1,4 @@
-#include "tools/tarn/word_errors.h"
+#include "app/word_errors.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,5 +1,5 @@
 #pragma once
-// A training run's counters (progress.json in a checkpoint, tools/tarn/checkpoint_state.h) and
+// A training run's counters (progress.json in a checkpoint, app/checkpoint_state.h) and
 // their JSON form. Apart from the checkpoint code so that the parser can be tested and fuzzed
 // (fuzz/checkpoint_fuzzer.cpp) without the model, the optimizer and the tokenizer.
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "tools/tarn/bench_common.h"
+#include "tools/bench/tarn/bench_common.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +18,7 @@
 #include "kernels/check.h"
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
-#include "tools/tarn/session.h"
+#include "app/session.h"
 
 namespace tarn::app {
 

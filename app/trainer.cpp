@@ -1,4 +1,4 @@
-#include "tools/tarn/trainer.h"
+#include "app/trainer.h"
 
 #include <sys/stat.h>
 
@@ -33,9 +33,9 @@
 #include "kernels/mpi/mpi.h"
 #include "kernels/parallel.h"
 #include "layers/bart.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/model_io.h"
-#include "tools/tarn/session.h"
+#include "app/checkpoint_state.h"
+#include "app/model_io.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

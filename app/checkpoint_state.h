@@ -19,7 +19,7 @@
 #include "framework/io/checkpoint_dir.h"
 #include "framework/optim/adamw.h"
 #include "layers/bart.h"
-#include "tools/tarn/progress.h"
+#include "app/progress.h"
 
 namespace tarn::app {
 

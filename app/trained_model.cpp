@@ -1,9 +1,9 @@
-#include "tools/tarn/trained_model.h"
+#include "app/trained_model.h"
 
 #include "framework/config/config_error.h"
 #include "framework/log/log.h"
-#include "tools/tarn/checkpoint_state.h"
-#include "tools/tarn/session.h"
+#include "app/checkpoint_state.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/tarn/bench_attention.h"
+#include "tools/bench/tarn/bench_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +19,8 @@
 #include "framework/rng.h"
 #include "kernels/check.h"
 #include "kernels/parallel.h"
-#include "tools/tarn/bench_common.h"
-#include "tools/tarn/session.h"
+#include "tools/bench/tarn/bench_common.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/tarn/checkpoint_state.h"
+#include "app/checkpoint_state.h"
 
 #include <sys/stat.h>
 

@@ -1,11 +1,11 @@
-#include "tools/tarn/evaluate.h"
+#include "app/evaluate.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "data/batcher.h"
 #include "framework/autograd.h"
-#include "tools/tarn/model_io.h"
+#include "app/model_io.h"
 
 namespace tarn::app {
 

@@ -1,4 +1,4 @@
-#include "tools/tarn/bench_train.h"
+#include "tools/bench/tarn/bench_train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +14,8 @@
 #include "framework/rng.h"
 #include "kernels/check.h"
 #include "layers/bart.h"
-#include "tools/tarn/bench_common.h"
-#include "tools/tarn/session.h"
+#include "tools/bench/tarn/bench_common.h"
+#include "app/session.h"
 
 namespace tarn::app {
 namespace {

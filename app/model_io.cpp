@@ -1,4 +1,4 @@
-#include "tools/tarn/model_io.h"
+#include "app/model_io.h"
 
 namespace tarn::app {
 

@@ -1,4 +1,4 @@
-#include "tools/tarn/bench_decode.h"
+#include "tools/bench/tarn/bench_decode.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,9 +16,9 @@
 #include "framework/rng.h"
 #include "kernels/check.h"
 #include "layers/bart.h"
-#include "tools/tarn/bench_common.h"
-#include "tools/tarn/session.h"
-#include "tools/tarn/trained_model.h"
+#include "tools/bench/tarn/bench_common.h"
+#include "app/session.h"
+#include "app/trained_model.h"
 
 namespace tarn::app {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/collectives.h"
-#include "tools/tarn/evaluate.h"
+#include "app/evaluate.h"
 
 namespace tarn::app {
 
