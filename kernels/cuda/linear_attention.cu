@@ -124,8 +124,8 @@ struct ScanShape {
   int q;            // output columns (the first q columns of W)
   int64_t heads;
   int64_t slices;   // batch * heads
-  int mode;         // ScanMode
-  int phase;        // ScanPhase
+  ScanMode mode;
+  ScanPhase phase;
 };
 
 // Register micro-tiles: lane i of every warp owns row i of a chunk (kChunk == warp size), and
@@ -155,179 +155,224 @@ inline size_t scan_smem_floats(int p, int ldp) {
                              3 * kChunk);
 }
 
+// One block's share of a scan: its shared-memory tiles, its output columns [c0, c0 + wq), the
+// slice bh it is on, and the steps the kernel composes. Each step is a block-wide operation;
+// the kernel places the barriers between them.
+struct ScanBlock {
+  const ScanShape& sh;
+  const Output& out;
+  int64_t x_rows;
+  int64_t bh = 0;      // the (batch, head) slice
+  float* xs;           // X chunk, kChunk x ldp
+  float* ys;           // Y chunk, kChunk x ldp
+  float* ws;           // W chunk tile, kChunk x kLdq
+  float* pm;           // masked chunk product P, kChunk x kLdc
+  float* st;           // state S, p x kLdq
+  float* ot;           // output tile O, kChunk x kLdq
+  float* row_max;      // 3 x kChunk row maxima (X, Y, W) for the exp map
+  int c0, wq;          // first output column of the block, and how many are real
+  int tid, threads, lane, warp;
+
+  __device__ ScanBlock(const ScanShape& shape, const Output& o, int64_t rows, float* smem)
+      : sh(shape), out(o), x_rows(rows) {
+    xs = smem;
+    ys = xs + kChunk * sh.ldp;
+    ws = ys + kChunk * sh.ldp;
+    pm = ws + kChunk * kLdq;
+    st = pm + kChunk * kLdc;
+    ot = st + sh.p * kLdq;
+    row_max = ot + kChunk * kLdq;
+    c0 = blockIdx.x * kTileQ;
+    wq = sh.q - c0 < kTileQ ? sh.q - c0 : kTileQ;
+    tid = threadIdx.x;
+    threads = blockDim.x;
+    lane = tid % device::kWarp;
+    warp = tid / device::kWarp;
+  }
+
+  // S = 0, or the segment's prefix state from pass 2 (the scan phase of a split scan).
+  __device__ __forceinline__ void start_state(const float* segment_state) const {
+    for (int idx = tid; idx < sh.p * kLdq; idx += threads) {
+      const int k = idx / kLdq, m = idx % kLdq;
+      st[idx] = sh.phase == ScanPhase::scan && segment_state && m < wq ? segment_state[k * sh.q + m] : 0.0f;
+    }
+  }
+
+  // Rows [r0, r0 + r) of an operand into a tile (row_max slot: 0 for X, 1 for Y, 2 for W).
+  __device__ __forceinline__ void load(const Operand& o, int64_t r0, int r, int first_col, int cols, float* tile,
+                                       int ld, int slot) const {
+    load_tile(o, bh, sh.heads, r0, r, first_col, cols, tile, ld, row_max + slot * kChunk);
+  }
+
+  // O rows [0, r) of the chunk = X S (+ the masked intra-chunk part P W when causal) into ot.
+  __device__ __forceinline__ void emit(int r, bool intra) const {
+    if (lane >= r) return;
+    float acc[kColsPerWarp];
+    TARN_LA_UNROLL
+    for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
+    const float* xr = xs + lane * sh.ldp;
+    for (int k = 0; k < sh.p; ++k) {
+      const float xv = xr[k];
+      const float* sr = st + k * kLdq + warp;
+      TARN_LA_UNROLL
+      for (int c = 0; c < kColsPerWarp; ++c) acc[c] += xv * sr[c * kScanWarps];
+    }
+    if (intra) {
+      const float* pr = pm + lane * kLdc;
+      for (int j = 0; j < r; ++j) {
+        const float pv = pr[j];
+        const float* wr = ws + j * kLdq + warp;
+        TARN_LA_UNROLL
+        for (int c = 0; c < kColsPerWarp; ++c) acc[c] += pv * wr[c * kScanWarps];
+      }
+    }
+    float* orow = ot + lane * kLdq + warp;
+    TARN_LA_UNROLL
+    for (int c = 0; c < kColsPerWarp; ++c) orow[c * kScanWarps] = acc[c];
+  }
+
+  // ot rows [0, r) to the output rows [r0, r0 + r), coalesced, with padding and phi'.
+  __device__ __forceinline__ void store(int64_t r0, int r) const {
+    for (int idx = tid; idx < r * wq; idx += threads) {
+      const int i = idx / wq, m = idx % wq;
+      float v = ot[i * kLdq + m];
+      const int64_t row = r0 + i;
+      const int64_t at = (bh * x_rows + row) * sh.q + c0 + m;
+      if (out.pad && out.pad[(bh / sh.heads) * x_rows + row] != 0.0f) v = 0.0f;
+      if (out.raw) v = fmap::chain_elementwise(out.map, out.raw[at], v);
+      out.ptr[at] = v;
+    }
+  }
+
+  // S += Y^T W over the r rows in the tiles: lane k of a 32-row block of S, the warp's columns.
+  __device__ __forceinline__ void update_state(int r) const {
+    for (int kb = 0; kb < sh.p; kb += device::kWarp) {
+      const int k = kb + lane;
+      if (k >= sh.p) break;
+      float acc[kColsPerWarp];
+      TARN_LA_UNROLL
+      for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
+      for (int i = 0; i < r; ++i) {
+        const float yv = ys[i * sh.ldp + k];
+        const float* wr = ws + i * kLdq + warp;
+        TARN_LA_UNROLL
+        for (int c = 0; c < kColsPerWarp; ++c) acc[c] += yv * wr[c * kScanWarps];
+      }
+      float* sr = st + k * kLdq + warp;
+      TARN_LA_UNROLL
+      for (int c = 0; c < kColsPerWarp; ++c)
+        if (warp + c * kScanWarps < wq) sr[c * kScanWarps] += acc[c];  // padding columns stay 0
+    }
+  }
+
+  // P = M o (X Y^T) into pm rows [0, r): M keeps j <= i (forward) or j >= i (reverse). Lane i,
+  // columns j0 .. j0 + kPColsPerWarp of the warp.
+  __device__ __forceinline__ void chunk_product(int r, bool reverse) const {
+    const int i = lane, j0 = warp * kPColsPerWarp;
+    if (i >= r || j0 >= r) return;
+    float* prow = pm + i * kLdc;
+    const bool all_masked = reverse ? j0 + kPColsPerWarp - 1 < i : j0 > i;
+    float acc[kPColsPerWarp];
+    TARN_LA_UNROLL
+    for (int c = 0; c < kPColsPerWarp; ++c) acc[c] = 0.0f;
+    if (!all_masked) {
+      const float* xr = xs + i * sh.ldp;
+      const float* yr = ys + j0 * sh.ldp;
+      for (int k = 0; k < sh.p; ++k) {
+        const float xv = xr[k];
+        TARN_LA_UNROLL
+        for (int c = 0; c < kPColsPerWarp; ++c) acc[c] += xv * yr[c * sh.ldp + k];
+      }
+    }
+    TARN_LA_UNROLL
+    for (int c = 0; c < kPColsPerWarp; ++c) {
+      const int j = j0 + c;
+      if (j < r) prow[j] = (reverse ? j >= i : j <= i) ? acc[c] : 0.0f;
+    }
+  }
+
+  // S += Y^T W over the chunks [first, last) of Y and W.
+  __device__ __forceinline__ void accumulate(const Operand& y, const Operand& w, int64_t first, int64_t last) const {
+    for (int64_t c = first; c < last; ++c) {
+      const int64_t r0 = c * kChunk;
+      const int r = rows_in_chunk(y.rows, r0);
+      load(y, r0, r, 0, sh.p, ys, sh.ldp, 1);
+      load(w, r0, r, c0, wq, ws, kLdq, 2);
+      __syncthreads();
+      update_state(r);
+      __syncthreads();
+    }
+  }
+
+  // The state as this segment's sum (pass 1 of a split scan).
+  __device__ __forceinline__ void save_state(float* segment_state) const {
+    for (int idx = tid; idx < sh.p * wq; idx += threads) {
+      const int k = idx / wq, m = idx % wq;
+      segment_state[k * sh.q + m] = st[k * kLdq + m];
+    }
+  }
+};
+
 // x: (B,H,nx,p) y: (B,H,ny,p) w: (B,H,ny,>=q) out: (B,H,nx,q); grid (q tiles, slices,
 // segments), kScanThreads threads. states: (slices, segments, p, q) segment states, null when
-// not split. Barriers: each phase reads what the previous one wrote, and the loads of the next
-// chunk overwrite what the state update and the stores read, so each phase ends with
+// not split. Barriers: each step of ScanBlock reads what the previous one wrote, and the loads
+// of the next chunk overwrite what the state update and the stores read, so each ends with
 // __syncthreads().
 __global__ void __launch_bounds__(kScanThreads, kScanMinBlocksPerSm)
     linear_attention_scan_kernel(Operand x, Operand y, Operand w, ScanShape sh, Output out, float* states) {
   TARN_DYNAMIC_SHARED(float, smem);
-  const int ldp = sh.ldp, p = sh.p;
-  float* xs = smem;                  // kChunk x ldp
-  float* ys = xs + kChunk * ldp;     // kChunk x ldp
-  float* ws = ys + kChunk * ldp;     // kChunk x kLdq
-  float* pm = ws + kChunk * kLdq;    // kChunk x kLdc
-  float* st = pm + kChunk * kLdc;    // p x kLdq
-  float* ot = st + p * kLdq;         // kChunk x kLdq
-  float* mx = ot + kChunk * kLdq;    // 3 x kChunk row maxima (X, Y, W)
-  const int c0 = blockIdx.x * kTileQ;
-  const int wq = sh.q - c0 < kTileQ ? sh.q - c0 : kTileQ;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  const int lane = tid % device::kWarp, warp = tid / device::kWarp;
+  ScanBlock b(sh, out, x.rows, smem);
   const int z = blockIdx.z, segments = gridDim.z;
 
   for (int64_t bh = blockIdx.y; bh < sh.slices; bh += gridDim.y) {
-    float* seg_state = states ? states + ((bh * segments + z) * p) * sh.q + c0 : nullptr;
-    // The state starts at zero, or at the segment's prefix state from pass 2. Nothing reads it
-    // before the barrier after the first loads, and the previous slice's last phase ended with
-    // one: this needs no barrier of its own.
-    for (int idx = tid; idx < p * kLdq; idx += nt) {
-      const int k = idx / kLdq, m = idx % kLdq;
-      st[idx] = sh.phase == kScan && seg_state && m < wq ? seg_state[k * sh.q + m] : 0.0f;
-    }
+    b.bh = bh;
+    float* segment_state = states ? states + ((bh * segments + z) * sh.p) * sh.q + b.c0 : nullptr;
+    // Nothing reads the state before the barrier after the first loads, and the previous
+    // slice's last step ended with one: this needs no barrier of its own.
+    b.start_state(segment_state);
 
-    // O rows [0, r) of the chunk = X S (+ the masked intra-chunk part P W when causal) into ot.
-    auto emit = [&](int r, bool intra) {
-      if (lane >= r) return;
-      float acc[kColsPerWarp];
-      TARN_LA_UNROLL
-      for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
-      const float* xr = xs + lane * ldp;
-      for (int k = 0; k < p; ++k) {
-        const float xv = xr[k];
-        const float* sr = st + k * kLdq + warp;
-        TARN_LA_UNROLL
-        for (int c = 0; c < kColsPerWarp; ++c) acc[c] += xv * sr[c * kScanWarps];
-      }
-      if (intra) {
-        const float* pr = pm + lane * kLdc;
-        for (int j = 0; j < r; ++j) {
-          const float pv = pr[j];
-          const float* wr = ws + j * kLdq + warp;
-          TARN_LA_UNROLL
-          for (int c = 0; c < kColsPerWarp; ++c) acc[c] += pv * wr[c * kScanWarps];
-        }
-      }
-      float* orow = ot + lane * kLdq + warp;
-      TARN_LA_UNROLL
-      for (int c = 0; c < kColsPerWarp; ++c) orow[c * kScanWarps] = acc[c];
-    };
-    // ot rows [0, r) to the output rows [r0, r0 + r), coalesced, with padding and phi'.
-    auto store = [&](int64_t r0, int r) {
-      for (int idx = tid; idx < r * wq; idx += nt) {
-        const int i = idx / wq, m = idx % wq;
-        float v = ot[i * kLdq + m];
-        const int64_t row = r0 + i;
-        const int64_t at = (bh * x.rows + row) * sh.q + c0 + m;
-        if (out.pad && out.pad[(bh / sh.heads) * x.rows + row] != 0.0f) v = 0.0f;
-        if (out.raw) v = fmap::chain_elementwise(out.map, out.raw[at], v);
-        out.ptr[at] = v;
-      }
-    };
-    // S += Y^T W over the r rows in the tiles: lane k of a 32-row block of S, warp's columns.
-    auto update_state = [&](int r) {
-      for (int kb = 0; kb < p; kb += device::kWarp) {
-        const int k = kb + lane;
-        if (k >= p) break;
-        float acc[kColsPerWarp];
-        TARN_LA_UNROLL
-        for (int c = 0; c < kColsPerWarp; ++c) acc[c] = 0.0f;
-        for (int i = 0; i < r; ++i) {
-          const float yv = ys[i * ldp + k];
-          const float* wr = ws + i * kLdq + warp;
-          TARN_LA_UNROLL
-          for (int c = 0; c < kColsPerWarp; ++c) acc[c] += yv * wr[c * kScanWarps];
-        }
-        float* sr = st + k * kLdq + warp;
-        TARN_LA_UNROLL
-        for (int c = 0; c < kColsPerWarp; ++c)
-          if (warp + c * kScanWarps < wq) sr[c * kScanWarps] += acc[c];  // padding columns stay 0
-      }
-    };
-    // P = M o (X Y^T) into pm rows [0, r): M keeps j <= i (forward) or j >= i (reverse). Lane i,
-    // columns j0 .. j0 + kPColsPerWarp of the warp.
-    auto chunk_product = [&](int r, bool reverse) {
-      const int i = lane, j0 = warp * kPColsPerWarp;
-      if (i >= r || j0 >= r) return;
-      float* prow = pm + i * kLdc;
-      const bool all_masked = reverse ? j0 + kPColsPerWarp - 1 < i : j0 > i;
-      float acc[kPColsPerWarp];
-      TARN_LA_UNROLL
-      for (int c = 0; c < kPColsPerWarp; ++c) acc[c] = 0.0f;
-      if (!all_masked) {
-        const float* xr = xs + i * ldp;
-        const float* yr = ys + j0 * ldp;
-        for (int k = 0; k < p; ++k) {
-          const float xv = xr[k];
-          TARN_LA_UNROLL
-          for (int c = 0; c < kPColsPerWarp; ++c) acc[c] += xv * yr[c * ldp + k];
-        }
-      }
-      TARN_LA_UNROLL
-      for (int c = 0; c < kPColsPerWarp; ++c) {
-        const int j = j0 + c;
-        if (j < r) prow[j] = (reverse ? j >= i : j <= i) ? acc[c] : 0.0f;
-      }
-    };
-    // S += Y^T W over the chunks [first, last) of Y and W.
-    auto accumulate = [&](int64_t first, int64_t last) {
-      for (int64_t c = first; c < last; ++c) {
-        const int64_t r0 = c * kChunk;
-        const int r = rows_in_chunk(y.rows, r0);
-        load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp, mx + kChunk);
-        load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kLdq, mx + 2 * kChunk);
-        __syncthreads();
-        update_state(r);
-        __syncthreads();
-      }
-    };
-
-    if (sh.phase == kSegmentState) {  // pass 1: this segment's sum, unscanned
+    if (sh.phase == ScanPhase::segment_state) {  // pass 1: this segment's sum, unscanned
       int64_t first, last;
       segment_chunks(y.rows, kChunk, z, segments, first, last);
-      accumulate(first, last);
+      b.accumulate(y, w, first, last);
       __syncthreads();  // an empty segment has no barrier between the zeroing and this read
-      for (int idx = tid; idx < p * wq; idx += nt) {
-        const int k = idx / wq, m = idx % wq;
-        seg_state[k * sh.q + m] = st[k * kLdq + m];
-      }
-      __syncthreads();  // the next slice's zeroing overwrites the st this copy reads
+      b.save_state(segment_state);
+      __syncthreads();  // the next slice's zeroing overwrites the state this copy reads
       continue;
     }
 
     int64_t first, last;
     segment_chunks(x.rows, kChunk, z, segments, first, last);
-    if (sh.mode == kFull) {
+    if (sh.mode == ScanMode::full) {
       // Bidirectional: the whole S' (from pass 2's total when split), then this segment's rows.
-      if (!states) accumulate(0, (y.rows + kChunk - 1) / kChunk);
+      if (!states) b.accumulate(y, w, 0, (y.rows + kChunk - 1) / kChunk);
       for (int64_t c = first; c < last; ++c) {
         const int64_t r0 = c * kChunk;
         const int r = rows_in_chunk(x.rows, r0);
-        load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp, mx);
+        b.load(x, r0, r, 0, sh.p, b.xs, sh.ldp, 0);
         __syncthreads();
-        emit(r, false);
+        b.emit(r, false);
         __syncthreads();  // ot complete; the next chunk's emit comes after its load barrier
-        store(r0, r);
+        b.store(r0, r);
       }
       continue;  // the next slice's first barrier orders these stores before ot is rewritten
     }
 
-    const bool reverse = sh.mode == kReverseScan;
+    const bool reverse = sh.mode == ScanMode::reverse;
     for (int64_t step = first; step < last; ++step) {
       const int64_t c = reverse ? last - 1 - (step - first) : step;
       const int64_t r0 = c * kChunk;
       const int r = rows_in_chunk(x.rows, r0);
-      load_tile(x, bh, sh.heads, r0, r, 0, p, xs, ldp, mx);
-      load_tile(y, bh, sh.heads, r0, r, 0, p, ys, ldp, mx + kChunk);
-      load_tile(w, bh, sh.heads, r0, r, c0, wq, ws, kLdq, mx + 2 * kChunk);
+      b.load(x, r0, r, 0, sh.p, b.xs, sh.ldp, 0);
+      b.load(y, r0, r, 0, sh.p, b.ys, sh.ldp, 1);
+      b.load(w, r0, r, b.c0, b.wq, b.ws, kLdq, 2);
       __syncthreads();
-      chunk_product(r, reverse);
+      b.chunk_product(r, reverse);
       __syncthreads();
-      emit(r, true);
+      b.emit(r, true);
       __syncthreads();  // every read of the state before this chunk's update; ot complete
-      store(r0, r);
-      update_state(r);
+      b.store(r0, r);
+      b.update_state(r);
       __syncthreads();  // the update reads ys, ws, which the next chunk's loads overwrite
     }
   }
@@ -378,11 +423,11 @@ void scan(const Operand& x, const Operand& y, const Operand& w, int p, int q, in
   const dim3 grid(static_cast<unsigned>(column_tiles(q)), static_cast<unsigned>(std::min<int64_t>(slices, device::kMaxGridY)),
                   static_cast<unsigned>(split ? segments : 1));
   if (split) {
-    const ScanShape pass1{p, ldp, q, heads, slices, mode, kSegmentState};
+    const ScanShape pass1{p, ldp, q, heads, slices, mode, ScanPhase::segment_state};
     tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass1, out, states);
     segment_prefix(states, slices, segments, static_cast<int64_t>(p) * q, mode);
   }
-  const ScanShape pass3{p, ldp, q, heads, slices, mode, kScan};
+  const ScanShape pass3{p, ldp, q, heads, slices, mode, ScanPhase::scan};
   tarn::launch(linear_attention_scan_kernel, grid, kScanThreads, smem, nullptr, x, y, w, pass3, out,
                split ? states : nullptr);
 }
@@ -430,7 +475,7 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
   const Operand xa{a, dims.n_q, d, 0, nullptr, cfg.feature_map};
   const Operand yb{b, dims.n_k, d, 0, cfg.key_padding_mask, cfg.feature_map};
   const Operand wv{v, dims.n_k, e, 1, nullptr, FeatureMap::identity};
-  scan(xa, yb, wv, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull,
+  scan(xa, yb, wv, d, e + 1, dims.heads, slices, cfg.causal ? ScanMode::forward : ScanMode::full,
        Output{u, nullptr, nullptr, FeatureMap::identity}, call_segments(dims), states);
   normalize_rows(static_cast<const float*>(u), out, den, rows, e, cfg.eps);
 }
@@ -461,7 +506,8 @@ void linear_attention_backward(const LinearAttentionDims& dims, const LinearAtte
   const Operand b_op{b, dims.n_k, d, 0, pad, map};
   const Operand v_op{v, dims.n_k, e, 1, nullptr, FeatureMap::identity};
   const Operand g_op{g, dims.n_q, e + 1, 0, nullptr, FeatureMap::identity};
-  const ScanMode fwd = cfg.causal ? kForwardScan : kFull, rev = cfg.causal ? kReverseScan : kFull;
+  const ScanMode fwd = cfg.causal ? ScanMode::forward : ScanMode::full;
+  const ScanMode rev = cfg.causal ? ScanMode::reverse : ScanMode::full;
   const int64_t segments = call_segments(dims);
   if (da) {
     scan(g_op, v_op, b_op, e + 1, d, dims.heads, slices, fwd, gradient_output(da, nullptr, a, map), segments, states);

@@ -168,8 +168,8 @@ __host__ __device__ __forceinline__ SmemLayout smem_layout(int p) {
 }
 
 // Whether the causal mask keeps any of 16x16 tile (ti, tj) of a chunk's P.
-__device__ __forceinline__ bool tile_live(int mode, int ti, int tj) {
-  return mode == kForwardScan ? tj <= ti : mode == kReverseScan ? tj >= ti : true;
+__device__ __forceinline__ bool tile_live(ScanMode mode, int ti, int tj) {
+  return mode == ScanMode::forward ? tj <= ti : mode == ScanMode::reverse ? tj >= ti : true;
 }
 
 // x: (B,H,nx,.) y, w: (B,H,ny,.) -> out (B,H,nx,q); grid (column tiles, slices). p: the padded
@@ -179,8 +179,8 @@ __device__ __forceinline__ bool tile_live(int mode, int ti, int tj) {
 // spill at 64 to 80, as it did without the hint.
 template <int kTileQ>
 __global__ void __launch_bounds__(kThreads, 2)
-    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, int mode, int phase,
-                                      int64_t heads, int64_t slices, float* states) {
+    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, ScanMode mode,
+                                      ScanPhase phase, int64_t heads, int64_t slices, float* states) {
   constexpr int kQT = kTileQ / kT;                      // 16-column tiles of O and S
   constexpr int kOutPerWarp = kChunkTiles * kQT / kWarps;  // O tiles each warp owns
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
@@ -258,12 +258,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     // after the first loads.
     for (int idx = threadIdx.x; idx < p * kTileQ; idx += blockDim.x) {
       const int k = idx / kTileQ, m = idx % kTileQ;
-      const float s0 = phase == kScan && seg_state && k < p_cols && m < wq ? seg_state[k * q_cols + m] : 0.0f;
+      const float s0 = phase == ScanPhase::scan && seg_state && k < p_cols && m < wq ? seg_state[k * q_cols + m] : 0.0f;
       sf[k * L.ldsf + m] = s0;
       sb[k * L.ldsb + m] = mma::to_bf16(s0);
     }
 
-    if (phase == kSegmentState) {  // pass 1: this segment's Y^T W, unscanned
+    if (phase == ScanPhase::segment_state) {  // pass 1: this segment's Y^T W, unscanned
       int64_t first, last;
       segment_chunks(y.rows, kChunk, z, segments, first, last);
       for (int64_t c = first; c < last; ++c) {
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     int64_t first, last;
     segment_chunks(x.rows, kChunk, z, segments, first, last);
-    if (mode == kFull) {
+    if (mode == ScanMode::full) {
       // Bidirectional: the whole S (from pass 2's total when split), then this segment's rows.
       for (int64_t r0 = 0; !states && r0 < y.rows; r0 += kChunk) {
         load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int64_t chunks = last - first;
     for (int64_t step = 0; step < chunks; ++step) {
-      const int64_t r0 = (mode == kReverseScan ? last - 1 - step : first + step) * kChunk;
+      const int64_t r0 = (mode == ScanMode::reverse ? last - 1 - step : first + step) * kChunk;
       // A: loads.
       load_tile(x, bh, heads, r0, 0, p, xs, L.ldx);
       load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // where the mask keeps it, inside the live tiles B wrote).
       for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += blockDim.x) {
         const int i = idx / kChunk, j = idx % kChunk;
-        const bool keep = mode == kForwardScan ? j <= i : j >= i;
+        const bool keep = mode == ScanMode::forward ? j <= i : j >= i;
         pb[i * L.ldpb + j] = mma::to_bf16(keep ? pf[i * L.ldpf + j] : 0.0f);
       }
       __syncthreads();
@@ -410,11 +410,11 @@ void launch_scan(const Operand& x, const Operand& y, const Operand& w, const Out
                   static_cast<unsigned>(split ? segments : 1));
   if (split) {
     tarn::launch(linear_attention_bf16_scan_kernel<kTileQ>, grid, kThreads, smem, nullptr, x, y, w, out, p,
-                 static_cast<int>(mode), static_cast<int>(kSegmentState), heads, slices, states);
+                 mode, ScanPhase::segment_state, heads, slices, states);
     segment_prefix(states, slices, segments, static_cast<int64_t>(y.cols + y.ones) * out.cols, mode);
   }
   tarn::launch(linear_attention_bf16_scan_kernel<kTileQ>, grid, kThreads, smem, nullptr, x, y, w, out, p,
-               static_cast<int>(mode), static_cast<int>(kScan), heads, slices, split ? states : nullptr);
+               mode, ScanPhase::scan, heads, slices, split ? states : nullptr);
 }
 
 // One scan: X, Y of p_cols columns (ones included), W and the output of q_cols. Every column
@@ -526,7 +526,7 @@ void linear_attention_bf16_forward(const LinearAttentionDims& dims, const Linear
                    exp_map ? workspace + ws.k_max : nullptr};
   const Operand wv{device_bf16(v), nullptr, dims.n_k, e, e, 1, nullptr, id, nullptr};
   const Output u{workspace, nullptr, dims.n_q, e + 1, nullptr, id, nullptr};
-  scan(op, xq, yk, wv, u, d, e + 1, dims.heads, slices, cfg.causal ? kForwardScan : kFull, ws.segments,
+  scan(op, xq, yk, wv, u, d, e + 1, dims.heads, slices, cfg.causal ? ScanMode::forward : ScanMode::full, ws.segments,
        workspace + ws.states);
   normalize_rows(static_cast<const float*>(workspace), device_bf16(out), den, rows, e, cfg.eps);
 }
@@ -561,7 +561,8 @@ void linear_attention_bf16_backward(const LinearAttentionDims& dims, const Linea
   const Operand v_op{device_bf16(v), nullptr, dims.n_k, e, e, 1, nullptr, id, nullptr};
   const Operand g_op{nullptr, workspace, dims.n_q, e + 1, e + 1, 0, nullptr, id, nullptr};
   const Operand g_main{nullptr, workspace, dims.n_q, e, e + 1, 0, nullptr, id, nullptr};  // dV' without its ones column
-  const ScanMode fwd = cfg.causal ? kForwardScan : kFull, rev = cfg.causal ? kReverseScan : kFull;
+  const ScanMode fwd = cfg.causal ? ScanMode::forward : ScanMode::full;
+  const ScanMode rev = cfg.causal ? ScanMode::reverse : ScanMode::full;
   // dq and dk: phi' chained into the scan's output for the elementwise maps; for exp, dL/dphi
   // in f32 to the workspace first, then the row pass.
   auto feature_grad = [&](const ::tarn::bf16* x, ::tarn::bf16* dx, int64_t n, const float* row_pad) {

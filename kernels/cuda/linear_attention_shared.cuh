@@ -23,10 +23,12 @@ int linear_attention_forced_segments();
 
 namespace {
 
-enum ScanMode : int { kForwardScan = 0, kReverseScan = 1, kFull = 2 };
-enum ScanPhase : int {
-  kScan = 0,          // the scan (or bidirectional emit), from zero or from its segment's state
-  kSegmentState = 1,  // pass 1: each segment's Y^T W into the segment states
+// Which rows of Y a row of X sees: those up to it (the forward scan of causal attention), those
+// from it on (the reverse scan of its backward), or all (bidirectional).
+enum class ScanMode : int { forward, reverse, full };
+enum class ScanPhase : int {
+  scan,           // the scan (or bidirectional emit), from zero or from its segment's state
+  segment_state,  // pass 1: each segment's Y^T W into the segment states
 };
 
 // Automatic splitting: aim for this many blocks per SM, and no more than this many segments.
@@ -60,17 +62,17 @@ __device__ __forceinline__ void segment_chunks(int64_t rows, int chunk, int z, i
 // Pass 2 of a split scan, per element of the (p, q) states of one slice: the segments' sums
 // become the state each segment starts from. states: (slices, segments, p*q).
 __global__ void linear_attention_segment_prefix_kernel(float* states, int64_t slices, int segments, int64_t pq,
-                                                       int mode) {
+                                                       ScanMode mode) {
   for (int64_t idx = device::global_index(); idx < slices * pq; idx += device::global_stride()) {
     float* s = states + (idx / pq) * segments * pq + idx % pq;
-    if (mode == kFull) {  // every segment emits from the total
+    if (mode == ScanMode::full) {  // every segment emits from the total
       float total = 0.0f;
       for (int z = 0; z < segments; ++z) total += s[z * pq];
       for (int z = 0; z < segments; ++z) s[z * pq] = total;
     } else {  // exclusive prefix (forward) or suffix (reverse) sums
       float run = 0.0f;
       for (int t = 0; t < segments; ++t) {
-        const int z = mode == kReverseScan ? segments - 1 - t : t;
+        const int z = mode == ScanMode::reverse ? segments - 1 - t : t;
         const float own = s[z * pq];
         s[z * pq] = run;
         run += own;
@@ -82,7 +84,7 @@ __global__ void linear_attention_segment_prefix_kernel(float* states, int64_t sl
 // Launches pass 2 over states (slices, segments, pq).
 inline void segment_prefix(float* states, int64_t slices, int64_t segments, int64_t pq, ScanMode mode) {
   tarn::launch(linear_attention_segment_prefix_kernel, device::grid_for(slices * pq), device::kBlock, 0, nullptr,
-               states, slices, static_cast<int>(segments), pq, static_cast<int>(mode));
+               states, slices, static_cast<int>(segments), pq, mode);
 }
 
 // out = U[:, :e] / (U[:, e] + eps) (stored as T), den = U[:, e]; u: (rows, e + 1) f32.
