@@ -10,6 +10,7 @@
 // Every call is collective: each rank of the group makes the same calls in the same order,
 // with the same n (and root), each from its own thread; a rank that never calls blocks the
 // others forever, as with MPI and NCCL. Calls return when the result is in the caller's buffer.
+#include "kernels/cuda_api.h"
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -116,11 +117,6 @@ using NcclUniqueId = std::array<char, 128>;
   std::unique_ptr<Communicator> nccl_communicator(const NcclUniqueId& id, int rank, int world, int device); \
   std::vector<std::unique_ptr<Communicator>> local_communicators(int world);
 
-namespace tarn::kernels::cuda {
-TARN_COLLECTIVES_CUDA_API
-}  // namespace tarn::kernels::cuda
-namespace tarn::kernels::cuda_emu {
-TARN_COLLECTIVES_CUDA_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_COLLECTIVES_CUDA_API)
 
 #undef TARN_COLLECTIVES_CUDA_API

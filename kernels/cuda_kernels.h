@@ -6,6 +6,7 @@
 // Every buffer pointer is device memory (host memory under the emulator); shape and stride
 // arrays are host memory. Work goes to the default stream; the functions that return a value
 // copy it back and so synchronise. Enum and struct types are the CPU headers'.
+#include "kernels/cuda_api.h"
 #include <cstdint>
 
 #include "kernels/cast.h"
@@ -68,12 +69,6 @@ namespace tarn::kernels::cuda_emu {
   void favor_backward(const FavorDims& dims, FavorStabilizer stab, const float* x, const float* w, const float* y,  \
                       const float* dy, float* dx, float* workspace, size_t workspace_floats);
 
-namespace tarn::kernels::cuda {
-TARN_CUDA_LINEAR_ATTENTION_API
-}  // namespace tarn::kernels::cuda
-
-namespace tarn::kernels::cuda_emu {
-TARN_CUDA_LINEAR_ATTENTION_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_CUDA_LINEAR_ATTENTION_API)
 
 #undef TARN_CUDA_LINEAR_ATTENTION_API

@@ -32,6 +32,7 @@
 // Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
 // tarn::kernels::cuda_emu (the emulator, tests). Buffer pointers are device memory, dims and cfg
 // host memory; work goes to the default stream.
+#include "kernels/cuda_api.h"
 #include <cstddef>
 
 #include "kernels/emu/bf16.h"
@@ -76,12 +77,6 @@
                            const float* w, const ::tarn::bf16* y, const ::tarn::bf16* dy, ::tarn::bf16* dx,         \
                            float* workspace, size_t workspace_floats);
 
-namespace tarn::kernels::cuda {
-TARN_CUDA_LINEAR_ATTENTION_BF16_API
-}  // namespace tarn::kernels::cuda
-
-namespace tarn::kernels::cuda_emu {
-TARN_CUDA_LINEAR_ATTENTION_BF16_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_CUDA_LINEAR_ATTENTION_BF16_API)
 
 #undef TARN_CUDA_LINEAR_ATTENTION_BF16_API

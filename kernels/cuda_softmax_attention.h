@@ -11,6 +11,7 @@
 // per kernel, see the .cu). The forward needs no workspace (0 floats); the backward's workspace
 // is D = rowsum(dO o O), (B, H, Nq) floats. No float atomics: every gradient element is summed
 // by one thread in a fixed order, so results are the same bits on every run.
+#include "kernels/cuda_api.h"
 #include <cstddef>
 
 #include "kernels/softmax_attention.h"
@@ -30,12 +31,6 @@
                                   const float* lse, const float* dout, float* dq, float* dk, float* dv,           \
                                   float* workspace, size_t workspace_floats);
 
-namespace tarn::kernels::cuda {
-TARN_CUDA_SOFTMAX_ATTENTION_API
-}  // namespace tarn::kernels::cuda
-
-namespace tarn::kernels::cuda_emu {
-TARN_CUDA_SOFTMAX_ATTENTION_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_CUDA_SOFTMAX_ATTENTION_API)
 
 #undef TARN_CUDA_SOFTMAX_ATTENTION_API

@@ -17,6 +17,7 @@
 // Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
 // tarn::kernels::cuda_emu (the emulator, tests). Pointers are device memory, dims and cfg host
 // memory; work goes to the default stream.
+#include "kernels/cuda_api.h"
 #include <cstddef>
 
 #include "kernels/emu/bf16.h"
@@ -38,12 +39,6 @@
                                        ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,     \
                                        size_t workspace_floats);
 
-namespace tarn::kernels::cuda {
-TARN_CUDA_SOFTMAX_ATTENTION_BF16_API
-}  // namespace tarn::kernels::cuda
-
-namespace tarn::kernels::cuda_emu {
-TARN_CUDA_SOFTMAX_ATTENTION_BF16_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_CUDA_SOFTMAX_ATTENTION_BF16_API)
 
 #undef TARN_CUDA_SOFTMAX_ATTENTION_BF16_API

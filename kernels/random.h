@@ -34,6 +34,7 @@
 //
 // Offsets: a uniform fill of n values consumes n words; a normal fill consumes 2n
 // (normal_fill_words). Continue a stream by passing offset + that many.
+#include "kernels/cuda_api.h"
 #include <cmath>
 #include <cstdint>
 
@@ -86,11 +87,6 @@ void normal_fill(float* out, int64_t n, float mean, float stddev, const PhiloxPo
   void uniform_fill(float* out, int64_t n, float low, float high, const PhiloxPosition& at); \
   void normal_fill(float* out, int64_t n, float mean, float stddev, const PhiloxPosition& at);
 
-namespace tarn::kernels::cuda {
-TARN_RANDOM_CUDA_API
-}  // namespace tarn::kernels::cuda
-namespace tarn::kernels::cuda_emu {
-TARN_RANDOM_CUDA_API
-}  // namespace tarn::kernels::cuda_emu
+TARN_DECLARE_CUDA_API(TARN_RANDOM_CUDA_API)
 
 #undef TARN_RANDOM_CUDA_API

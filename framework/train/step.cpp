@@ -10,12 +10,8 @@
 namespace tarn {
 
 const char* step_outcome_name(StepOutcome outcome) {
-  switch (outcome) {
-    case StepOutcome::applied: return "applied";
-    case StepOutcome::nonfinite_loss: return "non-finite or diverged loss";
-    case StepOutcome::nonfinite_gradient: return "non-finite gradient norm";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"applied", "non-finite or diverged loss", "non-finite gradient norm"};
+  return kNames[static_cast<int>(outcome)];
 }
 
 TrainStep::TrainStep(Module& module, kernels::Communicator& control, kernels::Communicator& gradients,

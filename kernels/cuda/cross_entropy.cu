@@ -9,10 +9,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::block_max;
-using device::block_sum;
-using device::kBlock;
-using device::Scratch;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 // One block per row: lse[r], row_loss[r] and row_nll[r] (0 on ignored rows, NaN for a target out
 // of range).

@@ -11,10 +11,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 constexpr int kWords = 4;  // outputs per Philox block
 

@@ -11,11 +11,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
-using device::Scratch;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 constexpr int kSortTile = 1024;  // keys sorted per block in shared memory (one per thread)
 constexpr uint64_t kPadKey = ~uint64_t{0};

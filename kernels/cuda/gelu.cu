@@ -7,10 +7,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 constexpr float kSqrtHalf = 0.70710678118654752f;     // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)

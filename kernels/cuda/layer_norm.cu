@@ -8,12 +8,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::block_sum;
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
-using device::Scratch;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 constexpr int64_t kRowBlock = 64;  // rows per dgamma/dbeta partial sum (the CPU kernel's)
 

@@ -8,12 +8,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::block_sum;
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
-using device::Scratch;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 // The update's scalars, folded on the host in double as the CPU kernel (and PyTorch) do.
 struct AdamWScalars {

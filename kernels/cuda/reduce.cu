@@ -7,12 +7,7 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
-using device::block_sum;
-using device::global_index;
-using device::global_stride;
-using device::grid_for;
-using device::kBlock;
-using device::Scratch;
+using namespace device;  // the launch helpers and block reductions of kernels/cuda/common.cuh
 
 constexpr int64_t kChunkRows = 256;          // middle-axis rows per partial sum
 constexpr int64_t kEnoughThreads = 1 << 16;  // below this many outputs, split the middle axis
