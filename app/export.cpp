@@ -16,11 +16,11 @@
 namespace tarn::app {
 namespace {
 
-json::Value attention_json(const AttentionRecipe& a) {
+json::Value attention_json(const AttentionConfig& a) {
   json::Value o = json::Value::object();
-  o.set("kind", json::Value::string(a.kind));
-  if (a.kind == "linear") {
-    o.set("feature_map", json::Value::string(a.feature_map));
+  o.set("kind", json::Value::string(attention_kind_name(a.kind)));
+  if (a.is_linear()) {
+    o.set("feature_map", json::Value::string(kernels::cpu::feature_map_name(a.feature_map)));
     o.set("chunk", json::Value::number(a.chunk));
     o.set("favor_features", json::Value::number(a.favor_features));
     o.set("eps", json::Value::number(a.eps));

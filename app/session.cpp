@@ -29,17 +29,6 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-AttentionConfig attention_config(const AttentionRecipe& r, const std::string& key) {
-  AttentionConfig a;
-  a.kind = parse_attention_kind(r.kind, key + ".kind");
-  a.feature_map = r.feature_map;
-  a.chunk = r.chunk;
-  a.favor_features = r.favor_features;
-  a.favor_redraw_every = r.favor_redraw_every;
-  a.eps = static_cast<float>(r.eps);
-  return a;
-}
-
 // The recipe's model as a BartConfig, every size as written (no checks): what model_config
 // validates and check_memory sizes.
 BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
@@ -57,9 +46,9 @@ BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
   c.activation_dropout = static_cast<float>(m.activation_dropout);
   c.scale_embedding = m.scale_embedding;
   c.init_std = static_cast<float>(m.init_std);
-  c.encoder_self_attention = attention_config(m.attention.encoder_self, "model.attention.encoder_self");
-  c.decoder_self_attention = attention_config(m.attention.decoder_self, "model.attention.decoder_self");
-  c.cross_attention = attention_config(m.attention.cross, "model.attention.cross");
+  c.encoder_self_attention = m.attention.encoder_self;
+  c.decoder_self_attention = m.attention.decoder_self;
+  c.cross_attention = m.attention.cross;
   return c;
 }
 
@@ -362,6 +351,18 @@ Device training_device(const Recipe& recipe) {
   if (device.index >= count)
     throw ConfigError(where, "training.device",
                       str_cat("\"", name, "\": no CUDA device ", device.index, " (", count, " visible)"));
+  // The CUDA scans run fixed chunks (kernels/cuda/linear_attention.cu: 32 rows in f32;
+  // linear_attention_bf16.cu: 64 in bf16): a chunk the recipe gives must be that one.
+  const std::string chunk_key = "model.attention.decoder_self.chunk";
+  const AttentionConfig& causal = recipe.model.attention.decoder_self;
+  if (causal.is_linear() && recipe.origins.count(chunk_key) > 0) {
+    const bool bf16 = parse_precision(recipe.training.precision) == Precision::bf16;
+    const int64_t cuda_chunk = bf16 ? 64 : 32;
+    if (causal.chunk != cuda_chunk)
+      throw ConfigError(recipe.where(chunk_key), chunk_key,
+                        str_cat(causal.chunk, " rows: on CUDA the causal scan runs chunks of ", cuda_chunk, " rows in ",
+                                bf16 ? "bf16" : "f32", "; give ", cuda_chunk, " or leave the key out"));
+  }
   return device;
 }
 

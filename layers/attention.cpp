@@ -133,7 +133,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   register_module("q_proj", q_proj);
   register_module("out_proj", out_proj);
   if (config_.is_linear()) {
-    map_ = parse_feature_map(config_.feature_map);
+    map_ = config_.feature_map;
     if (map_ == FeatureMap::favor) {
       favor_.m = config_.favor_features > 0 ? config_.favor_features : head_dim_;
       favor_.d = head_dim_;
@@ -210,7 +210,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     LinearAttentionOptions opt;
     opt.causal = causal_;
     opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
-    opt.eps = config_.eps;
+    opt.eps = static_cast<float>(config_.eps);
     opt.chunk = static_cast<int>(config_.chunk);
     opt.fused_feature_map = fused_map();
     opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
@@ -255,7 +255,7 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
     // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (docs/design.md section 2, recurrent mode).
     LinearAttentionState st{cache.state, cache.length};
     LinearAttentionStepOptions opt;
-    opt.eps = config_.eps;
+    opt.eps = static_cast<float>(config_.eps);
     opt.fused_feature_map = fused_map();
     const bool favor = map_ == FeatureMap::favor;
     ctx = linear_attention_step(st, favor ? query_features(q) : q, favor ? key_features(k) : k, v, opt)
@@ -303,7 +303,7 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
     opt.scale = scaling_;
     ctx = softmax_attention(q, cache.key, cache.value, opt);
   } else {
-    ctx = normalise(matmul(query_features(q), cache.state), config_.eps);
+    ctx = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
   }
   return out_proj.forward(merge_heads(ctx));
 }

@@ -3,52 +3,29 @@
 #include <algorithm>
 #include <sstream>
 
-#include "framework/ops/attention.h"
+#include "framework/model_presets.h"
 #include "kernels/check.h"
 
 namespace tarn {
 
-std::string AttentionConfig::str() const {
-  if (kind == Kind::softmax) return "softmax";
-  return "linear(" + feature_map + ")";
-}
-
-AttentionConfig::Kind parse_attention_kind(const std::string& s, const std::string& key) {
-  if (s == "softmax") return AttentionConfig::Kind::softmax;
-  if (s == "linear") return AttentionConfig::Kind::linear;
-  throw Error(str_cat(key, ": expected \"softmax\" or \"linear\", got \"", s, "\""));
-}
-
-BartConfig BartConfig::tiny() { return BartConfig{}; }
-
-BartConfig BartConfig::small() {
-  BartConfig c;
-  c.vocab_size = 8000;
-  c.d_model = 256;
-  c.encoder_layers = c.decoder_layers = 4;
-  c.encoder_attention_heads = c.decoder_attention_heads = 4;
-  c.encoder_ffn_dim = c.decoder_ffn_dim = 1024;
-  c.max_position_embeddings = 512;
-  return c;
-}
-
-BartConfig BartConfig::base() {
-  BartConfig c;
-  c.vocab_size = 50265;
-  c.d_model = 768;
-  c.encoder_layers = c.decoder_layers = 6;
-  c.encoder_attention_heads = c.decoder_attention_heads = 12;
-  c.encoder_ffn_dim = c.decoder_ffn_dim = 3072;
-  c.max_position_embeddings = 1024;
-  return c;
-}
-
+// The sizes of the preset (framework/model_presets.h) on the defaults of every other field.
 BartConfig BartConfig::preset(const std::string& name) {
-  if (name == "tiny") return tiny();
-  if (name == "small") return small();
-  if (name == "base") return base();
-  throw Error(str_cat("model preset: expected \"tiny\", \"small\" or \"base\", got \"", name, "\""));
+  const ModelPreset* p = find_model_preset(name);
+  if (!p) throw Error(str_cat("model preset: expected \"tiny\", \"small\" or \"base\", got \"", name, "\""));
+  BartConfig c;
+  c.vocab_size = p->vocab_size;
+  c.d_model = p->d_model;
+  c.encoder_layers = p->encoder_layers;
+  c.decoder_layers = p->decoder_layers;
+  c.encoder_attention_heads = c.decoder_attention_heads = p->heads;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = p->ffn_dim;
+  c.max_position_embeddings = p->max_positions;
+  return c;
 }
+
+BartConfig BartConfig::tiny() { return preset("tiny"); }
+BartConfig BartConfig::small() { return preset("small"); }
+BartConfig BartConfig::base() { return preset("base"); }
 
 BartConfig& BartConfig::with_attention(const AttentionConfig& a) {
   encoder_self_attention = decoder_self_attention = cross_attention = a;
@@ -56,20 +33,6 @@ BartConfig& BartConfig::with_attention(const AttentionConfig& a) {
 }
 
 namespace {
-
-void check_attention(const AttentionConfig& a, const std::string& key) {
-  if (a.kind != AttentionConfig::Kind::linear) return;
-  try {
-    parse_feature_map(a.feature_map);
-  } catch (const Error& e) {
-    throw Error(str_cat(key, ".feature_map: ", e.what()));
-  }
-  TARN_CHECK(a.chunk > 0, key, ".chunk: must be positive, got ", a.chunk);
-  TARN_CHECK(a.favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", a.favor_features);
-  TARN_CHECK(a.favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ",
-             a.favor_redraw_every);
-  TARN_CHECK(a.eps > 0, key, ".eps: must be positive, got ", a.eps);
-}
 
 void check_probability(float p, const std::string& key) {
   TARN_CHECK(p >= 0.0f && p < 1.0f, key, ": expected a probability in [0, 1), got ", p);
@@ -106,9 +69,9 @@ void BartConfig::validate(const std::string& prefix) const {
   id(pad_token_id, "pad_token_id");
   id(eos_token_id, "eos_token_id");
   id(decoder_start_token_id, "decoder_start_token_id");
-  check_attention(encoder_self_attention, prefix + "encoder_self_attention");
-  check_attention(decoder_self_attention, prefix + "decoder_self_attention");
-  check_attention(cross_attention, prefix + "cross_attention");
+  encoder_self_attention.validate(prefix + "encoder_self_attention");
+  decoder_self_attention.validate(prefix + "decoder_self_attention");
+  cross_attention.validate(prefix + "cross_attention");
 }
 
 std::string BartConfig::str() const {
@@ -137,7 +100,7 @@ BartConfig::Footprint BartConfig::footprint() const {
   f.decoder_parameters = static_cast<double>(decoder_layers) * (2 * (attention + norm) + dec_ffn + norm);
   // FAVOR+ projections: features x head_dim per attention module; the output bias, V.
   auto favor = [&](const AttentionConfig& a, double heads, double layers) {
-    if (!a.is_linear() || a.feature_map != "favor") return 0.0;
+    if (!a.is_linear() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
     const double head_dim = d / std::max(1.0, heads);
     const double m = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head_dim;
     return layers * m * head_dim;

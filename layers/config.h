@@ -6,33 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "framework/attention_config.h"
+
 namespace tarn {
-
-// How one attention stack computes attention (encoder self, decoder self, cross).
-struct AttentionConfig {
-  enum class Kind { softmax, linear };
-  Kind kind = Kind::softmax;
-  // Linear attention only (docs/design.md section 2): feature map name, one of
-  // "elu1" (default), "relu", "exp", "favor", "identity".
-  std::string feature_map = "elu1";
-  int64_t chunk = 64;         // chunk size of the causal scan
-  int64_t favor_features = 0;  // m, the FAVOR+ feature count; 0 = head_dim
-  int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
-  float eps = 1e-6f;          // normaliser epsilon: out = num / (den + eps)
-
-  bool is_linear() const { return kind == Kind::linear; }
-  static AttentionConfig softmax_attention() { return {}; }
-  static AttentionConfig linear_attention(const std::string& feature_map = "elu1") {
-    AttentionConfig c;
-    c.kind = Kind::linear;
-    c.feature_map = feature_map;
-    return c;
-  }
-  std::string str() const;  // "softmax" or "linear(elu1)"
-};
-
-// "softmax" / "linear"; throws naming `key` on anything else.
-AttentionConfig::Kind parse_attention_kind(const std::string& s, const std::string& key = "attention.kind");
 
 struct BartConfig {
   int64_t vocab_size = 1000;

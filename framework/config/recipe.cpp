@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "framework/config/schema.h"
+#include "framework/model_presets.h"
 
 namespace tarn {
 namespace {
@@ -15,36 +16,24 @@ using config::SectionBuilder;
 constexpr const char* kRecipePlaceholder = "{recipe}";
 constexpr int64_t kMinTokenizerVocab = 8;  // 4 specials + <mask> + a few pieces
 
-// Model sizes per preset. tiny: tests (seconds on a CPU); small: the CPU default; base:
-// BART-base (Lewis et al. 2020: 6+6 layers, d_model 768, 12 heads, FFN 3072).
-struct PresetSizes {
-  const char* name;
-  int64_t d_model, encoder_layers, decoder_layers, heads, ffn_dim, max_positions;
-};
-constexpr PresetSizes kPresets[] = {
-    {"tiny", 64, 2, 2, 4, 256, 128},
-    {"small", 256, 4, 4, 4, 1024, 512},
-    {"base", 768, 6, 6, 12, 3072, 1024},
-};
-
-// The size fields a preset fills, by key.
+// The size fields a preset fills (framework/model_presets.h), by key.
 struct SizeField {
   const char* key;
   int64_t ModelRecipe::*member;
-  int64_t PresetSizes::*preset;
+  int64_t ModelPreset::*preset;
 };
 constexpr SizeField kSizeFields[] = {
-    {"d_model", &ModelRecipe::d_model, &PresetSizes::d_model},
-    {"encoder_layers", &ModelRecipe::encoder_layers, &PresetSizes::encoder_layers},
-    {"decoder_layers", &ModelRecipe::decoder_layers, &PresetSizes::decoder_layers},
-    {"heads", &ModelRecipe::heads, &PresetSizes::heads},
-    {"ffn_dim", &ModelRecipe::ffn_dim, &PresetSizes::ffn_dim},
-    {"max_positions", &ModelRecipe::max_positions, &PresetSizes::max_positions},
+    {"d_model", &ModelRecipe::d_model, &ModelPreset::d_model},
+    {"encoder_layers", &ModelRecipe::encoder_layers, &ModelPreset::encoder_layers},
+    {"decoder_layers", &ModelRecipe::decoder_layers, &ModelPreset::decoder_layers},
+    {"heads", &ModelRecipe::heads, &ModelPreset::heads},
+    {"ffn_dim", &ModelRecipe::ffn_dim, &ModelPreset::ffn_dim},
+    {"max_positions", &ModelRecipe::max_positions, &ModelPreset::max_positions},
 };
 
 struct StackField {
   const char* key;
-  AttentionRecipe AttentionStacksRecipe::*member;
+  AttentionConfig AttentionStacksRecipe::*member;
 };
 constexpr StackField kAttentionStacks[] = {
     {"encoder_self", &AttentionStacksRecipe::encoder_self},
@@ -58,23 +47,29 @@ bool is_device(const std::string& s) {
   return s.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
-void declare_attention(SectionBuilder<AttentionRecipe> a, bool causal) {
-  a.choice(&AttentionRecipe::kind, "kind", "softmax (exact, O(N^2) in length) or linear (feature maps, O(N))",
-           {"softmax", "linear"});
+void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
+  a.enumeration(&AttentionConfig::kind, "kind", "softmax (exact, O(N^2) in length) or linear (feature maps, O(N))",
+                {{"softmax", AttentionKind::softmax}, {"linear", AttentionKind::linear}});
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
             "decoder self-attention is always causal");
   }
-  a.choice(&AttentionRecipe::feature_map, "feature_map",
-           "linear attention's feature map phi (identity: ablations only, warns)",
-           {"elu1", "relu", "exp", "favor", "identity"});
-  a.integer(&AttentionRecipe::chunk, "chunk", "chunk size of the causal linear scan (causal stacks only)").min(1);
-  a.integer(&AttentionRecipe::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
+  using kernels::cpu::FeatureMap;
+  std::vector<std::pair<std::string, FeatureMap>> maps;
+  for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor, FeatureMap::identity})
+    maps.emplace_back(kernels::cpu::feature_map_name(m), m);
+  a.enumeration(&AttentionConfig::feature_map, "feature_map",
+                "linear attention's feature map phi (identity: ablations only, warns)", maps);
+  a.integer(&AttentionConfig::chunk, "chunk",
+            "rows per chunk of the causal linear scan on the CPU (causal stacks only); the CUDA kernels use 32 "
+            "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here")
+      .min(1);
+  a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
-  a.integer(&AttentionRecipe::favor_redraw_every, "favor_redraw_every",
+  a.integer(&AttentionConfig::favor_redraw_every, "favor_redraw_every",
             "redraw the FAVOR+ projection every this many steps; 0 = never")
       .non_negative();
-  a.number(&AttentionRecipe::eps, "eps", "linear attention's normaliser epsilon: num / (den + eps)").positive();
+  a.number(&AttentionConfig::eps, "eps", "linear attention's normaliser epsilon: num / (den + eps)").positive();
 }
 
 config::Schema build_schema() {
@@ -261,12 +256,9 @@ void resolve(Recipe& r, Loader& loader, const std::string& source) {
       const std::string key = std::string("model.") + f.key;
       if (!loader.given(key)) loader.error(key, "missing required value (model.preset is custom: give every size)");
     }
-  } else {
-    for (const PresetSizes& p : kPresets) {
-      if (r.model.preset != p.name) continue;
-      for (const SizeField& f : kSizeFields) {
-        if (!loader.given(std::string("model.") + f.key)) r.model.*f.member = p.*f.preset;
-      }
+  } else if (const ModelPreset* p = find_model_preset(r.model.preset)) {
+    for (const SizeField& f : kSizeFields) {
+      if (!loader.given(std::string("model.") + f.key)) r.model.*f.member = p->*f.preset;
     }
   }
 
@@ -377,18 +369,18 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   // Warnings: accepted, but probably not what was meant.
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
-    const AttentionRecipe& a = m.attention.*stack.member;
-    if (a.kind == "softmax") {
+    const AttentionConfig& a = m.attention.*stack.member;
+    if (!a.is_linear()) {
       for (const char* key : {"feature_map", "chunk", "favor_features", "favor_redraw_every", "eps"}) {
         if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: kind is softmax");
       }
       continue;
     }
-    if (a.feature_map == "identity") {
+    if (a.feature_map == kernels::cpu::FeatureMap::identity) {
       loader.warn_at(first_given(loader, {prefix + ".feature_map", prefix + ".kind", prefix}), prefix + ".feature_map",
                      "identity makes linear attention a mean over positions: for ablations only");
     }
-    if (a.feature_map != "favor") {
+    if (a.feature_map != kernels::cpu::FeatureMap::favor) {
       for (const char* key : {"favor_features", "favor_redraw_every"}) {
         if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: feature_map is not favor");
       }

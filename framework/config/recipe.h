@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/attention_config.h"
 #include "framework/config/config_error.h"
 
 namespace tarn {
@@ -36,20 +37,12 @@ namespace config {
 class Schema;
 }
 
-// One attention stack (docs/design.md sections 2 and 3).
-struct AttentionRecipe {
-  std::string kind = "linear";       // softmax | linear
-  std::string feature_map = "elu1";  // linear only: elu1 | relu | exp | favor | identity
-  int64_t chunk = 64;                // chunk size C of the causal scan (causal stacks only)
-  int64_t favor_features = 0;        // FAVOR+ random features m; 0 = the head dimension
-  int64_t favor_redraw_every = 0;    // redraw the FAVOR+ projection every K steps; 0 = never
-  double eps = 1e-6;                 // out = num / (den + eps)
-};
-
+// Each stack's attention, parsed straight into the type the model and the kernels read
+// (framework/attention_config.h). A recipe's stacks are linear attention unless it says otherwise.
 struct AttentionStacksRecipe {
-  AttentionRecipe encoder_self;
-  AttentionRecipe decoder_self;  // always causal
-  AttentionRecipe cross;
+  AttentionConfig encoder_self = AttentionConfig::linear_attention();
+  AttentionConfig decoder_self = AttentionConfig::linear_attention();  // always causal
+  AttentionConfig cross = AttentionConfig::linear_attention();
 };
 
 struct ModelRecipe {

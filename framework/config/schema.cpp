@@ -173,8 +173,8 @@ bool leaf_equal(const Field& f, const void* a, const void* b) {
     case FieldType::boolean: return *static_cast<const bool*>(a) == *static_cast<const bool*>(b);
     case FieldType::integer: return *static_cast<const int64_t*>(a) == *static_cast<const int64_t*>(b);
     case FieldType::number: return *static_cast<const double*>(a) == *static_cast<const double*>(b);
-    case FieldType::string:
-    case FieldType::choice: return *static_cast<const std::string*>(a) == *static_cast<const std::string*>(b);
+    case FieldType::string: return *static_cast<const std::string*>(a) == *static_cast<const std::string*>(b);
+    case FieldType::choice: return f.chosen(a) == f.chosen(b);
     case FieldType::numbers:
       return std::equal(static_cast<const double*>(a), static_cast<const double*>(a) + f.count,
                         static_cast<const double*>(b));
@@ -258,8 +258,8 @@ std::string Schema::value_text(const Field& f, const void* object) {
     case FieldType::boolean: return *static_cast<const bool*>(p) ? "true" : "false";
     case FieldType::integer: return std::to_string(*static_cast<const int64_t*>(p));
     case FieldType::number: return format_number(*static_cast<const double*>(p));
-    case FieldType::string:
-    case FieldType::choice: return format_string(*static_cast<const std::string*>(p));
+    case FieldType::string: return format_string(*static_cast<const std::string*>(p));
+    case FieldType::choice: return format_string(f.chosen(p));
     case FieldType::numbers: {
       std::vector<std::string> parts;
       for (size_t i = 0; i < f.count; ++i) parts.push_back(format_number(static_cast<const double*>(p)[i]));
@@ -520,9 +520,10 @@ void Loader::apply_leaf(const Field& f, const YAML::Node& v, const ConfigOrigin&
     case FieldType::choice:
       if (v.IsScalar()) {
         const std::string s = v.Scalar();
-        good = std::find(f.choices.begin(), f.choices.end(), s) != f.choices.end() && (!f.accept || f.accept(&s));
+        const auto it = std::find(f.choices.begin(), f.choices.end(), s);
+        good = it != f.choices.end() && (!f.accept || f.accept(&s));
         if (good) {
-          *static_cast<std::string*>(member(f)) = s;
+          f.choose(member(f), static_cast<size_t>(it - f.choices.begin()));
         } else if (const std::string near = closest(s, f.choices); !near.empty()) {
           hint = " (did you mean " + near + "?)";
         }

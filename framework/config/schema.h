@@ -62,6 +62,10 @@ struct Field {
   double hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
   std::vector<std::string> choices;  // choice: the accepted values
+  // choice: the member's value as one of `choices`, and the member set to choices[i]. A choice
+  // is bound to a std::string or to an enum (SectionBuilder::enumeration).
+  std::function<std::string(const void*)> chosen;
+  std::function<void(void*, size_t)> choose;
   size_t count = 0;                  // numbers: the exact list length
   std::string fixed_value;           // fixed: the only accepted value (a key kept for clarity)
   bool required = false;             // must be given (a string: and non-empty)
@@ -138,7 +142,23 @@ class SectionBuilder {
                                std::vector<std::string> choices) {
     Field* f = add(FieldType::choice, std::move(key), std::move(description), m);
     f->choices = std::move(choices);
+    f->chosen = [](const void* member) { return *static_cast<const std::string*>(member); };
+    f->choose = [names = f->choices](void* member, size_t i) { *static_cast<std::string*>(member) = names[i]; };
     return FieldRef<std::string>(f);
+  }
+  // A choice parsed straight into an enum: each name with its value. Written back by name.
+  template <class E>
+  FieldRef<E> enumeration(E S::*m, std::string key, std::string description,
+                          std::vector<std::pair<std::string, E>> options) {
+    Field* f = add(FieldType::choice, std::move(key), std::move(description), m);
+    for (const auto& o : options) f->choices.push_back(o.first);
+    f->chosen = [options](const void* member) {
+      for (const auto& o : options)
+        if (o.second == *static_cast<const E*>(member)) return o.first;
+      return std::string("(none)");
+    };
+    f->choose = [options](void* member, size_t i) { *static_cast<E*>(member) = options[i].second; };
+    return FieldRef<E>(f);
   }
   // A fixed-length list of numbers; the range and check() apply to each element.
   template <size_t N>

@@ -51,24 +51,24 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(small.model.preset, "small");
   EXPECT_EQ(small.training.device, "cpu");
   EXPECT_EQ(small.training.max_time_minutes, 10);
-  for (const AttentionRecipe* a : {&small.model.attention.encoder_self, &small.model.attention.decoder_self,
+  for (const AttentionConfig* a : {&small.model.attention.encoder_self, &small.model.attention.decoder_self,
                                    &small.model.attention.cross}) {
-    EXPECT_EQ(a->kind, "linear");
-    EXPECT_EQ(a->feature_map, "elu1");
+    EXPECT_EQ(a->kind, AttentionKind::linear);
+    EXPECT_EQ(a->feature_map, kernels::cpu::FeatureMap::elu1);
   }
   EXPECT_EQ(small.checkpoints.dir, "runs/small-linear");  // {recipe} resolved
   EXPECT_EQ(small.logging.metrics_file, "runs/small-linear/metrics.jsonl");
   EXPECT_EQ(small.data.tokenizer.train.model_prefix, "work/wordnet/spm8000");
 
   const Recipe softmax = load_recipe(source_path("recipes/small-softmax.yaml"));
-  EXPECT_EQ(softmax.model.attention.encoder_self.kind, "softmax");
-  EXPECT_EQ(softmax.model.attention.decoder_self.kind, "softmax");
-  EXPECT_EQ(softmax.model.attention.cross.kind, "softmax");
+  EXPECT_EQ(softmax.model.attention.encoder_self.kind, AttentionKind::softmax);
+  EXPECT_EQ(softmax.model.attention.decoder_self.kind, AttentionKind::softmax);
+  EXPECT_EQ(softmax.model.attention.cross.kind, AttentionKind::softmax);
 
   const Recipe encoder = load_recipe(source_path("recipes/small-linear-encoder.yaml"));
-  EXPECT_EQ(encoder.model.attention.encoder_self.kind, "linear");
-  EXPECT_EQ(encoder.model.attention.decoder_self.kind, "softmax");
-  EXPECT_EQ(encoder.model.attention.cross.kind, "softmax");
+  EXPECT_EQ(encoder.model.attention.encoder_self.kind, AttentionKind::linear);
+  EXPECT_EQ(encoder.model.attention.decoder_self.kind, AttentionKind::softmax);
+  EXPECT_EQ(encoder.model.attention.cross.kind, AttentionKind::softmax);
 
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
   EXPECT_EQ(base.model.d_model, 768);
@@ -122,6 +122,34 @@ TEST(RecipeDefaults, PresetFillsSizesAndExplicitSizesWin) {
   EXPECT_EQ(r.model.max_positions, 1024);
 }
 
+// The attention keys parse straight into the type the model and the kernels read, once.
+TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                "model:\n  attention:\n    encoder_self: {kind: softmax}\n"
+                                "    cross: {kind: linear, feature_map: favor, favor_features: 32, eps: 1.0e-5}\n");
+  EXPECT_EQ(r.model.attention.encoder_self.kind, AttentionKind::softmax);
+  EXPECT_EQ(r.model.attention.decoder_self.kind, AttentionKind::linear);  // the recipe's default
+  EXPECT_EQ(r.model.attention.decoder_self.feature_map, kernels::cpu::FeatureMap::elu1);
+  EXPECT_EQ(r.model.attention.cross.feature_map, kernels::cpu::FeatureMap::favor);
+  EXPECT_EQ(r.model.attention.cross.favor_features, 32);
+  EXPECT_EQ(r.model.attention.cross.eps, 1.0e-5);
+  const std::string yaml = to_yaml(r);
+  EXPECT_NE(yaml.find("feature_map: favor"), std::string::npos) << yaml;
+  try {
+    parse_recipe(std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: quadratic, feature_map: cosine}\n",
+                 "q.yaml");
+    FAIL() << "an unknown attention kind and feature map were accepted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, got \"quadratic\""),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, identity"),
+              std::string::npos)
+        << what;
+  }
+}
+
 TEST(RecipeDefaults, CustomPresetTakesEverySizeGiven) {
   const Recipe r = parse_recipe(std::string(kMinimal) +
                                 "model:\n  preset: custom\n  d_model: 96\n  encoder_layers: 1\n  decoder_layers: 3\n"
@@ -163,7 +191,7 @@ TEST(RecipeOverrides, OverridesSetValuesOfEveryType) {
   EXPECT_FALSE(r.checkpoints.keep_best);
   EXPECT_EQ(r.optimizer.schedule, "linear");
   EXPECT_EQ(r.data.train, "/tmp/x y.txt");
-  EXPECT_EQ(r.model.attention.cross.kind, "softmax");
+  EXPECT_EQ(r.model.attention.cross.kind, AttentionKind::softmax);
   EXPECT_EQ(r.training.device, "cuda:1");
   EXPECT_EQ(r.where("optimizer.lr").str(), "--set");
 }

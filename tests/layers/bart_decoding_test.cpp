@@ -64,7 +64,7 @@ TEST(BartDecoding, StepByStepLogitsEqualTeacherForcingForEachAttentionSetup) {
 }
 
 TEST(BartDecoding, LinearSelfAttentionStateDoesNotGrowWithLength) {
-  const BartConfig c = tiny_config(AttentionConfig::linear_attention("elu1"));
+  const BartConfig c = tiny_config(AttentionConfig::linear_attention(FeatureMap::elu1));
   BartForConditionalGeneration model(c, 5);
   model.eval();
   const Batch b = make_batch(c, 2, 5, 12, 3);

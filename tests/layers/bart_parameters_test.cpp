@@ -158,13 +158,14 @@ TEST(BartConfigTest, ValidateNamesTheOffendingField) {
         << e.what();
   }
   c = BartConfig::tiny();
-  c.cross_attention = AttentionConfig::linear_attention("cosine");
+  c.cross_attention = AttentionConfig::linear_attention();
+  c.cross_attention.chunk = 0;
   EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(parse_feature_map("cosine"), Error);  // a map's name is parsed once, with the recipe
   c = BartConfig::tiny();
   c.dropout = 1.0f;
   EXPECT_THROW(c.validate(), Error);
-  EXPECT_THROW(parse_attention_kind("quadratic"), Error);
-  EXPECT_EQ(parse_attention_kind("linear"), AttentionConfig::Kind::linear);
+  EXPECT_STREQ(attention_kind_name(AttentionConfig::Kind::linear), "linear");
 }
 
 // The footprint that up-front memory checks use (BartConfig::footprint) counts exactly the
@@ -181,7 +182,7 @@ TEST(BartFootprint, CountsExactlyTheParametersTheModelRegisters) {
     EXPECT_EQ(c.footprint().parameters(), static_cast<double>(model.parameter_count())) << c.str();
   }
   BartConfig favor = BartConfig::tiny();
-  AttentionConfig a = AttentionConfig::linear_attention("favor");
+  AttentionConfig a = AttentionConfig::linear_attention(FeatureMap::favor);
   a.favor_features = 32;
   favor.with_attention(a);
   const double head_dim = 64.0 / 4;

@@ -135,7 +135,7 @@ class BartReference {
   Mat features(const Mat& x, int64_t n, int64_t col, int64_t dh, const AttentionConfig& cfg, bool key, bool causal,
                const std::string& name) const {
     const int64_t d = c_.d_model;
-    const std::string& map = cfg.feature_map;
+    const std::string map = kernels::cpu::feature_map_name(cfg.feature_map);
     if (map != "favor") {
       Mat y(static_cast<size_t>(n * dh));
       for (int64_t i = 0; i < n; ++i) {

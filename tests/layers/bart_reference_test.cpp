@@ -47,7 +47,7 @@ TEST(BartReference, ForwardMatchesNaiveLoopsWithScaledEmbeddingsAndOneLayerEach)
   c.encoder_ffn_dim = 96;
   c.decoder_ffn_dim = 32;
   expect_matches_reference(c, 21);
-  c.with_attention(AttentionConfig::linear_attention("elu1"));
+  c.with_attention(AttentionConfig::linear_attention(FeatureMap::elu1));
   expect_matches_reference(c, 22);
 }
 

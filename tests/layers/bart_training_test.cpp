@@ -106,10 +106,10 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
     bool causal;
     bool cross;
   };
-  const AttentionConfig sm = AttentionConfig::softmax_attention(), elu = AttentionConfig::linear_attention("elu1");
-  AttentionConfig favor = AttentionConfig::linear_attention("favor");
+  const AttentionConfig sm = AttentionConfig::softmax_attention(), elu = AttentionConfig::linear_attention(FeatureMap::elu1);
+  AttentionConfig favor = AttentionConfig::linear_attention(FeatureMap::favor);
   favor.favor_features = 6;
-  const AttentionConfig exp = AttentionConfig::linear_attention("exp");
+  const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
   for (const Case& k : {Case{sm, false, true}, Case{sm, true, false}, Case{elu, false, true}, Case{elu, true, false},
                         Case{exp, true, false}, Case{favor, false, true}, Case{favor, true, false}}) {
     SCOPED_TRACE(k.cfg.str() + (k.causal ? " causal" : "") + (k.cross ? " cross" : ""));
@@ -123,7 +123,7 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
     kv.set_requires_grad(true);
     GradcheckOptions opt;
     // exp's row max has kinks where the argmax changes: a smaller step stays clear of them.
-    opt.eps = k.cfg.feature_map == "exp" ? 1e-3 : 1e-2;
+    opt.eps = k.cfg.feature_map == FeatureMap::exp ? 1e-3 : 1e-2;
     if (k.cross) {
       EXPECT_TRUE(gradients_match([&](const std::vector<Tensor>& in) { return attn.forward(in[0], in[1], pad); },
                                   {q, kv}, opt));
@@ -163,7 +163,7 @@ TEST(BartTraining, DropoutIsReproducibleFromItsState) {
 }
 
 TEST(BartTraining, FavorProjectionsAreSeededBuffersRedrawnOnSchedule) {
-  AttentionConfig favor = AttentionConfig::linear_attention("favor");
+  AttentionConfig favor = AttentionConfig::linear_attention(FeatureMap::favor);
   favor.favor_features = 20;
   favor.favor_redraw_every = 3;
   BartConfig c = tiny_config(favor);
@@ -230,7 +230,7 @@ TEST(BartTraining, TinyModelOverfitsAFewPairsWithSoftmaxAttention) {
 }
 
 TEST(BartTraining, TinyModelOverfitsAFewPairsWithLinearElu1Attention) {
-  expect_overfits(AttentionConfig::linear_attention("elu1"));
+  expect_overfits(AttentionConfig::linear_attention(FeatureMap::elu1));
 }
 
 }  // namespace

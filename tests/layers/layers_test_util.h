@@ -29,8 +29,8 @@ struct AttentionSetup {
 };
 inline std::vector<AttentionSetup> attention_setups() {
   const AttentionConfig sm = AttentionConfig::softmax_attention();
-  const AttentionConfig elu = AttentionConfig::linear_attention("elu1");
-  const AttentionConfig relu = AttentionConfig::linear_attention("relu");
+  const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
+  const AttentionConfig relu = AttentionConfig::linear_attention(FeatureMap::relu);
   return {{"softmax", sm, sm, sm},
           {"linear_elu1", elu, elu, elu},
           {"mixed", elu, sm, relu},
@@ -38,9 +38,9 @@ inline std::vector<AttentionSetup> attention_setups() {
 }
 // The remaining feature maps, in every stack.
 inline std::vector<AttentionSetup> other_feature_map_setups() {
-  AttentionConfig favor = AttentionConfig::linear_attention("favor");
+  AttentionConfig favor = AttentionConfig::linear_attention(FeatureMap::favor);
   favor.favor_features = 24;  // m != head_dim (16)
-  const AttentionConfig exp = AttentionConfig::linear_attention("exp");
+  const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
   return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}};
 }
 inline std::vector<AttentionSetup> all_attention_setups() {

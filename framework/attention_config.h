@@ -1,0 +1,46 @@
+#pragma once
+// One attention stack's settings, from the recipe to the kernels (docs/design.md sections 2, 3
+// and 6). The recipe's loader parses the YAML straight into this type (framework/config/
+// recipe.cpp), so every value is parsed and checked once, where the file and line are known;
+// the model (layers/config.h, layers/attention.h) and the ops read these fields and never a
+// string. No YAML here.
+#include <cstdint>
+#include <string>
+
+#include "kernels/feature_maps.h"
+#include "kernels/linear_attention.h"
+
+namespace tarn {
+
+enum class AttentionKind { softmax, linear };
+const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear"
+
+struct AttentionConfig {
+  using Kind = AttentionKind;
+  using FeatureMap = kernels::cpu::FeatureMap;
+
+  Kind kind = Kind::softmax;
+  // Linear attention only.
+  FeatureMap feature_map = FeatureMap::elu1;
+  // Rows per chunk of the causal scan on the CPU. The CUDA kernels use fixed chunks (32 rows in
+  // f32, 64 in bf16): a run on CUDA refuses any other value given in a recipe.
+  int64_t chunk = kernels::cpu::kDefaultLinearAttentionChunk;
+  int64_t favor_features = 0;      // m, the FAVOR+ feature count; 0 = head_dim
+  int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
+  double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
+
+  bool is_linear() const { return kind == Kind::linear; }
+  static AttentionConfig softmax_attention() { return {}; }
+  static AttentionConfig linear_attention(FeatureMap map = FeatureMap::elu1) {
+    AttentionConfig c;
+    c.kind = Kind::linear;
+    c.feature_map = map;
+    return c;
+  }
+  std::string str() const;  // "softmax" or "linear(elu1)"
+  // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
+  // the same ranges earlier, with the file and line).
+  void validate(const std::string& key) const;
+};
+
+}  // namespace tarn
