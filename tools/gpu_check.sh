@@ -255,7 +255,11 @@ do_run() {
     rc=$?
     counts=$(gtest_counts "$out/$exe.log")
     read -r p f s <<<"$counts"
-    summary_lines+=("| $exe | $p | $f | $s | $(status_word $rc) |")
+    local word
+    word=$(status_word $rc)
+    # On a GPU machine a GPU suite that ran nothing did not reach the device: as bad as a failure.
+    if [ "$p" = 0 ] && [ "$f" = 0 ]; then word="NOTHING RAN ($word)"; rc=1; fi
+    summary_lines+=("| $exe | $p | $f | $s | $word |")
     if [ "$f" != 0 ]; then
       grep '^\[  FAILED  \] .*\.' "$out/$exe.log" | sed 's/^\[  FAILED  \] /  - failed: /' | head -20 >>"$out/failures.txt"
     fi

@@ -7,8 +7,9 @@
 //
 // Tolerance. The reference sees exactly the kernel's inputs (q, k, v, dout and, for backward,
 // out, all rounded to bf16), so what differs is the kernel's own rounding: phi(q), phi(k), G and
-// the masked chunk product and the state are rounded to bf16 (2^-9 relative each) for the
-// tensor cores, and the outputs are stored as bf16 (2^-9). How far such
+// the masked chunk product and the state are rounded to bf16 (2^-8 relative each: 7 explicit
+// mantissa bits, round to nearest) for the tensor cores, and the outputs are stored as bf16
+// (2^-8). How far such
 // roundings move an output depends on the output: den and out are sums of positive weights and
 // move by ~2^-9 of their size, while the gradients are differences of nearly equal terms
 // (dq_i, for instance, is exactly 0 for a query with a single key) and move by 2^-9 of the
@@ -21,7 +22,10 @@
 // a wrong tile, mask, chunk order or a missing barrier is off by the output's own size (each
 // checked by breaking it on purpose: every barrier of the scan kernel, the __syncwarp before
 // the state is rounded, the diagonal mask, the padded rows of dk, the exp map's term at its
-// row's argmax).
+// row's argmax). On a GPU the bf16 roundings are the same (round to nearest even); its f32
+// sums on tensor cores (u = 2^-23, truncating, in another order) add at most
+// gamma_{N+d+e}(2^-23) < 1e-4 of the terms' magnitudes (N + d + e <= 692 here) where one
+// jitter moves them by 2^-8 = 3.9e-3: inside the three noise floors' slack, so the bound holds.
 //
 // The sequence split across blocks (pass 1 segment sums, pass 2 prefix / suffix / total, pass 3
 // the scans from them) runs automatically wherever B * H is small (most cases here: the
@@ -146,8 +150,8 @@ constexpr float kNoiseFloors = 3.0f;
 }
 
 
-// The relative size of the jitter: bf16's unit roundoff, 2^-9, twice (a product of two rounded
-// operands).
+// The relative size of the jitter: one rounding to bf16 (unit roundoff 2^-8); a product of two
+// rounded operands moves by up to twice that, which kNoiseFloors = 3 covers.
 constexpr float kJitter = 0x1p-8f;
 
 constexpr uint32_t kJitterDraws = 4;

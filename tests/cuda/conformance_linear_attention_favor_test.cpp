@@ -13,6 +13,9 @@
 #include "kernels/feature_maps.h"
 #include "kernels/linear_attention.h"
 #include "tests/cuda/conformance_util.h"
+#include "tests/cuda/favor_bound.h"
+#include "tests/cuda/linear_attention_bound.h"
+#include "tests/cuda/tolerance.h"
 
 namespace tarn::cuda_testing {
 namespace {
@@ -20,11 +23,8 @@ namespace {
 namespace cpu = kernels::cpu;
 using cpu::FavorStabilizer;
 
-// The projection runs through a different sgemm than the CPU's (cuBLAS, or the same OpenBLAS
-// with another shape under the emulator) and exp through expf: a few ulps, amplified by exp
-// of arguments up to ~|h|, so a little looser than the plain kernels' kRtol.
-constexpr float kFavorRtol = 1e-4f;
-constexpr float kFavorAtol = 1e-6f;
+// Tolerance: per element, both sides' running error bounds of the favor formula
+// (tests/cuda/favor_bound.h).
 
 const char* StabName(FavorStabilizer s) {
   return s == FavorStabilizer::none ? "none" : s == FavorStabilizer::per_row ? "per_row" : "per_slice";
@@ -62,7 +62,8 @@ class FavorConformance : public Conformance {
     auto dx_in = dev(x), dw = dev(w), ddy = dev(dy);
     auto got_y = out(want_y.size());
     TARN_ON(target(), favor_forward, g, stab, dx_in.get(), dw.get(), got_y.get());
-    EXPECT_TRUE(AllClose(got_y.host(), want_y, kFavorRtol, kFavorAtol)) << "y, " << what;
+    const FavorBound bound = FavorBoth(target(), g, stab, x, w, want_y, dy);
+    EXPECT_TRUE(WithinBound(got_y.host(), want_y, Errors(bound.y))) << "y, " << what;
     if (stab != FavorStabilizer::none) {
       EXPECT_TRUE(AllFinite(got_y.host())) << "y, " << what;
     }
@@ -74,11 +75,8 @@ class FavorConformance : public Conformance {
     auto ws = out(n);
     TARN_ON(target(), favor_backward, g, stab, dx_in.get(), dw.get(), y_in.get(), ddy.get(), got_dx.get(), ws.get(),
             n);
-    // dx sums m terms of either sign: compare against the scale of the terms, not of dx.
-    double scale = 0.0;
-    for (float v : want_dx) scale = std::max(scale, double(std::fabs(v)));
-    EXPECT_TRUE(AllClose(got_dx.host(), want_dx, kFavorRtol, kFavorRtol * static_cast<float>(scale)))
-        << "dx, " << what;
+    // dx sums m terms of either sign: its bound follows the terms, not dx.
+    EXPECT_TRUE(WithinBound(got_dx.host(), want_dx, Errors(bound.dx))) << "dx, " << what;
     if (stab != FavorStabilizer::none) {
       EXPECT_TRUE(AllFinite(got_dx.host())) << "dx, " << what;
     }
@@ -132,8 +130,19 @@ TEST_P(FavorConformance, FavorFeaturesThroughCausalAttentionMatchCpu) {
   auto dws = out(n);
   TARN_ON(target(), linear_attention_forward, dims, cfg, gq.get(), gk.get(), dv.get(), got_out.get(), got_den.get(),
           dws.get(), n);
-  EXPECT_TRUE(AllClose(got_out.host(), want_out, 2e-4f, 2e-5f));
-  EXPECT_TRUE(AllClose(got_den.host(), den, 2e-4f, 2e-5f));
+  // The features already differ by favor's bound (per_row for the queries, per_slice for the
+  // keys); the attention kernel's bound (tests/cuda/linear_attention_bound.h) carries that
+  // through its products and adds its own roundings and the CPU's.
+  const std::vector<double> fq_apart = Errors(FavorBoth(target(), g, FavorStabilizer::per_row, q, w, {}, {}).y);
+  const std::vector<double> fk_apart = Errors(FavorBoth(target(), g, FavorStabilizer::per_slice, k, w, {}, {}).y);
+  LinearAttentionBoundConfig bcfg;
+  bcfg.causal = true;
+  bcfg.a_apart = &fq_apart;
+  bcfg.b_apart = &fk_apart;
+  const LinearAttentionBounds bound =
+      LinearAttentionErrorBounds(dims, bcfg, fq, fk, v, {}, {}, {}, {kCudaF32, kCpuF32});
+  EXPECT_TRUE(WithinBound(got_out.host(), want_out, bound.out));
+  EXPECT_TRUE(WithinBound(got_den.host(), den, bound.den));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, FavorConformance, ::testing::ValuesIn(kAllTargets), TargetName);

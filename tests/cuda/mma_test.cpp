@@ -11,11 +11,17 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/emu/bf16.h"
 #include "tests/cuda/emu_test_util.h"
+#include "tests/cuda/tolerance.h"
 
 namespace tarn::emu::testing {
 namespace {
 
 namespace mma = ::tarn::kernels::cuda_emu::mma;
+using cuda_testing::AbsProduct;
+using cuda_testing::Gamma;
+using cuda_testing::kF32;
+using cuda_testing::kF32TensorCore;
+using cuda_testing::WithinBound;
 
 constexpr int kM = 32, kN = 48, kK = 64;  // 2 x 3 output tiles, 4 steps deep
 
@@ -99,8 +105,7 @@ std::vector<float> RunProduct(const Case& k) {
   return c;
 }
 
-// Largest |got - want|: the products of bf16 values are exact in f32, so only the f32 sums of
-// 64 terms and the start value differ from the double loop.
+// Largest |got - want| (the misuse tests: far off).
 double MaxError(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -109,7 +114,19 @@ double MaxError(const std::vector<float>& got, const std::vector<float>& want) {
   }
   return worst;
 }
-constexpr double kSumTolerance = 1e-5;  // ~64 f32 roundings of partial sums below 10 in size
+
+// What a tile product may differ from the double loop by, per element. Products of bf16 values
+// are exact in f32, so only the k additions of C0 + sum_k a_k b_k round: within gamma_k(u)
+// (|c0| + sum |a_k b_k|) with the tensor cores' accumulation (u = 2^-23: the emulator's f32
+// sums are within it), plus the reference's one rounding to f32 (2^-24 |want|).
+std::vector<double> SumBound(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c0,
+                             const std::vector<float>& want, int m, int n, int k) {
+  std::vector<double> bound = AbsProduct(false, false, m, n, k, a.data(), b.data());
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i] = Gamma(k, kF32TensorCore) * (bound[i] + (c0.empty() ? 0.0 : std::fabs(c0[i]))) +
+               kF32 * std::fabs(want[i]);
+  return bound;
+}
 
 class MmaEmulation : public ::testing::TestWithParam<ThreadOrder> {};
 
@@ -119,10 +136,11 @@ TEST_P(MmaEmulation, EveryLayoutPairMatchesAPlainLoop) {
   const auto want = Reference(k);
   using R = mma::RowMajor;
   using C = mma::ColMajor;
-  EXPECT_LE(MaxError(RunProduct<R, R>(k), want), kSumTolerance) << "A row-major, B row-major";
-  EXPECT_LE(MaxError(RunProduct<R, C>(k), want), kSumTolerance) << "A row-major, B column-major";
-  EXPECT_LE(MaxError(RunProduct<C, R>(k), want), kSumTolerance) << "A column-major, B row-major";
-  EXPECT_LE(MaxError(RunProduct<C, C>(k), want), kSumTolerance) << "A column-major, B column-major";
+  const auto bound = SumBound(k.a, k.b, k.c0, want, kM, kN, kK);
+  EXPECT_TRUE(WithinBound(RunProduct<R, R>(k), want, bound)) << "A row-major, B row-major";
+  EXPECT_TRUE(WithinBound(RunProduct<R, C>(k), want, bound)) << "A row-major, B column-major";
+  EXPECT_TRUE(WithinBound(RunProduct<C, R>(k), want, bound)) << "A column-major, B row-major";
+  EXPECT_TRUE(WithinBound(RunProduct<C, C>(k), want, bound)) << "A column-major, B column-major";
 }
 
 TEST_P(MmaEmulation, AFragmentLoadedWithTheWrongLayoutGivesAWrongProduct) {
@@ -182,7 +200,9 @@ TEST_P(MmaEmulation, ReadingAStoredTileBeforeSyncwarpIsCaught) {
   std::vector<float> synced(256), racy(256);
   tarn::launch(store_then_read<true>, 1, 32, smem, nullptr, a.data(), b.data(), synced.data());
   tarn::launch(store_then_read<false>, 1, 32, smem, nullptr, a.data(), b.data(), racy.data());
-  EXPECT_LE(MaxError(synced, want), kSumTolerance);
+  std::vector<float> af(256), bf(256);
+  for (int i = 0; i < 256; ++i) af[i] = bf16_to_float(a[i]), bf[i] = bf16_to_float(b[i]);
+  EXPECT_TRUE(WithinBound(synced, want, SumBound(af, bf, {}, want, 16, 16, 16)));
   int unwritten = 0;
   for (float x : racy) unwritten += std::isnan(x);
   EXPECT_GT(unwritten, 0) << "a read before __syncwarp went unnoticed";

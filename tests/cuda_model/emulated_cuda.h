@@ -32,6 +32,7 @@ inline Device emulated_cuda() {
 // Whether the device's GEMMs round their f32 operands to tf32: the hardware backend with
 // TARN_ALLOW_TF32=1 (kernels/cuda/gemm.cu); never on the emulator.
 inline bool device_gemms_in_tf32() {
+  emulated_cuda();  // the backend this asks about: installed first when a test starts here
   return std::string(kernels::cuda_backend().name) != "cuda (emulated)" && cuda_testing::Tf32Allowed();
 }
 

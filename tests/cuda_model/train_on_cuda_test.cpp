@@ -40,6 +40,8 @@ TrainOptions options(const std::string& dir, int64_t steps, const std::string& d
                         "optimizer.warmup_steps=0", "optimizer.lr=3e-3"})
     o.overrides.push_back(s);
   o.overrides.push_back("training.device=" + device);
+  // tiny.yaml's chunk (16) is for the CPU: the f32 CUDA scan runs chunks of 32 and refuses others.
+  o.overrides.push_back("model.attention.decoder_self.chunk=32");
   return o;
 }
 
@@ -144,6 +146,7 @@ void expect_bf16_steps_follow_the_f32_cpu_run(const std::string& name, const std
   TrainOptions o = options(gpu, 3, "cuda");
   o.overrides.insert(o.overrides.end(), model.begin(), model.end());
   o.overrides.push_back("training.precision=bf16");
+  o.overrides.push_back("model.attention.decoder_self.chunk=64");  // the bf16 scan's chunk
   const TrainSummary s = train(o);
   ASSERT_FALSE(s.failed);
   const std::vector<double> l_cpu = train_losses(cpu), l_gpu = train_losses(gpu);
@@ -193,6 +196,25 @@ TEST(TrainOnCuda, ARecipeThatDoesNotFitTheDevicesFreeMemoryIsRefusedUpFront) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1")) << "refused only after training started";
   emu::set_device_memory(total_bytes);
   EXPECT_EQ(train(options(dir, 1, "cuda")).steps, 1);
+}
+
+// A chunk the CUDA scan does not run is refused up front, naming the key and where it was set.
+TEST(TrainOnCuda, AChunkTheCudaScanDoesNotRunIsRefusedNamingTheKey) {
+  testing::emulated_cuda();
+  const std::string dir = testing::make_tiny_corpus("cuda_model_chunk");
+  TrainOptions o = options(dir, 1, "cuda");
+  o.overrides.push_back("model.attention.decoder_self.chunk=16");
+  try {
+    train(o);
+    ADD_FAILURE() << "a chunk of 16 rows was accepted on CUDA";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--set model.attention.decoder_self.chunk: 16 rows: on CUDA the causal scan runs chunks of 32 "
+                        "rows in f32; give 32 or leave the key out"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1"));
 }
 
 }  // namespace
