@@ -22,13 +22,13 @@ namespace {
 std::atomic<int> forced_sequence_segments{0};
 
 Geometry make_geometry(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
-  Geometry g{dims.batch, dims.heads, dims.n_q, dims.n_k, dims.d, dims.e, 0, 0, 0, 0};
+  Geometry geo{dims.batch, dims.heads, dims.n_q, dims.n_k, dims.d, dims.e, 0, 0, 0, 0};
   // A short sequence (an 18-token sentence) gets an 18-row chunk, not a padded 64-row one.
-  g.chunk = std::max<int64_t>(1, std::min<int64_t>(cfg.chunk, std::max(dims.n_q, dims.n_k)));
-  g.dp = padded(g.d);
-  g.ep = padded(g.e);
-  g.cp = padded(g.chunk);
-  return g;
+  geo.chunk = std::max<int64_t>(1, std::min<int64_t>(cfg.chunk, std::max(dims.n_q, dims.n_k)));
+  geo.dp = padded(geo.d);
+  geo.ep = padded(geo.e);
+  geo.cp = padded(geo.chunk);
+  return geo;
 }
 
 void check_args(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg) {
@@ -48,14 +48,14 @@ void check_args(const char* op, const LinearAttentionDims& dims, const LinearAtt
 
 // ---- driver ----
 
-Slice slice_of(const Geometry& g, const LinearAttentionConfig& cfg, int64_t bh, const float* a,
+Slice slice_of(const Geometry& geo, const LinearAttentionConfig& cfg, int64_t bh, const float* a,
                const float* b, const float* v) {
-  Slice s{};
-  s.a = a + bh * g.n_q * g.d;
-  s.b = b + bh * g.n_k * g.d;
-  s.v = v + bh * g.n_k * g.e;
-  s.pad = cfg.key_padding_mask ? cfg.key_padding_mask + (bh / g.heads) * g.n_k : nullptr;
-  return s;
+  Slice slice{};
+  slice.a = a + bh * geo.n_q * geo.d;
+  slice.b = b + bh * geo.n_k * geo.d;
+  slice.v = v + bh * geo.n_k * geo.e;
+  slice.pad = cfg.key_padding_mask ? cfg.key_padding_mask + (bh / geo.heads) * geo.n_k : nullptr;
+  return slice;
 }
 
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
@@ -63,9 +63,9 @@ constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;  // multiply-adds
 // Threads worth using: no more than the slices, and one for tiny problems (a decoding step,
 // a gradient check), where a parallel region costs more than it saves. The workspace
 // queries size for this many, so a small B*H on a many-core machine allocates little.
-int planned_threads(const Geometry& g) {
-  const int64_t slices = g.batch * g.heads;
-  const int64_t work = slices * std::max(g.n_q, g.n_k) * g.d * g.e;
+int planned_threads(const Geometry& geo) {
+  const int64_t slices = geo.batch * geo.heads;
+  const int64_t work = slices * std::max(geo.n_q, geo.n_k) * geo.d * geo.e;
   return static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>({omp_get_max_threads(), slices, work / kMinWorkPerThread})));
 }
@@ -80,46 +80,46 @@ int planned_threads(const Geometry& g) {
 // only where threads would otherwise idle.
 constexpr int64_t kMinChunksPerSegment = 2;
 
-int64_t chunks_of(const Geometry& g) { return (g.n_q + g.chunk - 1) / g.chunk; }
+int64_t chunks_of(const Geometry& geo) { return (geo.n_q + geo.chunk - 1) / geo.chunk; }
 
-int64_t planned_segments(const Geometry& g, const LinearAttentionConfig& cfg) {
-  const int64_t slices = g.batch * g.heads, chunks = chunks_of(g);
+int64_t planned_segments(const Geometry& geo, const LinearAttentionConfig& cfg) {
+  const int64_t slices = geo.batch * geo.heads, chunks = chunks_of(geo);
   if (!cfg.causal || slices == 0 || chunks < 2) return 1;
   const int forced = forced_sequence_segments.load(std::memory_order_relaxed);
   if (forced > 0) return std::min<int64_t>(forced, chunks);
   const int64_t threads = omp_get_max_threads();
   if (slices >= threads) return 1;
-  const int64_t work = slices * g.n_q * g.d * g.e;
+  const int64_t work = slices * geo.n_q * geo.d * geo.e;
   const int64_t segments = std::min<int64_t>(
       {(threads + slices - 1) / slices, chunks / kMinChunksPerSegment,
        work / kMinWorkPerThread / slices});
   return std::max<int64_t>(1, segments);
 }
 
-int split_threads(const Geometry& g, int64_t segments) {
+int split_threads(const Geometry& geo, int64_t segments) {
   return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), g.batch * g.heads * segments)));
+      std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), geo.batch * geo.heads * segments)));
 }
 
 // Pass 1 keeps segments - 1 states per slice per scan direction (the last segment hands
 // nothing on forwards, the first nothing backwards); backward keeps both directions.
-int64_t split_state_floats(const Geometry& g, Pass pass, int64_t segments) {
+int64_t split_state_floats(const Geometry& geo, Pass pass, int64_t segments) {
   const int64_t directions = pass == Pass::backward ? 2 : 1;
-  return directions * g.batch * g.heads * (segments - 1) * scan_state_floats(g);
+  return directions * geo.batch * geo.heads * (segments - 1) * scan_state_floats(geo);
 }
 
-size_t needed_workspace_floats(const Geometry& g, const LinearAttentionConfig& cfg, Pass pass) {
-  const int64_t segments = planned_segments(g, cfg);
+size_t needed_workspace_floats(const Geometry& geo, const LinearAttentionConfig& cfg, Pass pass) {
+  const int64_t segments = planned_segments(geo, cfg);
   if (segments > 1)
-    return static_cast<size_t>(per_thread_floats(g, pass) * split_threads(g, segments) +
-                               split_state_floats(g, pass, segments));
-  return static_cast<size_t>(per_thread_floats(g, pass) * planned_threads(g));
+    return static_cast<size_t>(per_thread_floats(geo, pass) * split_threads(geo, segments) +
+                               split_state_floats(geo, pass, segments));
+  return static_cast<size_t>(per_thread_floats(geo, pass) * planned_threads(geo));
 }
 
-RowRange segment_rows(const Geometry& g, int64_t segments, int64_t k) {
-  const int64_t chunks = chunks_of(g);
-  return {std::min(g.n_q, k * chunks / segments * g.chunk),
-          std::min(g.n_q, (k + 1) * chunks / segments * g.chunk)};
+RowRange segment_rows(const Geometry& geo, int64_t segments, int64_t k) {
+  const int64_t chunks = chunks_of(geo);
+  return {std::min(geo.n_q, k * chunks / segments * geo.chunk),
+          std::min(geo.n_q, (k + 1) * chunks / segments * geo.chunk)};
 }
 
 // The split plan that fits the workspace: segments (1 = run unsplit), threads, and where the
@@ -130,17 +130,17 @@ struct SplitPlan {
   float* states = nullptr;
 };
 
-SplitPlan plan_split(const Geometry& g, const LinearAttentionConfig& cfg, Pass pass,
+SplitPlan plan_split(const Geometry& geo, const LinearAttentionConfig& cfg, Pass pass,
                      float* workspace, size_t workspace_floats) {
   SplitPlan plan;
-  const int64_t segments = planned_segments(g, cfg);
+  const int64_t segments = planned_segments(geo, cfg);
   if (segments <= 1 || !workspace) return plan;
-  const int64_t per_thread = per_thread_floats(g, pass);
-  const int64_t states = split_state_floats(g, pass, segments);
+  const int64_t per_thread = per_thread_floats(geo, pass);
+  const int64_t states = split_state_floats(geo, pass, segments);
   const int64_t fits = (static_cast<int64_t>(workspace_floats) - states) / per_thread;
   if (fits < 1) return plan;  // a workspace sized for the unsplit scan: run that
   plan.segments = segments;
-  plan.threads = static_cast<int>(std::min<int64_t>(split_threads(g, segments), fits));
+  plan.threads = static_cast<int>(std::min<int64_t>(split_threads(geo, segments), fits));
   plan.states = workspace + plan.threads * per_thread;
   return plan;
 }
@@ -152,33 +152,33 @@ struct StateSlot {
 };
 
 // The state slot j (0 .. segments - 2) of slice bh in direction `dir` (0, 1).
-StateSlot state_slot(const Geometry& g, const SplitPlan& plan, int dir, int64_t bh, int64_t j) {
-  const int64_t sf = scan_state_floats(g), per_dir = g.batch * g.heads * (plan.segments - 1);
+StateSlot state_slot(const Geometry& geo, const SplitPlan& plan, int dir, int64_t bh, int64_t j) {
+  const int64_t sf = scan_state_floats(geo), per_dir = geo.batch * geo.heads * (plan.segments - 1);
   float* p = plan.states + (dir * per_dir + bh * (plan.segments - 1) + j) * sf;
-  return {p, p + g.dp * g.ep};
+  return {p, p + geo.dp * geo.ep};
 }
 
 // x += y, S and z together (z follows S in a slot).
-void add_state(const Geometry& g, const StateSlot& x, const StateSlot& y) {
-  for (int64_t i = 0; i < scan_state_floats(g); ++i) x.s[i] += y.s[i];
+void add_state(const Geometry& geo, const StateSlot& x, const StateSlot& y) {
+  for (int64_t i = 0; i < scan_state_floats(geo); ++i) x.s[i] += y.s[i];
 }
 
 // Runs fn(slice index, buffers) over the B*H slices on as many threads as the workspace
 // holds buffers for.
 template <class Fn>
-void for_each_slice(const char* op, const Geometry& g, Pass pass, float* workspace,
+void for_each_slice(const char* op, const Geometry& geo, Pass pass, float* workspace,
                     size_t workspace_floats, Fn fn) {
-  const int64_t slices = g.batch * g.heads;
+  const int64_t slices = geo.batch * geo.heads;
   if (slices == 0) return;
-  const int64_t per_thread = per_thread_floats(g, pass);
+  const int64_t per_thread = per_thread_floats(geo, pass);
   const int64_t fits = static_cast<int64_t>(workspace_floats) / per_thread;
   TARN_ASSERT(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
               " floats is smaller than one thread's ", per_thread);
-  const int threads = static_cast<int>(std::min<int64_t>(planned_threads(g), fits));
+  const int threads = static_cast<int>(std::min<int64_t>(planned_threads(geo), fits));
 #pragma omp parallel num_threads(threads)
   {
     Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, g, pass);
+    const Buffers w(arena, geo, pass);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < slices; ++bh) fn(bh, w);
   }
@@ -187,30 +187,30 @@ void for_each_slice(const char* op, const Geometry& g, Pass pass, float* workspa
 // Forward of a split sequence (see planned_segments). Slot j of direction 0 holds, after
 // pass 2, the S' of segments 0 .. j: the start of segment j + 1.
 template <class SliceOf>
-void forward_split(const Geometry& g, const LinearAttentionConfig& cfg, const SplitPlan& plan,
+void forward_split(const Geometry& geo, const LinearAttentionConfig& cfg, const SplitPlan& plan,
                    float* workspace, SliceOf slice_of_bh) {
-  const int64_t slices = g.batch * g.heads, segs = plan.segments;
-  const int64_t per_thread = per_thread_floats(g, Pass::forward);
+  const int64_t slices = geo.batch * geo.heads, segs = plan.segments;
+  const int64_t per_thread = per_thread_floats(geo, Pass::forward);
 #pragma omp parallel num_threads(plan.threads)
   {
     Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, g, Pass::forward);
+    const Buffers w(arena, geo, Pass::forward);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < slices * (segs - 1); ++t) {
       const int64_t bh = t / (segs - 1), k = t % (segs - 1);
-      const StateSlot sum = state_slot(g, plan, 0, bh, k);
-      causal_key_value_sum(g, cfg, slice_of_bh(bh), w, segment_rows(g, segs, k), sum.s,
+      const StateSlot sum = state_slot(geo, plan, 0, bh, k);
+      causal_key_value_sum(geo, cfg, slice_of_bh(bh), w, segment_rows(geo, segs, k), sum.s,
                            sum.z);
     }
 #pragma omp for
     for (int64_t bh = 0; bh < slices; ++bh)
       for (int64_t j = 1; j < segs - 1; ++j)
-        add_state(g, state_slot(g, plan, 0, bh, j), state_slot(g, plan, 0, bh, j - 1));
+        add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < slices * segs; ++t) {
       const int64_t bh = t / segs, k = t % segs;
-      const ScanState before = k > 0 ? state_slot(g, plan, 0, bh, k - 1) : StateSlot{};
-      causal_forward_slice(g, cfg, slice_of_bh(bh), w, segment_rows(g, segs, k), before);
+      const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
+      causal_forward_slice(geo, cfg, slice_of_bh(bh), w, segment_rows(geo, segs, k), before);
     }
   }
 }
@@ -219,45 +219,45 @@ void forward_split(const Geometry& g, const LinearAttentionConfig& cfg, const Sp
 // direction 1 holds, after pass 2, the R' of segments j + 1 .. last: the start of segment j
 // of the reverse scan.
 template <class SliceOf>
-void backward_split(const Geometry& g, const LinearAttentionConfig& cfg, const SplitPlan& plan,
+void backward_split(const Geometry& geo, const LinearAttentionConfig& cfg, const SplitPlan& plan,
                     float* workspace, SliceOf slice_of_bh) {
-  const int64_t slices = g.batch * g.heads, segs = plan.segments;
-  const int64_t per_thread = per_thread_floats(g, Pass::backward);
+  const int64_t slices = geo.batch * geo.heads, segs = plan.segments;
+  const int64_t per_thread = per_thread_floats(geo, Pass::backward);
 #pragma omp parallel num_threads(plan.threads)
   {
     Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, g, Pass::backward);
+    const Buffers w(arena, geo, Pass::backward);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < slices * segs; ++t) {
       const int64_t bh = t / segs, k = t % segs;
-      const Slice s = slice_of_bh(bh);
-      const RowRange rows = segment_rows(g, segs, k);
-      if (s.da && k < segs - 1) {
-        const StateSlot sum = state_slot(g, plan, 0, bh, k);
-        causal_key_value_sum(g, cfg, s, w, rows, sum.s, sum.z);
+      const Slice slice = slice_of_bh(bh);
+      const RowRange rows = segment_rows(geo, segs, k);
+      if (slice.da && k < segs - 1) {
+        const StateSlot sum = state_slot(geo, plan, 0, bh, k);
+        causal_key_value_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
       }
-      if ((s.db || s.dv) && k > 0) {
-        const StateSlot sum = state_slot(g, plan, 1, bh, k - 1);
-        causal_query_grad_sum(g, cfg, s, w, rows, sum.s, sum.z);
+      if ((slice.db || slice.dv) && k > 0) {
+        const StateSlot sum = state_slot(geo, plan, 1, bh, k - 1);
+        causal_query_grad_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
       }
     }
 #pragma omp for
     for (int64_t bh = 0; bh < slices; ++bh) {
-      const Slice s = slice_of_bh(bh);
-      for (int64_t j = 1; s.da && j < segs - 1; ++j)
-        add_state(g, state_slot(g, plan, 0, bh, j), state_slot(g, plan, 0, bh, j - 1));
-      for (int64_t j = segs - 3; (s.db || s.dv) && j >= 0; --j)
-        add_state(g, state_slot(g, plan, 1, bh, j), state_slot(g, plan, 1, bh, j + 1));
+      const Slice slice = slice_of_bh(bh);
+      for (int64_t j = 1; slice.da && j < segs - 1; ++j)
+        add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
+      for (int64_t j = segs - 3; (slice.db || slice.dv) && j >= 0; --j)
+        add_state(geo, state_slot(geo, plan, 1, bh, j), state_slot(geo, plan, 1, bh, j + 1));
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < slices * segs; ++t) {
       const int64_t bh = t / segs, k = t % segs;
-      const Slice s = slice_of_bh(bh);
-      const RowRange rows = segment_rows(g, segs, k);
-      const ScanState before = k > 0 ? state_slot(g, plan, 0, bh, k - 1) : StateSlot{};
-      const ScanState after = k < segs - 1 ? state_slot(g, plan, 1, bh, k) : StateSlot{};
-      if (s.da) causal_backward_da(g, cfg, s, w, rows, before);
-      if (s.db || s.dv) causal_backward_db_dv(g, cfg, s, w, rows, after);
+      const Slice slice = slice_of_bh(bh);
+      const RowRange rows = segment_rows(geo, segs, k);
+      const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
+      const ScanState after = k < segs - 1 ? state_slot(geo, plan, 1, bh, k) : StateSlot{};
+      if (slice.da) causal_backward_da(geo, cfg, slice, w, rows, before);
+      if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, rows, after);
     }
   }
 }
@@ -286,25 +286,25 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
                               const float* a, const float* b, const float* v, float* out,
                               float* den, float* workspace, size_t workspace_floats) {
   check_args("linear_attention_forward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
+  const Geometry geo = make_geometry(dims, cfg);
   auto slice_at = [&](int64_t bh) {
-    Slice s = slice_of(g, cfg, bh, a, b, v);
-    s.out_w = out + bh * g.n_q * g.e;
-    s.den_w = den + bh * g.n_q;
-    return s;
+    Slice slice = slice_of(geo, cfg, bh, a, b, v);
+    slice.out_w = out + bh * geo.n_q * geo.e;
+    slice.den_w = den + bh * geo.n_q;
+    return slice;
   };
-  const SplitPlan plan = plan_split(g, cfg, Pass::forward, workspace, workspace_floats);
+  const SplitPlan plan = plan_split(geo, cfg, Pass::forward, workspace, workspace_floats);
   if (plan.segments > 1) {
-    forward_split(g, cfg, plan, workspace, slice_at);
+    forward_split(geo, cfg, plan, workspace, slice_at);
     return;
   }
-  for_each_slice("linear_attention_forward", g, Pass::forward, workspace, workspace_floats,
+  for_each_slice("linear_attention_forward", geo, Pass::forward, workspace, workspace_floats,
                  [&](int64_t bh, const Buffers& w) {
-                   const Slice s = slice_at(bh);
+                   const Slice slice = slice_at(bh);
                    if (cfg.causal)
-                     causal_forward_slice(g, cfg, s, w, {0, g.n_q}, {});
+                     causal_forward_slice(geo, cfg, slice, w, {0, geo.n_q}, {});
                    else
-                     bidirectional_forward_slice(g, cfg, s, w);
+                     bidirectional_forward_slice(geo, cfg, slice, w);
                  });
 }
 
@@ -314,32 +314,32 @@ void linear_attention_backward(const LinearAttentionDims& dims,
                                const float* dout, float* da, float* db, float* dv,
                                float* workspace, size_t workspace_floats) {
   check_args("linear_attention_backward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
+  const Geometry geo = make_geometry(dims, cfg);
   if (!da && !db && !dv) return;
   auto slice_at = [&](int64_t bh) {
-    Slice s = slice_of(g, cfg, bh, a, b, v);
-    s.out = out + bh * g.n_q * g.e;
-    s.den = den + bh * g.n_q;
-    s.dout = dout + bh * g.n_q * g.e;
-    s.da = da ? da + bh * g.n_q * g.d : nullptr;
-    s.db = db ? db + bh * g.n_k * g.d : nullptr;
-    s.dv = dv ? dv + bh * g.n_k * g.e : nullptr;
-    return s;
+    Slice slice = slice_of(geo, cfg, bh, a, b, v);
+    slice.out = out + bh * geo.n_q * geo.e;
+    slice.den = den + bh * geo.n_q;
+    slice.dout = dout + bh * geo.n_q * geo.e;
+    slice.da = da ? da + bh * geo.n_q * geo.d : nullptr;
+    slice.db = db ? db + bh * geo.n_k * geo.d : nullptr;
+    slice.dv = dv ? dv + bh * geo.n_k * geo.e : nullptr;
+    return slice;
   };
-  const SplitPlan plan = plan_split(g, cfg, Pass::backward, workspace, workspace_floats);
+  const SplitPlan plan = plan_split(geo, cfg, Pass::backward, workspace, workspace_floats);
   if (plan.segments > 1) {
-    backward_split(g, cfg, plan, workspace, slice_at);
+    backward_split(geo, cfg, plan, workspace, slice_at);
     return;
   }
-  for_each_slice("linear_attention_backward", g, Pass::backward, workspace, workspace_floats,
+  for_each_slice("linear_attention_backward", geo, Pass::backward, workspace, workspace_floats,
                  [&](int64_t bh, const Buffers& w) {
-                   const Slice s = slice_at(bh);
+                   const Slice slice = slice_at(bh);
                    if (!cfg.causal) {
-                     bidirectional_backward_slice(g, cfg, s, w);
+                     bidirectional_backward_slice(geo, cfg, slice, w);
                      return;
                    }
-                   if (s.da) causal_backward_da(g, cfg, s, w, {0, g.n_q}, {});
-                   if (s.db || s.dv) causal_backward_db_dv(g, cfg, s, w, {0, g.n_q}, {});
+                   if (slice.da) causal_backward_da(geo, cfg, slice, w, {0, geo.n_q}, {});
+                   if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, {0, geo.n_q}, {});
                  });
 }
 

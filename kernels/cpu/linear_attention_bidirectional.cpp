@@ -11,85 +11,85 @@ using simd::rows_of;
 using simd::transpose_of;
 
 // S' = B^T V' over all keys, then U = A S' per query chunk.
-void bidirectional_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
-                                 const Slice& s, const Buffers& w) {
-  const int64_t C = g.chunk;
-  std::fill(w.s, w.s + g.dp * g.ep, 0.0f);
-  std::fill(w.z, w.z + g.dp, 0.0f);
-  for (int64_t r0 = 0; r0 < g.n_k; r0 += C) {
-    const int64_t r = std::min(C, g.n_k - r0);
-    load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
-    const float* v = values_operand(g, s.v, r0, r, w.v);
-    gemm(g.d, g.ep, r, transpose_of(w.b, g.dp), v, g.ep == g.e ? g.e : g.ep, w.s, g.ep, true);
-    add_column_sums(g, w.b, r, w.z);
+void bidirectional_forward_slice(const Geometry& geo, const LinearAttentionConfig& cfg,
+                                 const Slice& slice, const Buffers& w) {
+  const int64_t C = geo.chunk;
+  std::fill(w.s, w.s + geo.dp * geo.ep, 0.0f);
+  std::fill(w.z, w.z + geo.dp, 0.0f);
+  for (int64_t r0 = 0; r0 < geo.n_k; r0 += C) {
+    const int64_t r = std::min(C, geo.n_k - r0);
+    load_features(geo, cfg.feature_map, slice.b, slice.pad, r0, r, w.b);
+    const float* v = values_operand(geo, slice.v, r0, r, w.v);
+    gemm(geo.d, geo.ep, r, transpose_of(w.b, geo.dp), v, geo.ep == geo.e ? geo.e : geo.ep, w.s, geo.ep, true);
+    add_column_sums(geo, w.b, r, w.z);
   }
-  for (int64_t r0 = 0; r0 < g.n_q; r0 += C) {
-    const int64_t r = std::min(C, g.n_q - r0);
-    float* den = s.den_w + r0;
-    load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
-    float* u = values_target(g, s.out_w, r0, w.tile_e);
-    const int64_t ldu = g.e == g.ep ? g.e : g.ep;
-    gemm(r, g.ep, g.d, rows_of(w.a, g.dp), w.s, g.ep, u, ldu, false);
-    for (int64_t i = 0; i < r; ++i) den[i] = simd::dot(w.a + i * g.dp, w.z, g.dp);
-    write_output(g, u, ldu, den, cfg.eps, r, s.out_w + r0 * g.e);
+  for (int64_t r0 = 0; r0 < geo.n_q; r0 += C) {
+    const int64_t r = std::min(C, geo.n_q - r0);
+    float* den = slice.den_w + r0;
+    load_features(geo, cfg.feature_map, slice.a, nullptr, r0, r, w.a);
+    float* u = values_target(geo, slice.out_w, r0, w.tile_e);
+    const int64_t ldu = geo.e == geo.ep ? geo.e : geo.ep;
+    gemm(r, geo.ep, geo.d, rows_of(w.a, geo.dp), w.s, geo.ep, u, ldu, false);
+    for (int64_t i = 0; i < r; ++i) den[i] = simd::dot(w.a + i * geo.dp, w.z, geo.dp);
+    write_output(geo, u, ldu, den, cfg.eps, r, slice.out_w + r0 * geo.e);
   }
 }
 
 // dA = G S'^T (St = S^T, z); R' = A^T G (R, Rt = R^T, re); dB = V' R'^T; dV = B R.
-void bidirectional_backward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
-                                  const Slice& s, const Buffers& w) {
-  const int64_t C = g.chunk;
+void bidirectional_backward_slice(const Geometry& geo, const LinearAttentionConfig& cfg,
+                                  const Slice& slice, const Buffers& w) {
+  const int64_t C = geo.chunk;
   float* St = w.st;
   float* R = w.s;
   float* Rt = w.s2;
   float* z = w.z;
   float* re = w.z2;
-  if (s.da) {
-    std::fill(St, St + g.ep * g.dp, 0.0f);
-    std::fill(z, z + g.dp, 0.0f);
-    for (int64_t r0 = 0; r0 < g.n_k; r0 += C) {
-      const int64_t r = std::min(C, g.n_k - r0);
-      load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
-      gemm(g.e, g.dp, r, transpose_of(s.v + r0 * g.e, g.e), w.b, g.dp, St, g.dp, true);
-      add_column_sums(g, w.b, r, z);
+  if (slice.da) {
+    std::fill(St, St + geo.ep * geo.dp, 0.0f);
+    std::fill(z, z + geo.dp, 0.0f);
+    for (int64_t r0 = 0; r0 < geo.n_k; r0 += C) {
+      const int64_t r = std::min(C, geo.n_k - r0);
+      load_features(geo, cfg.feature_map, slice.b, slice.pad, r0, r, w.b);
+      gemm(geo.e, geo.dp, r, transpose_of(slice.v + r0 * geo.e, geo.e), w.b, geo.dp, St, geo.dp, true);
+      add_column_sums(geo, w.b, r, z);
     }
   }
-  const bool key_grads = s.db || s.dv;
+  const bool key_grads = slice.db || slice.dv;
   if (key_grads) {
-    std::fill(R, R + g.dp * g.ep, 0.0f);
-    std::fill(re, re + g.dp, 0.0f);
+    std::fill(R, R + geo.dp * geo.ep, 0.0f);
+    std::fill(re, re + geo.dp, 0.0f);
   }
-  for (int64_t r0 = 0; r0 < g.n_q; r0 += C) {
-    const int64_t r = std::min(C, g.n_q - r0);
-    load_g(g, s, cfg.eps, r0, r, w.gu, w.ge);
+  for (int64_t r0 = 0; r0 < geo.n_q; r0 += C) {
+    const int64_t r = std::min(C, geo.n_q - r0);
+    load_g(geo, slice, cfg.eps, r0, r, w.gu, w.ge);
     if (key_grads) {
-      load_features(g, cfg.feature_map, s.a, nullptr, r0, r, w.a);
-      gemm(g.d, g.ep, r, transpose_of(w.a, g.dp), w.gu, g.ep, R, g.ep, true);
-      add_weighted_rows(g, w.a, w.ge, r, re);
+      load_features(geo, cfg.feature_map, slice.a, nullptr, r0, r, w.a);
+      gemm(geo.d, geo.ep, r, transpose_of(w.a, geo.dp), w.gu, geo.ep, R, geo.ep, true);
+      add_weighted_rows(geo, w.a, w.ge, r, re);
     }
-    if (s.da) {
-      gemm(r, g.dp, g.e, rows_of(w.gu, g.ep), St, g.dp, w.tile_d, g.dp, false);
+    if (slice.da) {
+      gemm(r, geo.dp, geo.e, rows_of(w.gu, geo.ep), St, geo.dp, w.tile_d, geo.dp, false);
       for (int64_t i = 0; i < r; ++i)
-        for (int64_t k = 0; k < g.dp; ++k) w.tile_d[i * g.dp + k] += w.ge[i] * z[k];
-      feature_map_rows_backward(cfg.feature_map, r, g.d, s.a + r0 * g.d, g.d, w.tile_d, g.dp,
-                                s.da + r0 * g.d, g.d);
+        for (int64_t k = 0; k < geo.dp; ++k) w.tile_d[i * geo.dp + k] += w.ge[i] * z[k];
+      feature_map_rows_backward(cfg.feature_map, r, geo.d, slice.a + r0 * geo.d, geo.d, w.tile_d, geo.dp,
+                                slice.da + r0 * geo.d, geo.d);
     }
   }
   if (!key_grads) return;
-  if (s.db) simd::transpose(R, g.d, g.e, g.ep, Rt, g.dp, g.dp);
-  for (int64_t r0 = 0; r0 < g.n_k; r0 += C) {
-    const int64_t r = std::min(C, g.n_k - r0);
-    if (s.db) {
-      gemm(r, g.dp, g.e, rows_of(s.v + r0 * g.e, g.e), Rt, g.dp, w.tile_d, g.dp, false);
+  if (slice.db) simd::transpose(R, geo.d, geo.e, geo.ep, Rt, geo.dp, geo.dp);
+  for (int64_t r0 = 0; r0 < geo.n_k; r0 += C) {
+    const int64_t r = std::min(C, geo.n_k - r0);
+    if (slice.db) {
+      gemm(r, geo.dp, geo.e, rows_of(slice.v + r0 * geo.e, geo.e), Rt, geo.dp, w.tile_d, geo.dp, false);
       for (int64_t i = 0; i < r; ++i)
-        for (int64_t k = 0; k < g.dp; ++k) w.tile_d[i * g.dp + k] += re[k];
-      write_key_grad(g, cfg.feature_map, s, r0, r, w.tile_d);
+        for (int64_t k = 0; k < geo.dp; ++k) w.tile_d[i * geo.dp + k] += re[k];
+      write_key_grad(geo, cfg.feature_map, slice, r0, r, w.tile_d);
     }
-    if (s.dv) {
-      load_features(g, cfg.feature_map, s.b, s.pad, r0, r, w.b);
-      float* dv = values_target(g, s.dv, r0, w.tile_e);
-      gemm(r, g.ep, g.d, rows_of(w.b, g.dp), R, g.ep, dv, g.e == g.ep ? g.e : g.ep, false);
-      if (dv == w.tile_e) simd::copy_padded(w.tile_e, r, g.e, g.ep, s.dv + r0 * g.e, g.e, g.e);
+    if (slice.dv) {
+      load_features(geo, cfg.feature_map, slice.b, slice.pad, r0, r, w.b);
+      float* dv = values_target(geo, slice.dv, r0, w.tile_e);
+      gemm(r, geo.ep, geo.d, rows_of(w.b, geo.dp), R, geo.ep, dv, geo.e == geo.ep ? geo.e : geo.ep, false);
+      if (dv == w.tile_e) simd::copy_padded(w.tile_e, r, geo.e, geo.ep, slice.dv + r0 * geo.e, geo.e, geo.e);
     }
   }
 }

@@ -29,30 +29,30 @@ enum class Pass { forward, backward };
 // One thread's tiles. Forward uses a, b, bt, v, p, tile_e, s, z; backward all of them.
 struct Buffers {
   float *a, *b, *bt, *v, *vt, *gu, *ge, *p, *dd, *tile_d, *tile_e, *s, *st, *s2, *z, *z2;
-  Buffers(Arena& ar, const Geometry& g, Pass pass) {
+  Buffers(Arena& ar, const Geometry& geo, Pass pass) {
     const bool bwd = pass == Pass::backward;
-    a = ar.take(g.cp * g.dp);
-    b = ar.take(g.cp * g.dp);
-    bt = ar.take(g.dp * g.cp);
-    v = ar.take(g.cp * g.ep);
-    p = ar.take(g.cp * g.cp);
-    tile_e = ar.take(g.cp * g.ep);
-    s = ar.take(g.dp * g.ep);
-    z = ar.take(g.dp);
-    vt = bwd ? ar.take(g.ep * g.cp) : nullptr;
-    gu = bwd ? ar.take(g.cp * g.ep) : nullptr;  // G without its last column (that is ge)
-    ge = bwd ? ar.take(g.cp) : nullptr;
-    dd = bwd ? ar.take(g.cp * g.cp) : nullptr;
-    tile_d = bwd ? ar.take(g.cp * g.dp) : nullptr;
-    st = bwd ? ar.take(g.ep * g.dp) : nullptr;
-    s2 = bwd ? ar.take(g.ep * g.dp) : nullptr;
-    z2 = bwd ? ar.take(g.dp) : nullptr;
+    a = ar.take(geo.cp * geo.dp);
+    b = ar.take(geo.cp * geo.dp);
+    bt = ar.take(geo.dp * geo.cp);
+    v = ar.take(geo.cp * geo.ep);
+    p = ar.take(geo.cp * geo.cp);
+    tile_e = ar.take(geo.cp * geo.ep);
+    s = ar.take(geo.dp * geo.ep);
+    z = ar.take(geo.dp);
+    vt = bwd ? ar.take(geo.ep * geo.cp) : nullptr;
+    gu = bwd ? ar.take(geo.cp * geo.ep) : nullptr;  // G without its last column (that is ge)
+    ge = bwd ? ar.take(geo.cp) : nullptr;
+    dd = bwd ? ar.take(geo.cp * geo.cp) : nullptr;
+    tile_d = bwd ? ar.take(geo.cp * geo.dp) : nullptr;
+    st = bwd ? ar.take(geo.ep * geo.dp) : nullptr;
+    s2 = bwd ? ar.take(geo.ep * geo.dp) : nullptr;
+    z2 = bwd ? ar.take(geo.dp) : nullptr;
   }
 };
 
-inline int64_t per_thread_floats(const Geometry& g, Pass pass) {
+inline int64_t per_thread_floats(const Geometry& geo, Pass pass) {
   Arena counter(nullptr);
-  Buffers unused(counter, g, pass);
+  Buffers unused(counter, geo, pass);
   return counter.used();
 }
 
@@ -65,20 +65,20 @@ struct Slice {
 
 // ---- chunk loaders and helpers (linear_attention_chunks.cpp) ----
 
-void load_features(const Geometry& g, FeatureMap phi, const float* src, const float* pad,
+void load_features(const Geometry& geo, FeatureMap phi, const float* src, const float* pad,
                    int64_t r0, int64_t r, float* dst);
-void load_values(const Geometry& g, const float* v, int64_t r0, int64_t r, float* dst);
-void load_g(const Geometry& g, const Slice& s, float eps, int64_t r0, int64_t r, float* gt,
+void load_values(const Geometry& geo, const float* v, int64_t r0, int64_t r, float* dst);
+void load_g(const Geometry& geo, const Slice& slice, float eps, int64_t r0, int64_t r, float* gt,
             float* ge);
-void add_column_sums(const Geometry& g, const float* x, int64_t r, float* z);
-void add_weighted_rows(const Geometry& g, const float* x, const float* w, int64_t r, float* z);
-void write_output(const Geometry& g, const float* u, int64_t ldu, const float* den, float eps,
+void add_column_sums(const Geometry& geo, const float* x, int64_t r, float* z);
+void add_weighted_rows(const Geometry& geo, const float* x, const float* w, int64_t r, float* z);
+void write_output(const Geometry& geo, const float* u, int64_t ldu, const float* den, float eps,
                   int64_t r, float* out);
-const float* values_operand(const Geometry& g, const float* v, int64_t r0, int64_t r, float* tile);
-float* values_target(const Geometry& g, float* out, int64_t r0, float* tile);
-void write_key_grad(const Geometry& g, FeatureMap phi, const Slice& s, int64_t r0, int64_t r,
+const float* values_operand(const Geometry& geo, const float* v, int64_t r0, int64_t r, float* tile);
+float* values_target(const Geometry& geo, float* out, int64_t r0, float* tile);
+void write_key_grad(const Geometry& geo, FeatureMap phi, const Slice& slice, int64_t r0, int64_t r,
                     const float* tile);
-void masked_g_vt(const Geometry& g, const Buffers& w, int64_t r, int64_t rp);
+void masked_g_vt(const Geometry& geo, const Buffers& w, int64_t r, int64_t rp);
 
 // ---- per-slice passes ----
 
@@ -96,25 +96,25 @@ struct ScanState {
   const float* z = nullptr;
 };
 // Floats of one ScanState in a workspace (S then z, 64-byte aligned).
-inline int64_t scan_state_floats(const Geometry& g) { return g.dp * g.ep + g.dp; }
+inline int64_t scan_state_floats(const Geometry& geo) { return geo.dp * geo.ep + geo.dp; }
 
-void causal_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+void causal_forward_slice(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                           const Buffers& w, RowRange rows, ScanState start);
-void causal_backward_da(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+void causal_backward_da(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                         const Buffers& w, RowRange rows, ScanState start);
-void causal_backward_db_dv(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+void causal_backward_db_dv(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                            const Buffers& w, RowRange rows, ScanState start);
 // Pass 1 of a split sequence: the state a segment of rows hands on (overwrites S and z), the
 // forward scans' S' (needs s.b, s.v, s.pad) and the reverse scan's R' (s.a, s.out, s.den,
 // s.dout).
-void causal_key_value_sum(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+void causal_key_value_sum(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                           const Buffers& w, RowRange rows, float* S, float* z);
-void causal_query_grad_sum(const Geometry& g, const LinearAttentionConfig& cfg, const Slice& s,
+void causal_query_grad_sum(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                            const Buffers& w, RowRange rows, float* R, float* re);
 // linear_attention_bidirectional.cpp
-void bidirectional_forward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
-                                 const Slice& s, const Buffers& w);
-void bidirectional_backward_slice(const Geometry& g, const LinearAttentionConfig& cfg,
-                                  const Slice& s, const Buffers& w);
+void bidirectional_forward_slice(const Geometry& geo, const LinearAttentionConfig& cfg,
+                                 const Slice& slice, const Buffers& w);
+void bidirectional_backward_slice(const Geometry& geo, const LinearAttentionConfig& cfg,
+                                  const Slice& slice, const Buffers& w);
 
 }  // namespace tarn::kernels::cpu::linear_attention_detail
