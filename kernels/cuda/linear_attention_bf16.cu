@@ -172,43 +172,55 @@ __device__ __forceinline__ bool tile_live(ScanMode mode, int ti, int tj) {
   return mode == ScanMode::forward ? tj <= ti : mode == ScanMode::reverse ? tj >= ti : true;
 }
 
-// x: (B,H,nx,.) y, w: (B,H,ny,.) -> out (B,H,nx,q); grid (column tiles, slices). p: the padded
-// width of X and Y. Barriers: each phase reads what the previous one wrote (see the top of file).
-// Two blocks per SM is what the shared memory allows for the common widths (57 to 91 KB at
-// p <= 80); saying so lets ptxas take the registers it needs (about 100 to 140) rather than
-// spill at 64 to 80, as it did without the hint.
+// One block's share of a bf16 scan: its shared-memory tiles (SmemLayout), its place in the
+// block, and the tensor-core steps the kernel composes (the phases at the top of this file).
+// Each step is warp- or block-wide; the kernel places the barriers between them.
 template <int kTileQ>
-__global__ void __launch_bounds__(kThreads, 2)
-    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, ScanMode mode,
-                                      ScanPhase phase, int64_t heads, int64_t slices, float* states) {
-  constexpr int kQT = kTileQ / kT;                      // 16-column tiles of O and S
-  constexpr int kOutPerWarp = kChunkTiles * kQT / kWarps;  // O tiles each warp owns
-  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
-  unsigned char* smem = mma::align_shared(smem_unaligned);
-  const SmemLayout L = smem_layout<kTileQ>(p);
-  bf16* xs = reinterpret_cast<bf16*>(smem + L.xs);
-  bf16* ys = reinterpret_cast<bf16*>(smem + L.ys);
-  bf16* ws = reinterpret_cast<bf16*>(smem + L.ws);
-  float* pf = reinterpret_cast<float*>(smem + L.pf);
-  bf16* pb = reinterpret_cast<bf16*>(smem + L.pb);
-  float* sf = reinterpret_cast<float*>(smem + L.sf);
-  bf16* sb = reinterpret_cast<bf16*>(smem + L.sb);
-  const int c0 = blockIdx.x * kTileQ;
-  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
-  const int ptiles = p / kT;
-  // Split scans (grid z = segments > 1): the segment states are (slices, segments, p_cols,
-  // q_cols), only the real columns of X, Y (ones included) and of the output.
-  const int z = blockIdx.z, segments = gridDim.z;
-  const int p_cols = y.cols + y.ones, q_cols = out.cols;
-  const int wq = q_cols - c0 < kTileQ ? q_cols - c0 : kTileQ;  // real output columns of the tile
+struct Bf16ScanBlock {
+  static constexpr int kQT = kTileQ / kT;                         // 16-column tiles of O and S
+  static constexpr int kOutPerWarp = kChunkTiles * kQT / kWarps;  // O tiles each warp owns
+  using OutTiles = mma::Accumulator[kOutPerWarp];
 
-  // O tile u of this warp: (row tile, column tile). Spread so that each warp gets rows near
-  // and far from the diagonal (the causal mask skips tiles above it).
-  auto out_tile_row = [&](int u) { return (u * kWarps + warp) / kQT; };
-  auto out_tile_col = [&](int u) { return (u * kWarps + warp) % kQT; };
+  SmemLayout L;
+  bf16 *xs, *ys, *ws;  // X, Y chunks (kChunk x ldx), W chunk tile (kChunk x ldw)
+  float* pf;           // P in f32, then the O tile (kChunk x ldpf)
+  bf16* pb;            // masked P in bf16 (kChunk x ldpb)
+  float* sf;           // state S in f32 (p x ldsf)
+  bf16* sb;            // bf16(S) (p x ldsb)
+  int warp, lane, ptiles;
+
+  __device__ Bf16ScanBlock(unsigned char* smem, int p) : L(smem_layout<kTileQ>(p)) {
+    xs = reinterpret_cast<bf16*>(smem + L.xs);
+    ys = reinterpret_cast<bf16*>(smem + L.ys);
+    ws = reinterpret_cast<bf16*>(smem + L.ws);
+    pf = reinterpret_cast<float*>(smem + L.pf);
+    pb = reinterpret_cast<bf16*>(smem + L.pb);
+    sf = reinterpret_cast<float*>(smem + L.sf);
+    sb = reinterpret_cast<bf16*>(smem + L.sb);
+    warp = threadIdx.x / device::kWarp;
+    lane = threadIdx.x % device::kWarp;
+    ptiles = p / kT;
+  }
+
+  // O tile u of this warp: (row tile, column tile). Spread so that each warp gets rows near and
+  // far from the diagonal (the causal mask skips tiles above it).
+  __device__ __forceinline__ int out_tile_row(int u) const { return (u * kWarps + warp) / kQT; }
+  __device__ __forceinline__ int out_tile_col(int u) const { return (u * kWarps + warp) % kQT; }
+
+  // S = 0, or the segment's prefix state from pass 2 (the scan phase of a split scan), and bf16(S).
+  __device__ __forceinline__ void start_state(ScanPhase phase, const float* segment_state, int p, int p_cols,
+                                              int q_cols, int wq) const {
+    for (int idx = threadIdx.x; idx < p * kTileQ; idx += blockDim.x) {
+      const int k = idx / kTileQ, m = idx % kTileQ;
+      const float s0 =
+          phase == ScanPhase::scan && segment_state && k < p_cols && m < wq ? segment_state[k * q_cols + m] : 0.0f;
+      sf[k * L.ldsf + m] = s0;
+      sb[k * L.ldsb + m] = mma::to_bf16(s0);
+    }
+  }
 
   // O = X bf16(S): tiles in registers.
-  auto multiply_state = [&](mma::Accumulator (&o)[kOutPerWarp]) {
+  __device__ __forceinline__ void multiply_state(OutTiles& o) const {
     #pragma unroll
     for (int u = 0; u < kOutPerWarp; ++u) {
       const int ti = out_tile_row(u), tm = out_tile_col(u);
@@ -221,62 +233,122 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma::multiply_add(o[u], a, b);
       }
     }
-  };
-  auto store_out = [&](mma::Accumulator (&o)[kOutPerWarp]) {
+  }
+
+  __device__ __forceinline__ void store_out(OutTiles& o) const {
     #pragma unroll
     for (int u = 0; u < kOutPerWarp; ++u)
       mma::store(pf + out_tile_row(u) * kT * L.ldpf + out_tile_col(u) * kT, o[u], L.ldpf);
-  };
+  }
+
   // S += Y^T W over the chunk in the tiles; each warp owns whole 16x16 tiles of S and rounds
   // them to bf16 once its own stores are visible to its lanes.
-  auto update_state = [&]() {
+  __device__ __forceinline__ void update_state() const {
     for (int t = warp; t < ptiles * kQT; t += kWarps) {
       const int kt = t / kQT, tm = t % kQT;
-      mma::Accumulator s;
+      mma::Accumulator acc;
       float* st = sf + kt * kT * L.ldsf + tm * kT;
-      mma::load(s, st, L.ldsf);
+      mma::load(acc, st, L.ldsf);
       for (int i = 0; i < kChunkTiles; ++i) {
         mma::FragmentA<mma::ColMajor> a;  // Y^T
         mma::FragmentB<mma::RowMajor> b;
         mma::load(a, ys + i * kT * L.ldx + kt * kT, L.ldx);
         mma::load(b, ws + i * kT * L.ldw + tm * kT, L.ldw);
-        mma::multiply_add(s, a, b);
+        mma::multiply_add(acc, a, b);
       }
-      mma::store(st, s, L.ldsf);
+      mma::store(st, acc, L.ldsf);
       __syncwarp();
       for (int idx = lane; idx < kT * kT; idx += device::kWarp) {
         const int r = idx / kT, c = idx % kT;
         sb[(kt * kT + r) * L.ldsb + tm * kT + c] = mma::to_bf16(st[r * L.ldsf + c]);
       }
     }
-  };
+  }
+
+  // Phase B's first half: P = X Y^T on the tiles the mask keeps, dealt round-robin over the warps
+  // (10 of the 16, 3 or 2 each); phase C never reads the others.
+  __device__ __forceinline__ void chunk_product(ScanMode mode) const {
+    for (int t = 0, live = 0; t < kChunkTiles * kChunkTiles; ++t) {
+      const int ti = t / kChunkTiles, tj = t % kChunkTiles;
+      if (!tile_live(mode, ti, tj) || live++ % kWarps != warp) continue;
+      mma::Accumulator acc;
+      mma::zero(acc);
+      for (int k = 0; k < ptiles; ++k) {
+        mma::FragmentA<mma::RowMajor> a;
+        mma::FragmentB<mma::ColMajor> b;  // Y^T
+        mma::load(a, xs + ti * kT * L.ldx + k * kT, L.ldx);
+        mma::load(b, ys + tj * kT * L.ldx + k * kT, L.ldx);
+        mma::multiply_add(acc, a, b);
+      }
+      mma::store(pf + ti * kT * L.ldpf + tj * kT, acc, L.ldpf);
+    }
+  }
+
+  // Phase C: the mask inside the diagonal tiles, and bf16 for the tensor cores (pf is read only
+  // where the mask keeps it, inside the live tiles B wrote).
+  __device__ __forceinline__ void mask_product(ScanMode mode) const {
+    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += blockDim.x) {
+      const int i = idx / kChunk, j = idx % kChunk;
+      const bool keep = mode == ScanMode::forward ? j <= i : j >= i;
+      pb[i * L.ldpb + j] = mma::to_bf16(keep ? pf[i * L.ldpf + j] : 0.0f);
+    }
+  }
+
+  // Phase D's first half: O += P W on the live tiles.
+  __device__ __forceinline__ void add_intra_chunk(ScanMode mode, OutTiles& o) const {
+    #pragma unroll
+    for (int u = 0; u < kOutPerWarp; ++u) {
+      const int ti = out_tile_row(u), tm = out_tile_col(u);
+      for (int k = 0; k < kChunkTiles; ++k) {
+        if (!tile_live(mode, ti, k)) continue;
+        mma::FragmentA<mma::RowMajor> a;
+        mma::FragmentB<mma::RowMajor> b;
+        mma::load(a, pb + ti * kT * L.ldpb + k * kT, L.ldpb);
+        mma::load(b, ws + k * kT * L.ldw + tm * kT, L.ldw);
+        mma::multiply_add(o[u], a, b);
+      }
+    }
+  }
+};
+
+// x: (B,H,nx,.) y, w: (B,H,ny,.) -> out (B,H,nx,q); grid (column tiles, slices). p: the padded
+// width of X and Y. Barriers: each phase reads what the previous one wrote (see the top of file).
+// Two blocks per SM is what the shared memory allows for the common widths (57 to 91 KB at
+// p <= 80); saying so lets ptxas take the registers it needs (about 100 to 140) rather than
+// spill at 64 to 80, as it did without the hint.
+template <int kTileQ>
+__global__ void __launch_bounds__(kThreads, 2)
+    linear_attention_bf16_scan_kernel(Operand x, Operand y, Operand w, Output out, int p, ScanMode mode,
+                                      ScanPhase phase, int64_t heads, int64_t slices, float* states) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  const Bf16ScanBlock<kTileQ> b(mma::align_shared(smem_unaligned), p);
+  const int c0 = blockIdx.x * kTileQ;
+  // Split scans (grid z = segments > 1): the segment states are (slices, segments, p_cols,
+  // q_cols), only the real columns of X, Y (ones included) and of the output.
+  const int z = blockIdx.z, segments = gridDim.z;
+  const int p_cols = y.cols + y.ones, q_cols = out.cols;
+  const int wq = q_cols - c0 < kTileQ ? q_cols - c0 : kTileQ;  // real output columns of the tile
 
   for (int64_t bh = blockIdx.y; bh < slices; bh += gridDim.y) {
-    float* seg_state = states ? states + (bh * segments + z) * p_cols * q_cols + c0 : nullptr;
-    // The state starts at zero, or at the segment's prefix state from pass 2. The previous slice
-    // read the state last before a barrier; the first reads of this one follow the barrier
-    // after the first loads.
-    for (int idx = threadIdx.x; idx < p * kTileQ; idx += blockDim.x) {
-      const int k = idx / kTileQ, m = idx % kTileQ;
-      const float s0 = phase == ScanPhase::scan && seg_state && k < p_cols && m < wq ? seg_state[k * q_cols + m] : 0.0f;
-      sf[k * L.ldsf + m] = s0;
-      sb[k * L.ldsb + m] = mma::to_bf16(s0);
-    }
+    float* segment_state = states ? states + (bh * segments + z) * p_cols * q_cols + c0 : nullptr;
+    // The previous slice read the state last before a barrier; the first reads of this one
+    // follow the barrier after the first loads.
+    b.start_state(phase, segment_state, p, p_cols, q_cols, wq);
 
     if (phase == ScanPhase::segment_state) {  // pass 1: this segment's Y^T W, unscanned
       int64_t first, last;
       segment_chunks(y.rows, kChunk, z, segments, first, last);
       for (int64_t c = first; c < last; ++c) {
-        load_tile(y, bh, heads, c * kChunk, 0, p, ys, L.ldx);
-        load_tile(w, bh, heads, c * kChunk, c0, kTileQ, ws, L.ldw);
+        load_tile(y, bh, heads, c * kChunk, 0, p, b.ys, b.L.ldx);
+        load_tile(w, bh, heads, c * kChunk, c0, kTileQ, b.ws, b.L.ldw);
         __syncthreads();
-        update_state();
+        b.update_state();
         __syncthreads();  // the next loads overwrite ys, ws; the copy below reads sf
       }
       __syncthreads();  // an empty segment has no barrier between the zeroing and this read
       for (int idx = threadIdx.x; idx < p_cols * wq; idx += blockDim.x) {
         const int k = idx / wq, m = idx % wq;
-        seg_state[k * q_cols + m] = sf[k * L.ldsf + m];
+        segment_state[k * q_cols + m] = b.sf[k * b.L.ldsf + m];
       }
       __syncthreads();  // the next slice's zeroing overwrites the sf this copy reads
       continue;
@@ -287,20 +359,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (mode == ScanMode::full) {
       // Bidirectional: the whole S (from pass 2's total when split), then this segment's rows.
       for (int64_t r0 = 0; !states && r0 < y.rows; r0 += kChunk) {
-        load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
-        load_tile(w, bh, heads, r0, c0, kTileQ, ws, L.ldw);
+        load_tile(y, bh, heads, r0, 0, p, b.ys, b.L.ldx);
+        load_tile(w, bh, heads, r0, c0, kTileQ, b.ws, b.L.ldw);
         __syncthreads();
-        update_state();
+        b.update_state();
         __syncthreads();  // the next loads overwrite ys, ws; the products read sb
       }
       for (int64_t r0 = first * kChunk; r0 < last * kChunk; r0 += kChunk) {
-        load_tile(x, bh, heads, r0, 0, p, xs, L.ldx);
+        load_tile(x, bh, heads, r0, 0, p, b.xs, b.L.ldx);
         __syncthreads();
-        mma::Accumulator o[kOutPerWarp];
-        multiply_state(o);
-        store_out(o);
+        typename Bf16ScanBlock<kTileQ>::OutTiles o;
+        b.multiply_state(o);
+        b.store_out(o);
         __syncthreads();
-        write_tile(out, bh, heads, r0, c0, kTileQ, pf, L.ldpf);
+        write_tile(out, bh, heads, r0, c0, kTileQ, b.pf, b.L.ldpf);
       }
       continue;
     }
@@ -309,55 +381,25 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int64_t step = 0; step < chunks; ++step) {
       const int64_t r0 = (mode == ScanMode::reverse ? last - 1 - step : first + step) * kChunk;
       // A: loads.
-      load_tile(x, bh, heads, r0, 0, p, xs, L.ldx);
-      load_tile(y, bh, heads, r0, 0, p, ys, L.ldx);
-      load_tile(w, bh, heads, r0, c0, kTileQ, ws, L.ldw);
+      load_tile(x, bh, heads, r0, 0, p, b.xs, b.L.ldx);
+      load_tile(y, bh, heads, r0, 0, p, b.ys, b.L.ldx);
+      load_tile(w, bh, heads, r0, c0, kTileQ, b.ws, b.L.ldw);
       __syncthreads();
-      // B: P = X Y^T on the live tiles, dealt round-robin over the warps (10 of the 16, 3 or 2
-      // each); C never reads the others. Then O = X S.
-      for (int t = 0, live = 0; t < kChunkTiles * kChunkTiles; ++t) {
-        const int ti = t / kChunkTiles, tj = t % kChunkTiles;
-        if (!tile_live(mode, ti, tj) || live++ % kWarps != warp) continue;
-        mma::Accumulator acc;
-        mma::zero(acc);
-        for (int k = 0; k < ptiles; ++k) {
-          mma::FragmentA<mma::RowMajor> a;
-          mma::FragmentB<mma::ColMajor> b;  // Y^T
-          mma::load(a, xs + ti * kT * L.ldx + k * kT, L.ldx);
-          mma::load(b, ys + tj * kT * L.ldx + k * kT, L.ldx);
-          mma::multiply_add(acc, a, b);
-        }
-        mma::store(pf + ti * kT * L.ldpf + tj * kT, acc, L.ldpf);
-      }
-      mma::Accumulator o[kOutPerWarp];
-      multiply_state(o);
+      // B: P = X Y^T on the live tiles, then O = X S.
+      b.chunk_product(mode);
+      typename Bf16ScanBlock<kTileQ>::OutTiles o;
+      b.multiply_state(o);
       __syncthreads();
-      // C: the mask inside the diagonal tiles, and bf16 for the tensor cores (pf is read only
-      // where the mask keeps it, inside the live tiles B wrote).
-      for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += blockDim.x) {
-        const int i = idx / kChunk, j = idx % kChunk;
-        const bool keep = mode == ScanMode::forward ? j <= i : j >= i;
-        pb[i * L.ldpb + j] = mma::to_bf16(keep ? pf[i * L.ldpf + j] : 0.0f);
-      }
+      // C: P masked and rounded to bf16.
+      b.mask_product(mode);
       __syncthreads();
       // D: O += P W (into pf, free since C), then the state.
-      #pragma unroll
-      for (int u = 0; u < kOutPerWarp; ++u) {
-        const int ti = out_tile_row(u), tm = out_tile_col(u);
-        for (int k = 0; k < kChunkTiles; ++k) {
-          if (!tile_live(mode, ti, k)) continue;
-          mma::FragmentA<mma::RowMajor> a;
-          mma::FragmentB<mma::RowMajor> b;
-          mma::load(a, pb + ti * kT * L.ldpb + k * kT, L.ldpb);
-          mma::load(b, ws + k * kT * L.ldw + tm * kT, L.ldw);
-          mma::multiply_add(o[u], a, b);
-        }
-      }
-      store_out(o);
-      if (step + 1 < chunks) update_state();
+      b.add_intra_chunk(mode, o);
+      b.store_out(o);
+      if (step + 1 < chunks) b.update_state();
       __syncthreads();
       // E: the chunk's output rows (the next chunk's loads touch none of pf).
-      write_tile(out, bh, heads, r0, c0, kTileQ, pf, L.ldpf);
+      write_tile(out, bh, heads, r0, c0, kTileQ, b.pf, b.L.ldpf);
     }
   }
 }
