@@ -214,6 +214,62 @@ Tensor attention_in_bf16(const char* op, const Kernels* kernels::Backend::*table
                 });
 }
 
+// The four f32 kernels of one attention algorithm, as a backend holds them (linear: the
+// normaliser, softmax: lse is the per-row statistic); their forward and backward take the same
+// arguments for both algorithms.
+template <typename Dims, typename Config>
+struct F32AttentionKernels {
+  size_t (*forward_workspace_floats)(const Dims&, const Config&);
+  void (*forward)(const Dims&, const Config&, const float*, const float*, const float*, float*, float*, float*,
+                  size_t);
+  size_t (*backward_workspace_floats)(const Dims&, const Config&);
+  void (*backward)(const Dims&, const Config&, const float*, const float*, const float*, const float*, const float*,
+                   const float*, float*, float*, float*, float*, size_t);
+};
+
+// Attention in f32: out and the per-row statistic forward, the three gradients backward, on
+// the kernels `select` picks from the device's backend (the backward's device is dy's).
+template <typename Dims, typename Config>
+Tensor attention_in_f32(const char* op, F32AttentionKernels<Dims, Config> (*select)(const kernels::Backend&),
+                        const Tensor& a, const Tensor& b, const Tensor& v, const Tensor& mask, const Dims& dims,
+                        const Config& cfg) {
+  const Device dev = a.device();
+  const F32AttentionKernels<Dims, Config> k = select(backend_for(dev));
+  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
+  Tensor stat = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
+  {
+    Tensor ws = workspace(k.forward_workspace_floats(dims, cfg), dev);
+    k.forward(dims, cfg, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(), stat.device_f32(),
+              ws.device_f32(), ws.numel());
+  }
+  return record(op, out, {a, b, v},
+                [op, select, a, b, v, out, stat, mask, dims, cfg](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const F32AttentionKernels<Dims, Config> kb = select(ops_internal::kernels_for(op, a, dy));
+                  const Device dev = a.device();
+                  Config c = cfg;
+                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
+                  Tensor da = needs[0] ? Tensor::empty(a.shape(), dev) : Tensor();
+                  Tensor db = needs[1] ? Tensor::empty(b.shape(), dev) : Tensor();
+                  Tensor dv = needs[2] ? Tensor::empty(v.shape(), dev) : Tensor();
+                  auto ptr = [](Tensor& t) { return t.defined() ? t.device_f32() : nullptr; };
+                  Tensor ws = workspace(kb.backward_workspace_floats(dims, c), dev);
+                  kb.backward(dims, c, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(),
+                              stat.device_f32(), dy.device_f32(), ptr(da), ptr(db), ptr(dv), ws.device_f32(),
+                              ws.numel());
+                  return {da, db, dv};
+                });
+}
+
+F32AttentionKernels<kc::LinearAttentionDims, kc::LinearAttentionConfig> linear_kernels(const kernels::Backend& k) {
+  return {k.linear_attention_forward_workspace_floats, k.linear_attention_forward,
+          k.linear_attention_backward_workspace_floats, k.linear_attention_backward};
+}
+
+F32AttentionKernels<kc::SoftmaxAttentionDims, kc::SoftmaxAttentionConfig> softmax_kernels(const kernels::Backend& k) {
+  return {k.softmax_attention_forward_workspace_floats, k.softmax_attention_forward,
+          k.softmax_attention_backward_workspace_floats, k.softmax_attention_backward};
+}
+
 }  // namespace
 
 Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
@@ -226,7 +282,6 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
     return linear_attention(feature_map(a, opt.fused_feature_map, FeatureRole::query),
                             feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
   }
-  const kernels::Backend& k = backend_for(a.device());
   const Device dev = a.device();
   const kc::LinearAttentionDims dims{a.size(0), a.size(1), a.size(2), b.size(2), a.size(3), v.size(3)};
   kc::LinearAttentionConfig cfg;
@@ -238,31 +293,7 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
   if (opt.precision == Precision::bf16 && linear_attention_runs_in_bf16(dev, dims.d, dims.e))
     return attention_in_bf16("linear_attention (bf16)", &kernels::Backend::linear_attention_bf16, a, b, v,
                              opt.key_padding_mask, dims, cfg);
-  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
-  Tensor den = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
-  {
-    Tensor ws = workspace(k.linear_attention_forward_workspace_floats(dims, cfg), dev);
-    k.linear_attention_forward(dims, cfg, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(),
-                               den.device_f32(), ws.device_f32(), ws.numel());
-  }
-  return record(op, out, {a, b, v},
-                [a, b, v, out, den, mask = opt.key_padding_mask, dims, cfg](
-                    const Tensor& dy, const NeedsGrad& needs) -> Grads {
-                  const kernels::Backend& kb = ops_internal::kernels_for("linear_attention", a, dy);
-                  const Device dev = a.device();
-                  kc::LinearAttentionConfig c = cfg;
-                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
-                  Tensor da = needs[0] ? Tensor::empty(a.shape(), dev) : Tensor();
-                  Tensor db = needs[1] ? Tensor::empty(b.shape(), dev) : Tensor();
-                  Tensor dv = needs[2] ? Tensor::empty(v.shape(), dev) : Tensor();
-                  Tensor ws = workspace(kb.linear_attention_backward_workspace_floats(dims, c), dev);
-                  kb.linear_attention_backward(
-                      dims, c, a.device_f32(), b.device_f32(), v.device_f32(), out.device_f32(),
-                      den.device_f32(), dy.device_f32(), da.defined() ? da.device_f32() : nullptr,
-                      db.defined() ? db.device_f32() : nullptr, dv.defined() ? dv.device_f32() : nullptr,
-                      ws.device_f32(), ws.numel());
-                  return {da, db, dv};
-                });
+  return attention_in_f32(op, &linear_kernels, a, b, v, opt.key_padding_mask, dims, cfg);
 }
 
 LinearAttentionState LinearAttentionState::zeros(int64_t batch, int64_t heads, int64_t d, int64_t e) {
@@ -338,31 +369,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   if (opt.precision == Precision::bf16 && softmax_attention_runs_in_bf16(dev, dims.d, dims.e))
     return attention_in_bf16("softmax_attention (bf16)", &kernels::Backend::softmax_attention_bf16, q, k, v,
                              opt.key_padding_mask, dims, cfg);
-  Tensor out = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q, dims.e}, dev);
-  Tensor lse = Tensor::empty(Shape{dims.batch, dims.heads, dims.n_q}, dev);
-  {
-    Tensor ws = workspace(kt.softmax_attention_forward_workspace_floats(dims, cfg), dev);
-    kt.softmax_attention_forward(dims, cfg, q.device_f32(), k.device_f32(), v.device_f32(), out.device_f32(),
-                                 lse.device_f32(), ws.device_f32(), ws.numel());
-  }
-  return record(op, out, {q, k, v},
-                [q, k, v, out, lse, mask = opt.key_padding_mask, dims, cfg](
-                    const Tensor& dy, const NeedsGrad& needs) -> Grads {
-                  const kernels::Backend& kb = ops_internal::kernels_for("softmax_attention", q, dy);
-                  const Device dev = q.device();
-                  kc::SoftmaxAttentionConfig c = cfg;
-                  c.key_padding_mask = mask.defined() ? mask.device_f32() : nullptr;
-                  Tensor dq = needs[0] ? Tensor::empty(q.shape(), dev) : Tensor();
-                  Tensor dk = needs[1] ? Tensor::empty(k.shape(), dev) : Tensor();
-                  Tensor dv = needs[2] ? Tensor::empty(v.shape(), dev) : Tensor();
-                  Tensor ws = workspace(kb.softmax_attention_backward_workspace_floats(dims, c), dev);
-                  kb.softmax_attention_backward(
-                      dims, c, q.device_f32(), k.device_f32(), v.device_f32(), out.device_f32(), lse.device_f32(),
-                      dy.device_f32(), dq.defined() ? dq.device_f32() : nullptr,
-                      dk.defined() ? dk.device_f32() : nullptr, dv.defined() ? dv.device_f32() : nullptr,
-                      ws.device_f32(), ws.numel());
-                  return {dq, dk, dv};
-                });
+  return attention_in_f32(op, &softmax_kernels, q, k, v, opt.key_padding_mask, dims, cfg);
 }
 
 }  // namespace tarn
