@@ -46,12 +46,17 @@ pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_library(TARN_SENTENCEPIECE_TRAIN sentencepiece_train REQUIRED)
 
+# nlohmann-json (nlohmann-json3-dev, header-only): the JSON grammar behind framework/io/json.h.
+# zlib (zlib1g-dev): the CRC-32 of checkpoint files (framework/io/crc32.h).
+find_package(nlohmann_json 3 REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# CLI11 (libcli11-dev, header-only): the command lines of tarn and the benches (tools/cli.h).
+find_package(CLI11 2 CONFIG REQUIRED)
+
 if(TARN_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
-endif()
-if(TARN_BUILD_BENCH)
-  find_package(benchmark REQUIRED)
 endif()
 
 # tarn_library(NAME FOLDER DEPS...): a static library from every .cpp below FOLDER, or an

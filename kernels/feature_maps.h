@@ -22,7 +22,18 @@ namespace tarn::kernels::cpu {
 
 enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity };
 
-const char* feature_map_name(FeatureMap kind);
+// "elu1", "relu", "exp", "favor", "identity": the recipe's names. Inline, so that code which
+// only names maps (the recipe's schema, its fuzzer) needs none of the kernels.
+inline const char* feature_map_name(FeatureMap kind) {
+  switch (kind) {
+    case FeatureMap::elu1: return "elu1";
+    case FeatureMap::relu: return "relu";
+    case FeatureMap::exp: return "exp";
+    case FeatureMap::favor: return "favor";
+    case FeatureMap::identity: return "identity";
+  }
+  return "?";
+}
 // Every map but favor depends on one row only and keeps the dimension d.
 inline bool feature_map_is_row_local(FeatureMap kind) { return kind != FeatureMap::favor; }
 

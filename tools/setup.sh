@@ -8,9 +8,11 @@ packages=(
   libopenblas-openmp-dev libopenblas0-openmp
   libdnnl-dev  # oneDNN: bf16 GEMMs on the CPU (training.precision: bf16)
   libyaml-cpp-dev
+  libcli11-dev  # CLI11 (header-only): the command-line parsing of tarn and the benches (tools/cli.h)
+  nlohmann-json3-dev  # the JSON parser behind framework/io/json.h (safetensors headers, manifests)
+  zlib1g-dev  # crc32() for checkpoint checksums (framework/io/crc32.h)
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev googletest
-  libbenchmark-dev
   libopenmpi-dev openmpi-bin
   wordnet-base
   python3-matplotlib  # the plots of docs/experiment.md (tools/experiment/report.py, Debian's /usr/bin/python3)

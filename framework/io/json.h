@@ -1,9 +1,10 @@
 #pragma once
-// A small, strict JSON (RFC 8259) reader and writer for the files tarn writes and reads itself:
-// safetensors headers and checkpoint manifests. No JSON library is installed, and these uses
-// need things general libraries do not all give: object members kept in file order, duplicate
-// keys rejected (the safetensors format forbids them), integers kept exactly (offsets beyond
-// 2^53), and errors that name the source, byte offset, line and column.
+// A strict JSON (RFC 8259) reader and writer for the files tarn writes and reads itself:
+// safetensors headers, checkpoint manifests, progress and metrics. nlohmann-json checks the
+// grammar (json.cpp); Value is tarn's own tree because these uses need what nlohmann's DOM does
+// not keep: object members in file order, duplicate keys rejected (the safetensors format forbids
+// them), number literals kept as written (integers exact beyond 2^53, dump() writing back the
+// same text), and errors that name the source, byte offset, line and column.
 //
 // Strict: no comments, no trailing commas, no NaN/Infinity, no leading zeros, no raw control
 // characters in strings, UTF-8 checked, lone surrogates in \u escapes rejected, nesting depth
@@ -66,7 +67,8 @@ class Value {
   std::string dump(int indent = -1) const;
 
  private:
-  friend class Parser;
+  friend class Reader;
+  explicit Value(Kind kind, std::string text = {}) : kind_(kind), text_(std::move(text)) {}
   Kind kind_ = Kind::null;
   bool bool_ = false;
   std::string text_;  // string value, or number literal

@@ -73,17 +73,6 @@ void exp_row_backward(const float* x, const float* dy, float* dx, int64_t d) {
 
 }  // namespace
 
-const char* feature_map_name(FeatureMap kind) {
-  switch (kind) {
-    case FeatureMap::elu1: return "elu1";
-    case FeatureMap::relu: return "relu";
-    case FeatureMap::exp: return "exp";
-    case FeatureMap::favor: return "favor";
-    case FeatureMap::identity: return "identity";
-  }
-  return "?";
-}
-
 void feature_map_rows_forward(FeatureMap kind, int64_t rows, int64_t d, const float* x,
                               int64_t ldx, float* y, int64_t ldy) {
   TARN_ASSERT(feature_map_is_row_local(kind), "feature_map_rows_forward: ",

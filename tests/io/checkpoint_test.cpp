@@ -194,6 +194,22 @@ TEST(Checkpoint, IndependentPythonCheckerAgrees) {
   EXPECT_EQ(testing::read_bytes(out).rfind("ok checkpoint model.safetensors:", 0), 0u) << testing::read_bytes(out);
 }
 
+// fuzz/corpus/checkpoint holds the bookkeeping of a checkpoint that tarn wrote while its CRC-32
+// was still its own code (checksums of MANIFEST.json, progress.json and notes.txt); with zlib's
+// CRC-32 it must still verify.
+TEST(Checkpoint, OneWrittenBeforeCrc32CameFromZlibStillVerifies) {
+  ScratchDir run;
+  const std::string seeds = std::string(TARN_SOURCE_DIR) + "/fuzz/corpus/checkpoint/";
+  const std::string dir = checkpoint_dir(run.path(), 1200);
+  fs::create_directories(dir);
+  for (const char* name : {"MANIFEST.json", "COMPLETE", "progress.json"}) fs::copy_file(seeds + name, dir + "/" + name);
+  testing::write_bytes(dir + "/notes.txt", "fuzz fixture\n");  // as fuzz/checkpoint_fuzzer.cpp writes it
+  const Checkpoint ck = open_checkpoint(dir);
+  ASSERT_EQ(ck.files.size(), 2u);
+  EXPECT_EQ(crc32_hex(ck.files[0].crc32), "df5241f4");
+  EXPECT_EQ(ck.info.at("step"), "1200");
+}
+
 TEST(Checkpoint, TruncatedFileIsReportedWithBothSizes) {
   ScratchDir run;
   write_checkpoint(run.path(), 1200, 9000);

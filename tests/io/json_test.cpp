@@ -89,6 +89,93 @@ TEST(Json, DumpRoundTrips) {
   EXPECT_ERROR_CONTAINS(json::Value::number(std::nan("")), "non-finite");
 }
 
+// The reader is nlohmann-json's parser behind tarn's words: each error below is worded and placed
+// (byte, line, column) exactly as tarn's own parser did before nlohmann-json replaced it.
+TEST(Json, ErrorsKeepTheirWordsAndPlaces) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"a\" 1}", "byte 5 (line 1, column 6): expected ':' after an object key"},
+      {"{\"a\": 1", "byte 7 (line 1, column 8): unexpected end of input inside an object"},
+      {"{1:2}", "byte 1 (line 1, column 2): expected a string key"},
+      {"{\"a\":1 \"b\"}", "byte 7 (line 1, column 8): expected ',' or '}' after an object member"},
+      {"[1 2]", "byte 3 (line 1, column 4): expected ',' or ']' after an array item"},
+      {"[true1]", "byte 5 (line 1, column 6): expected ',' or ']' after an array item"},
+      {"[1,,2]", "byte 3 (line 1, column 4): unexpected character ',', expected a value"},
+      {"[\"\xCF\x80\", x]", "byte 7 (line 1, column 7): unexpected character 'x', expected a value"},
+      {"[1]]", "byte 3 (line 1, column 4): unexpected content after the JSON value"},
+      {"[tru]", "byte 1 (line 1, column 2): expected 'true'"},
+      {"{\"a\": nul}", "byte 6 (line 1, column 7): expected 'null'"},
+      {"[-]", "byte 2 (line 1, column 3): expected a digit"},
+      {"[-x]", "byte 2 (line 1, column 3): expected a digit"},
+      {"[-01]", "byte 3 (line 1, column 4): leading zeros are not allowed in numbers"},
+      {"[1.]", "byte 3 (line 1, column 4): expected a digit after the decimal point"},
+      {"[1.5e]", "byte 5 (line 1, column 6): expected a digit in the exponent"},
+      {"[1e+]", "byte 4 (line 1, column 5): expected a digit in the exponent"},
+      {"[\"abc", "byte 5 (line 1, column 6): unterminated string"},
+      {"[\"abc\\", "byte 6 (line 1, column 7): unterminated escape"},
+      {"[\"\\q\"]", "byte 2 (line 1, column 3): invalid escape '\\q'"},
+      {"[\"a\tb\"]", "byte 3 (line 1, column 4): raw control character in a string (must be escaped)"},
+      {"[\"\\u12", "byte 4 (line 1, column 5): truncated \\u escape"},
+      {"[\"\\u12x4\"]", "byte 6 (line 1, column 7): expected a hex digit in a \\u escape"},
+      {"[\"\\ud83d\\u\"]", "byte 10 (line 1, column 11): truncated \\u escape"},
+      {"[\"\\ud83d\"]", "byte 2 (line 1, column 3): high surrogate without a following low surrogate"},
+      {"[\"\\ud83d\\x\"]", "byte 2 (line 1, column 3): high surrogate without a following low surrogate"},
+      {"[\"\\ud83d\\ud83d\"]", "byte 2 (line 1, column 3): high surrogate without a following low surrogate"},
+      {"[\"\\ude00\"]", "byte 2 (line 1, column 3): lone low surrogate in a \\u escape"},
+      {"{\"a\":1,\"\\u0061\":2}", "byte 7 (line 1, column 8): duplicate key \"a\""},  // compared decoded
+      {"{\"x\": [1, {\"y\": 2, \"y\": 3}]}", "byte 19 (line 1, column 20): duplicate key \"y\""},
+      // nlohmann-json ends its input at a NUL byte and skips a byte order mark; JSON does neither.
+      {std::string("{\"a\":1}\0x", 9), "byte 7 (line 1, column 8): unexpected content after the JSON value"},
+      {std::string("[1\0]", 4), "byte 2 (line 1, column 3): expected ',' or ']' after an array item"},
+      {"\xEF\xBB\xBF{}", "byte 0 (line 1, column 1): unexpected character '\\xef', expected a value"},
+      // The quoted input in nlohmann-json's message must not be taken for its rule.
+      {"[\"missing closing quote\n\"]", "byte 23 (line 1, column 24): raw control character"},
+  };
+  for (const auto& [text, error] : cases) {
+    SCOPED_TRACE(text);
+    EXPECT_ERROR_CONTAINS(json::parse(text, "t"), "t: invalid JSON at " + error);
+  }
+}
+
+TEST(Json, DepthLimitIsExactly64) {
+  EXPECT_NO_THROW(json::parse(std::string(64, '[') + std::string(64, ']'), "t"));
+  EXPECT_ERROR_CONTAINS(json::parse(std::string(65, '[') + std::string(65, ']'), "t"),
+                        "at byte 64 (line 1, column 65): nesting deeper than 64 levels");
+  EXPECT_ERROR_CONTAINS(json::parse("{\"a\":" + std::string(64, '[') + std::string(64, ']') + "}", "t"),
+                        "at byte 68 (line 1, column 69): nesting deeper than 64 levels");
+}
+
+TEST(Json, OffsetsOfNestedValuesCountFromTheBase) {
+  const json::Value v = json::parse("{\"k\": [true, \"s\", {\"n\": -0.5e1}]}", "t", 8);
+  const auto& items = v.find("k")->items("k");
+  EXPECT_EQ(v.offset(), 8u);
+  EXPECT_EQ(v.find("k")->offset(), 14u);
+  EXPECT_EQ(items[0].offset(), 15u);
+  EXPECT_EQ(items[1].offset(), 21u);
+  EXPECT_EQ(items[2].offset(), 26u);
+  EXPECT_EQ(items[2].find("n")->offset(), 32u);
+}
+
+// Literals stay as written, so dump() gives back the same text; one beyond a double's range
+// (which nlohmann-json alone would refuse while parsing) loads, and as_double() refuses it.
+TEST(Json, NumberLiteralsAreKeptAsWritten) {
+  const json::Value v = json::parse("[-0, 1.50, 1E+2, 1e999, 2, 1e-999]", "t");
+  EXPECT_EQ(v.dump(), "[-0,1.50,1E+2,1e999,2,1e-999]");
+  const auto& items = v.items("");
+  EXPECT_EQ(items[3].number_text(), "1e999");
+  EXPECT_EQ(items[3].offset(), 17u);
+  EXPECT_ERROR_CONTAINS(items[3].as_double("x"), "x: 1e999 is out of range for a double");
+  EXPECT_ERROR_CONTAINS(items[0].as_u64("n"), "n: expected a non-negative integer, got -0");
+  EXPECT_EQ(items[4].as_u64("n"), 2u);
+  EXPECT_DOUBLE_EQ(items[1].as_double("x"), 1.5);
+  EXPECT_ERROR_CONTAINS(json::parse("{\"a\": -1e999 \"b\"}", "t"),
+                        "at byte 13 (line 1, column 14): expected ',' or '}' after an object member");
+  // Such a literal cut short by a '.' or 'e' is refused where the digit is missing.
+  const std::string huge = "1" + std::string(400, '0');
+  EXPECT_ERROR_CONTAINS(json::parse("[" + huge + "e]", "t"), "byte 403 (line 1, column 404): expected a digit in the exponent");
+  EXPECT_ERROR_CONTAINS(json::parse("[" + huge + ".]", "t"),
+                        "byte 403 (line 1, column 404): expected a digit after the decimal point");
+}
+
 TEST(Json, Utf8Validation) {
   EXPECT_EQ(json::find_invalid_utf8("plain \xCF\x80 \xF0\x9F\x98\x80"), std::string_view::npos);
   EXPECT_EQ(json::find_invalid_utf8("ab\xC0\x80"), 2u);          // overlong NUL
@@ -118,6 +205,11 @@ TEST(Crc32, MatchesZlibCheckValues) {
     for (int k = 0; k < 8; ++k) ref = (ref & 1) ? (ref >> 1) ^ 0xEDB88320u : ref >> 1;
   }
   EXPECT_EQ(whole, ~ref);
+  // Python's zlib.crc32, the reference MANIFEST.json's checksums are meant to match.
+  EXPECT_EQ(crc32_hex(crc32("The quick brown fox jumps over the lazy dog", 43)), "414fa339");
+  std::string mib(1 << 20, '\0');
+  for (size_t i = 0; i < mib.size(); ++i) mib[i] = static_cast<char>((i * i * 31 + 7) % 251);
+  EXPECT_EQ(crc32_hex(crc32(mib.data(), mib.size())), "7a0b0f31");
 }
 
 }  // namespace
