@@ -57,7 +57,7 @@ expect "--algos: \"flash\" is not one of" "$tarn" bench attention --algos flash
 expect "--n: 0 is out of range" "$tarn" bench attention --n 0
 expect "bench attention: unknown option --bogus" "$tarn" bench attention --bogus 1
 expect "no CUDA device" "$tarn" bench attention --device cuda --n 32
-expect "bench: unknown benchmark \"speed\"" "$tarn" bench speed
+expect "tarn bench: unknown command \"speed\"" "$tarn" bench speed
 "$tarn" bench train --help | grep -q "usage: tarn bench train" || fail "bench train --help"
 
 finish "all passed"

@@ -1,23 +1,7 @@
 // Attention benchmark: causal linear, bidirectional linear and softmax attention, forward and
 // forward+backward, against sequence length N and B*H, with the sgemm speed of this machine
 // measured in the same process as the yardstick. CSV on stdout, notes on stderr.
-//
-//   attention_bench [--n-min 256] [--n-max 65536] [--n 18,4096] [--bh 4,8,32] [--d 64]
-//                   [--e 64] [--chunk 64] [--algos causal,bidir,softmax]
-//                   [--softmax-n-max 8192] [--min-time 0.3] [--reps 3]
-//                   [--map elu1|relu|exp|identity] [--unfused] [--cold]
-//
-// It times the Tensor ops of framework/ops/attention.h, as a model calls them: linear
-// attention with the feature map fused into the kernel (--unfused: feature_map() ops first),
-// and softmax attention (causal for --algos softmax). Forward runs under NoGradGuard;
-// forward+backward is the op plus out.backward(dO). Each time is the median of at least
-// --reps runs and of as many as fit in --min-time seconds. Peak memory comes from
-// tarn::memory_stats() (reset before the step, with Q, K, V and dO already allocated), and
-// is also given as a multiple of the bytes of (Q, K, V, O, dO, dQ, dK, dV).
-// --cold evicts the caches before every timed run (writes a 256 MiB buffer, untimed), as a
-// training step meets the attention inputs: without it, repeats at N <= 1K find Q, K, V
-// already in L2 and time per token looks lower than at long N, where they stream from memory.
-// GFLOP/s use the FLOP formulas of kernels/linear_attention.h and softmax_attention.h.
+// `attention_bench --help` gives the flags and what the figures are (kDescription below).
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,11 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,11 +21,28 @@
 #include "kernels/cpu/linear_attention_simd.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
+#include "tools/cli.h"
 
 namespace {
 
 namespace k = tarn::kernels::cpu;
 using Clock = std::chrono::steady_clock;
+
+constexpr const char* kDescription = R"(Causal linear, bidirectional linear and softmax attention, forward and
+forward+backward, against sequence length N and B*H, with the sgemm speed of this machine
+measured in the same process as the yardstick. CSV on stdout, notes on stderr.
+
+It times the Tensor ops of framework/ops/attention.h, as a model calls them: linear
+attention with the feature map fused into the kernel (--unfused: feature_map() ops first),
+and softmax attention (causal for --algos softmax). Forward runs under NoGradGuard;
+forward+backward is the op plus out.backward(dO). Each time is the median of at least
+--reps runs and of as many as fit in --min-time seconds. Peak memory comes from
+tarn::memory_stats() (reset before the step, with Q, K, V and dO already allocated), and
+is also given as a multiple of the bytes of (Q, K, V, O, dO, dQ, dK, dV).
+--cold evicts the caches before every timed run (writes a 256 MiB buffer, untimed), as a
+training step meets the attention inputs: without it, repeats at N <= 1K find Q, K, V
+already in L2 and time per token looks lower than at long N, where they stream from memory.
+GFLOP/s use the FLOP formulas of kernels/linear_attention.h and softmax_attention.h.)";
 
 struct Options {
   int64_t n_min = 256, n_max = 65536, softmax_n_max = 8192;
@@ -54,68 +53,33 @@ struct Options {
   std::vector<std::string> algos = {"causal", "bidir", "softmax"};
   double min_time = 0.3;
   int reps = 3;
-  k::FeatureMap map = k::FeatureMap::elu1;
+  std::string map_name = "elu1";
+  k::FeatureMap map = k::FeatureMap::elu1;  // from map_name
   bool unfused = false;
   bool cold = false;
   double max_gib = 12.0;  // skip configurations whose buffers exceed this
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "attention_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--n-min") o.n_min = std::stoll(next());
-    else if (a == "--n-max") o.n_max = std::stoll(next());
-    else if (a == "--softmax-n-max") o.softmax_n_max = std::stoll(next());
-    else if (a == "--n") {
-      for (auto& s : split(next())) o.n_list.push_back(std::stoll(s));
-    } else if (a == "--unfused") o.unfused = true;
-    else if (a == "--cold") o.cold = true;
-    else if (a == "--help" || a == "-h") {
-      std::fprintf(stderr, "attention_bench: see the header of tools/bench/attention_bench.cpp for the flags\n");
-      std::exit(0);
-    }
-    else if (a == "--bh") {
-      o.bh.clear();
-      for (auto& s : split(next())) o.bh.push_back(std::stoll(s));
-    } else if (a == "--d") o.d = std::stoll(next());
-    else if (a == "--e") o.e = std::stoll(next());
-    else if (a == "--chunk") o.chunk = std::stoi(next());
-    else if (a == "--algos") o.algos = split(next());
-    else if (a == "--min-time") o.min_time = std::stod(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--max-gib") o.max_gib = std::stod(next());
-    else if (a == "--map") {
-      try {
-        o.map = tarn::parse_feature_map(next());
-      } catch (const tarn::Error& e) {
-        std::fprintf(stderr, "attention_bench: --map: %s\n", e.what());
-        std::exit(2);
-      }
-      if (o.map == k::FeatureMap::favor) {
-        std::fprintf(stderr, "attention_bench: --map favor is not benchmarked here\n");
-        std::exit(2);
-      }
-    } else {
-      std::fprintf(stderr, "attention_bench: unknown flag %s (see the file header)\n", a.c_str());
-      std::exit(2);
-    }
-  }
-  return o;
+void add_flags(CLI::App& app, Options& o) {
+  constexpr int64_t kMaxN = int64_t{1} << 24;
+  tarn::cli::add_integer(app, "--n-min", o.n_min, 1, kMaxN, "shortest N of the doubling sweep");
+  tarn::cli::add_integer(app, "--n-max", o.n_max, 1, kMaxN, "longest N of the sweep");
+  tarn::cli::add_list(app, "--n", o.n_list, "these lengths instead of the sweep", tarn::cli::integer(1, kMaxN));
+  tarn::cli::add_list(app, "--bh", o.bh, "batch x heads", tarn::cli::integer(1, 1 << 20));
+  tarn::cli::add_integer(app, "--d", o.d, 1, 4096, "query and key dimension", "D");
+  tarn::cli::add_integer(app, "--e", o.e, 1, 4096, "value dimension", "E");
+  tarn::cli::add_integer(app, "--chunk", o.chunk, 1, 4096, "rows per chunk of the causal scan", "C");
+  tarn::cli::add_list(app, "--algos", o.algos, "causal and bidir(ectional) linear attention, causal softmax",
+                      tarn::cli::one_of({"causal", "bidir", "softmax"}));
+  tarn::cli::add_integer(app, "--softmax-n-max", o.softmax_n_max, 1, kMaxN, "longest N timed for softmax (quadratic)");
+  tarn::cli::add_real(app, "--min-time", o.min_time, 0, 3600, "seconds of timed runs per figure at least", "S");
+  tarn::cli::add_integer(app, "--reps", o.reps, 1, 1000, "timed runs per figure at least");
+  app.add_option("--map", o.map_name, "the feature map (favor is not benchmarked here)")
+      ->type_name("MAP")
+      ->check(tarn::cli::one_of({"elu1", "relu", "exp", "identity"}));
+  app.add_flag("--unfused", o.unfused, "apply the feature map as separate ops, not inside the kernel");
+  app.add_flag("--cold", o.cold, "evict the caches before every timed run");
+  tarn::cli::add_real(app, "--max-gib", o.max_gib, 0.001, 1e6, "skip configurations whose buffers exceed this", "G");
 }
 
 bool g_cold = false;  // --cold
@@ -291,7 +255,12 @@ Result run_softmax(const Options& o, int64_t bh, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  CLI::App app(kDescription, "attention_bench");
+  tarn::cli::configure(app);
+  Options o;
+  add_flags(app, o);
+  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  o.map = tarn::parse_feature_map(o.map_name);
   const Yardstick y = measure_sgemm(o);  // the yardstick always runs warm
   g_cold = o.cold;
   std::fprintf(stderr,
@@ -308,10 +277,6 @@ int main(int argc, char** argv) {
   if (lengths.empty())
     for (int64_t n = o.n_min; n <= o.n_max; n *= 2) lengths.push_back(n);
   for (const std::string& algo : o.algos) {
-    if (algo != "causal" && algo != "bidir" && algo != "softmax") {
-      std::fprintf(stderr, "attention_bench: unknown algo %s\n", algo.c_str());
-      return 2;
-    }
     for (int64_t bh : o.bh) {
       for (int64_t n : lengths) {
         if (algo == "softmax" && n > o.softmax_n_max) break;

@@ -1,43 +1,7 @@
 // The GPU attention benchmark (issue 7): linear attention (causal and bidirectional, f32 and
 // bf16, elu1 feature map fused) against the FlashAttention-style softmax baseline (f32, and bf16
 // on tensor cores), forward and forward + backward, on the roofline of the device it runs on.
-//
-// Usage: cuda_attention_bench [--quick] [--min-n N] [--max-n N] [--repeats R] [--max-ms T]
-//                             [--algos a,b,...] [--skip-check]
-//   algos: linear_causal_f32, linear_bidir_f32, linear_causal_bf16, linear_bidir_bf16,
-//          softmax_causal_f32, softmax_bidir_f32, softmax_causal_bf16, softmax_bidir_bf16
-//          (default: all)
-//   --quick: B*H = 128, d = 64, N = 1K and 4K only (includes the target shape)
-//   --min-n, --max-n: the sequence lengths timed lie between them
-//   --skip-check: time without the check on a small shape first, so that the first launch of
-//     each kernel is a timed one (what a profiler given --launch-count 1 should see:
-//     tools/gpu_check.sh runs ncu on `--quick --min-n 4096 --skip-check`)
-//   --max-ms: once a forward + backward of an algorithm takes longer than T ms (default 4000),
-//     its longer sequences at that B*H and d are skipped (softmax is quadratic in N: at B*H = 128,
-//     N = 64K, d = 128 one pass takes tens of seconds), so that the sweep ends in minutes.
-//
-// First every kernel is checked against the CPU kernel on one small shape (max |got - want| /
-// max |want| of every output and gradient): on the GPU when there is one, else on the CUDA
-// emulator, which is all this bench does without a GPU (timings need one). Then, on a GPU, each
-// algorithm is timed for N = 1K..64K (as far as memory allows), B*H = 4 and 128, d = e = 64 and
-// 128, as CSV:
-//   fwd_ms, fwdbwd_ms   median over repeats of CUDA-event times of forward, and of forward then
-//                       backward; before each timed run a buffer of twice the L2 size is
-//                       written, so that no input is served from L2
-//   tflops              FLOP / time. Softmax: 4 Nq Nk d forward (2 Nq Nk (d + e) when e != d),
-//                       halved when causal; backward 2.5x forward (S recomputed, dP, dV, dK, dQ).
-//                       Linear: kernels/linear_attention.h's count for the chunked algorithm with
-//                       C = 64 rows per chunk, as tools/bench/attention_bench.cpp (per chunk of r
-//                       rows: forward 4 r d (e+1) + 2 r(r+1)/2 (d + e + 1), backward 10 r d (e+1)
-//                       + 6 r(r+1)/2 (d + e + 1); bidirectional 2 (Nq + Nk) d (e+1) forward).
-//   gbps                compulsory bytes / time: the tensors the API reads and writes, once each
-//                       (forward q, k, v -> out, lse or den; backward q, k, v, out, lse or den,
-//                       dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32).
-//   of_roofline         max(bytes / HBM bandwidth, FLOP / peak) / time: 1 is the roofline. Peaks
-//                       from the device (tools/bench/common/gpu_peaks.h): f32 FMA, bf16 dense
-//                       tensor cores, HBM. of_h100 uses the issue's H100 figures instead: 3.35 TB/s,
-//                       67 TFLOP/s f32 FMA, 989 TFLOP/s bf16 dense.
-// The issue's target: B*H = 128, N = 4096, d = 64 at >= 50% of the roofline; printed at the end.
+// `cuda_attention_bench --help` gives the flags and the definition of every figure (kDescription).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -45,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -57,6 +22,7 @@
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
 #include "tools/bench/common/gpu_peaks.h"
+#include "tools/cli.h"
 
 #if __has_include("kernels/cuda_linear_attention_bf16.h")
 #include "kernels/cuda_linear_attention_bf16.h"
@@ -432,6 +398,33 @@ bool check(Algo a, bool gpu) {
   return ok;
 }
 
+constexpr const char* kDescription = R"(Linear attention (causal and bidirectional, f32 and bf16, elu1 feature map fused)
+against the FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and
+forward + backward, on the roofline of the device it runs on (issue 7).
+
+First every kernel is checked against the CPU kernel on one small shape (max |got - want| /
+max |want| of every output and gradient): on the GPU when there is one, else on the CUDA
+emulator, which is all this bench does without a GPU (timings need one). Then, on a GPU, each
+algorithm is timed for N = 1K..64K (as far as memory allows), B*H = 4 and 128, d = e = 64 and
+128, as CSV:
+  fwd_ms, fwdbwd_ms   median over repeats of CUDA-event times of forward, and of forward then
+                      backward; before each timed run a buffer of twice the L2 size is
+                      written, so that no input is served from L2
+  tflops              FLOP / time. Softmax: 4 Nq Nk d forward (2 Nq Nk (d + e) when e != d),
+                      halved when causal; backward 2.5x forward (S recomputed, dP, dV, dK, dQ).
+                      Linear: kernels/linear_attention.h's count for the chunked algorithm with
+                      C = 64 rows per chunk, as tools/bench/attention_bench.cpp (per chunk of r
+                      rows: forward 4 r d (e+1) + 2 r(r+1)/2 (d + e + 1), backward 10 r d (e+1)
+                      + 6 r(r+1)/2 (d + e + 1); bidirectional 2 (Nq + Nk) d (e+1) forward).
+  gbps                compulsory bytes / time: the tensors the API reads and writes, once each
+                      (forward q, k, v -> out, lse or den; backward q, k, v, out, lse or den,
+                      dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32).
+  of_roofline         max(bytes / HBM bandwidth, FLOP / peak) / time: 1 is the roofline. Peaks
+                      from the device (tools/bench/common/gpu_peaks.h): f32 FMA, bf16 dense
+                      tensor cores, HBM. of_h100 uses the issue's H100 figures instead: 3.35 TB/s,
+                      67 TFLOP/s f32 FMA, 989 TFLOP/s bf16 dense.
+The issue's target: B*H = 128, N = 4096, d = 64 at >= 50% of the roofline; printed at the end.)";
+
 struct Options {
   bool quick = false;
   bool skip_check = false;
@@ -439,46 +432,27 @@ struct Options {
   int64_t max_n = 65536;
   int repeats = 7;
   double max_ms = 4000;
-  std::vector<Algo> algos;
+  std::vector<std::string> algo_names;
+  std::vector<Algo> algos;  // from algo_names
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      TARN_CHECK(i + 1 < argc, "cuda_attention_bench: ", a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--skip-check") {
-      o.skip_check = true;
-    } else if (a == "--min-n") {
-      o.min_n = std::stoll(next());
-    } else if (a == "--max-n") {
-      o.max_n = std::stoll(next());
-    } else if (a == "--max-ms") {
-      o.max_ms = std::stod(next());
-    } else if (a == "--repeats") {
-      o.repeats = std::max(1, std::stoi(next()));
-    } else if (a == "--algos") {
-      std::stringstream ss(next());
-      std::string name;
-      while (std::getline(ss, name, ',')) {
-        bool found = false;
-        for (Algo x : kAllAlgos)
-          if (name == algo_name(x)) o.algos.push_back(x), found = true;
-        TARN_CHECK(found, "cuda_attention_bench: unknown algorithm '", name, "'");
-      }
-    } else {
-      TARN_CHECK(false, "cuda_attention_bench: unknown argument '", a,
-                 "' (usage: cuda_attention_bench [--quick] [--min-n N] [--max-n N] [--repeats R] [--max-ms T] "
-                 "[--algos a,b] [--skip-check])");
-    }
-  }
-  if (o.algos.empty()) o.algos.assign(std::begin(kAllAlgos), std::end(kAllAlgos));
-  return o;
+void add_flags(CLI::App& app, Options& o) {
+  for (Algo a : kAllAlgos) o.algo_names.push_back(algo_name(a));
+  app.add_flag("--quick", o.quick, "B*H = 128, d = 64, N = 1K and 4K only (includes the target shape)");
+  tarn::cli::add_integer(app, "--min-n", o.min_n, 1, 1 << 30, "shortest sequence length timed");
+  tarn::cli::add_integer(app, "--max-n", o.max_n, 1, 1 << 30, "longest sequence length timed");
+  tarn::cli::add_integer(app, "--repeats", o.repeats, 1, 1000, "timed runs per figure", "R");
+  tarn::cli::add_real(app, "--max-ms", o.max_ms, 0, 1e9,
+                      "once a forward + backward of an algorithm takes longer than T ms, its longer sequences at that "
+                      "B*H and d are skipped (softmax is quadratic in N: at B*H = 128, N = 64K, d = 128 one pass "
+                      "takes tens of seconds), so that the sweep ends in minutes",
+                      "T");
+  tarn::cli::add_list(app, "--algos", o.algo_names, "the algorithms to check and time", tarn::cli::one_of(o.algo_names))
+      ->default_str("all");
+  app.add_flag("--skip-check", o.skip_check,
+               "time without the check on a small shape first, so that the first launch of each kernel is a timed "
+               "one (what a profiler given --launch-count 1 should see: tools/gpu_check.sh runs ncu on "
+               "`--quick --min-n 4096 --skip-check`)");
 }
 
 // FLOP and compulsory bytes of one pass (see the header comment).
@@ -666,8 +640,15 @@ int time_all(const Options& o) {
 #endif
 
 int main(int argc, char** argv) {
+  CLI::App app(kDescription, "cuda_attention_bench");
+  tarn::cli::configure(app);
+  Options o;
+  add_flags(app, o);
+  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  for (const std::string& name : o.algo_names)
+    for (Algo a : kAllAlgos)
+      if (name == algo_name(a)) o.algos.push_back(a);
   try {
-    const Options o = parse(argc, argv);
     bool gpu = false;
 #if defined(TARN_WITH_CUDA)
     gpu = rt::device_count() > 0;

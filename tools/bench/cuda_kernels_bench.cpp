@@ -1,19 +1,6 @@
 // Every CUDA kernel of kernels/cuda_kernels.h (and the random fills of kernels/random.h)
-// against the CPU kernel of the same name, and, on a GPU, timed.
-//
-//   cuda_kernels_bench [--quick]
-//
-// Without a GPU (or without the CUDA backend) each kernel runs once on the CUDA emulator
-// (tarn::kernels::cuda_emu) on a small shape that is no multiple of any tile, and a
-// correctness table compares it with the CPU kernel; timings need a GPU and are not printed.
-// With a GPU the same check runs on the hardware first, then every kernel is timed on a
-// training-sized shape: CUDA events around each call, the L2 cache flushed before each by
-// writing a buffer twice its size, the median of the repeats. Output is CSV on stdout:
-//   kernel,shape,median_us,gbytes,gbps,fraction_of_bandwidth,gflop,tflops,fraction_of_fp32_peak
-// where gbytes is the call's compulsory traffic (each input read once, each output written once)
-// and the peaks come from the device: memory clock x bus width x 2 (DDR), and SMs x FP32 lanes
-// per SM x 2 (FMA) x SM clock. Attention has its own bench (cuda_attention_bench).
-// Exit status 1 when a kernel disagrees with the CPU.
+// against the CPU kernel of the same name, and, on a GPU, timed. `cuda_kernels_bench --help`
+// says how and what the figures are (kDescription).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -22,11 +9,13 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/check.h"
 #include "tools/bench/common/gpu_peaks.h"
+#include "tools/cli.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
@@ -702,10 +691,29 @@ int time_all(const Size& size, int repeats) {
 
 #endif
 
+constexpr const char* kDescription = R"(Every CUDA kernel of kernels/cuda_kernels.h (and the random fills of kernels/random.h)
+against the CPU kernel of the same name, and, on a GPU, timed.
+
+Without a GPU (or without the CUDA backend) each kernel runs once on the CUDA emulator
+(tarn::kernels::cuda_emu) on a small shape that is no multiple of any tile, and a
+correctness table compares it with the CPU kernel; timings need a GPU and are not printed.
+With a GPU the same check runs on the hardware first, then every kernel is timed on a
+training-sized shape: CUDA events around each call, the L2 cache flushed before each by
+writing a buffer twice its size, the median of the repeats. Output is CSV on stdout:
+  kernel,shape,median_us,gbytes,gbps,fraction_of_bandwidth,gflop,tflops,fraction_of_fp32_peak
+where gbytes is the call's compulsory traffic (each input read once, each output written once)
+and the peaks come from the device: memory clock x bus width x 2 (DDR), and SMs x FP32 lanes
+per SM x 2 (FMA) x SM clock. Attention has its own bench (cuda_attention_bench).
+Exit status 1 when a kernel disagrees with the CPU.)";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  CLI::App app(kDescription, "cuda_kernels_bench");
+  tarn::cli::configure(app);
+  bool quick = false;
+  app.add_flag("--quick", quick, "time smaller shapes (2048 x 1024 rows x cols, not 8192 x 4096) and 5 repeats, not 20");
+  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
   try {
 #if defined(TARN_WITH_CUDA)
     if (kc::cuda::device_count() > 0) {

@@ -1,16 +1,18 @@
-// GEMM speed through tarn's sgemm path (kernels/gemm.h), square and transformer-shaped, as CSV
-// with each figure's fraction of the best square sgemm and of the 2-thread FMA peak quoted in
-// the developers' guide. Usage: gemm_bench [--quick]
+// GEMM speed through tarn's sgemm path (kernels/gemm.h); `gemm_bench --help` says what it prints.
 #include <cstdio>
-#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "kernels/blas_info.h"
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "tools/bench/common/bench_util.h"
+#include "tools/cli.h"
 
 namespace {
+constexpr const char* kDescription = R"(GEMM speed through tarn's sgemm path (kernels/gemm.h), square and transformer-shaped, as
+CSV with each figure's fraction of the best square sgemm and of the 2-thread FMA peak quoted in
+the developers' guide.)";
 constexpr double kFmaPeakGflops = 197.0;  // measured register-FMA peak, 2 threads (DEVELOPERS.md)
 
 struct Shape {
@@ -21,8 +23,12 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   using namespace tarn;
+  CLI::App app(kDescription, "gemm_bench");
+  cli::configure(app);
+  bool quick = false;
+  app.add_flag("--quick", quick, "the first four shapes only (square 512 to 2048, one projection)");
+  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
   if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; OpenMP threads: %d\n", kernels::blas_info().str().c_str(),
                kernels::num_threads());

@@ -1,21 +1,12 @@
-// Memory-bound op kernels against the memory bandwidth measured in the same run.
-//
-//   OMP_NUM_THREADS=<n> build-ops/tools/ops_bench [--quick]     (about 10 s)
-//
-// Prints CSV: one row per (kernel, pass, shape) with the bytes a perfect implementation must
-// move (each input read once, each output written once; write-allocate traffic not counted,
-// as STREAM does not count it), the best time, GB/s, and the ratio to the STREAM-like copy
-// bandwidth measured in the same run (before the kernels, and again after them). Repetitions
-// rotate over slices of 256 MiB buffers, so that the data comes from DRAM as it would inside a
-// training step, not from a cache warmed by the previous repetition. Shapes are
-// transformer-sized: 8192 tokens by width 256 / 1024 (d_model, FFN) and 8000 (a vocabulary).
+// Memory-bound op kernels against the memory bandwidth measured in the same run
+// (OMP_NUM_THREADS=<n> ops_bench [--quick]); `ops_bench --help` says what the figures are.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +17,20 @@
 #include "kernels/parallel.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "tools/cli.h"
 
 namespace {
+
+constexpr const char* kDescription = R"(Memory-bound op kernels against the memory bandwidth measured in the same run
+(run as OMP_NUM_THREADS=<n> ops_bench [--quick]: about 10 s).
+
+Prints CSV: one row per (kernel, pass, shape) with the bytes a perfect implementation must
+move (each input read once, each output written once; write-allocate traffic not counted,
+as STREAM does not count it), the best time, GB/s, and the ratio to the STREAM-like copy
+bandwidth measured in the same run (before the kernels, and again after them). Repetitions
+rotate over slices of 256 MiB buffers, so that the data comes from DRAM as it would inside a
+training step, not from a cache warmed by the previous repetition. Shapes are
+transformer-sized: 8192 tokens by width 256 / 1024 (d_model, FFN) and 8000 (a vocabulary).)";
 
 namespace k = tarn::kernels::cpu;
 
@@ -95,7 +98,11 @@ void stream(const char* tag, double min_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  CLI::App app(kDescription, "ops_bench");
+  tarn::cli::configure(app);
+  bool quick = false;
+  app.add_flag("--quick", quick, "0.02 s of repetitions per figure instead of 0.25 s");
+  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
   const double min_seconds = quick ? 0.02 : kMinSeconds;
   std::printf("# ops_bench: %d OpenMP threads; GB/s = minimal bytes moved / best time; ratio = GB/s / stream_copy GB/s\n",
               tarn::kernels::num_threads());

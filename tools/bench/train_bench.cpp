@@ -1,51 +1,63 @@
 // Training-step speed of the BART model on the CPU: forward, backward and AdamW on random
 // token ids, for sequence lengths N (source and target both N tokens), reported as tokens per
-// second (B*N target tokens per step, the count PyTorch-side scripts usually report) and peak
-// memory. Usage: train_bench [--preset small] [--attention linear|softmax] [--n 512,2048]
-//                            [--tokens 4096] [--steps 5] [--precision f32|bf16|both]
+// second and peak memory. `train_bench --help` gives the flags.
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "framework/allocator.h"
+#include "framework/model_presets.h"
 #include "framework/optim/adamw.h"
 #include "framework/rng.h"
 #include "kernels/blas_info.h"
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "layers/bart.h"
+#include "tools/cli.h"
 
 namespace {
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
+
+constexpr const char* kDescription = R"(Training-step speed of the BART model on the CPU: forward, backward and AdamW on
+random token ids, for sequence lengths N (source and target both N tokens), reported as
+tokens per second (B*N target tokens per step, the count PyTorch-side scripts usually
+report, and all tokens, source and target) and peak memory. CSV on stdout.)";
+
+struct Options {
+  std::string preset = "small", attention = "linear", precision = "f32";
+  std::vector<int64_t> lengths = {512, 2048};
+  int64_t tokens = 4096, steps = 5;
+};
+
+void add_flags(CLI::App& app, Options& o) {
+  std::vector<std::string> presets;
+  for (const tarn::ModelPreset& p : tarn::kModelPresets) presets.push_back(p.name);
+  app.add_option("--preset", o.preset, "the model size")->type_name("NAME")->check(tarn::cli::one_of(presets));
+  app.add_option("--attention", o.attention, "every attention stack's kind")
+      ->type_name("KIND")
+      ->check(tarn::cli::one_of({"linear", "softmax"}));
+  tarn::cli::add_list(app, "--n", o.lengths, "sequence lengths", tarn::cli::integer(1, int64_t{1} << 20));
+  tarn::cli::add_integer(app, "--tokens", o.tokens, 1, int64_t{1} << 24,
+                         "target tokens per batch (batch = T / N sequences, at least 1)", "T");
+  tarn::cli::add_integer(app, "--steps", o.steps, 1, 10000, "timed steps, after one warm-up step", "S");
+  app.add_option("--precision", o.precision, "both: one row per precision")
+      ->type_name("P")
+      ->check(tarn::cli::one_of({"f32", "bf16", "both"}));
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace tarn;
-  std::string preset = "small", attention = "linear", precision = "f32";
-  std::vector<int64_t> lengths = {512, 2048};
-  int64_t tokens = 4096, steps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--preset") preset = v;
-    else if (k == "--attention") attention = v;
-    else if (k == "--n") lengths = parse_list(v);
-    else if (k == "--tokens") tokens = std::stoll(v);
-    else if (k == "--steps") steps = std::stoll(v);
-    else if (k == "--precision") precision = v;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+  CLI::App app(kDescription, "train_bench");
+  cli::configure(app);
+  Options o;
+  add_flags(app, o);
+  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
+  const std::string &preset = o.preset, &attention = o.attention, &precision = o.precision;
+  const std::vector<int64_t>& lengths = o.lengths;
+  const int64_t tokens = o.tokens, steps = o.steps;
   if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; threads %d\n", kernels::blas_info().str().c_str(), kernels::num_threads());
   std::vector<Precision> precisions;

@@ -1,13 +1,11 @@
-// The tarn command line: parses arguments and hands each subcommand to tools/tarn/*. User
-// errors (bad recipe, missing file, bad flag) exit 2 with a message naming the culprit; bugs
-// exit 1.
+// The tarn command line: each command's flags (CLI11, set up the tarn way by tools/cli.h) and
+// the call into the library that does the work (app/; tools/bench/tarn/ for `tarn bench`).
+// User errors (bad recipe, missing file, bad flag) exit 2 with a message naming the culprit;
+// bugs exit 1; diverged training 3; a failed collective 4.
 #include <algorithm>
 #include <cstdio>
-#include <limits>
-#include <optional>
-#include <cstring>
 #include <iostream>
-#include <map>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,11 +17,8 @@
 #include "framework/log/log.h"
 #include "kernels/mpi/mpi.h"
 #include "layers/bart.h"
-#include "tools/bench/tarn/bench_attention.h"
-#include "tools/bench/tarn/bench_collectives.h"
-#include "tools/bench/tarn/bench_common.h"
-#include "tools/bench/tarn/bench_decode.h"
-#include "tools/bench/tarn/bench_train.h"
+#include "tools/bench/tarn/bench_commands.h"
+#include "tools/cli.h"
 #include "app/checkpoint_state.h"
 #include "app/evaluate.h"
 #include "app/export.h"
@@ -36,45 +31,10 @@
 namespace tarn::app {
 namespace {
 
-constexpr const char* kUsage = R"(tarn: linear-attention BART training on CPUs and GPUs, one process or many (mpirun)
+constexpr const char* kDescription =
+    "tarn: linear-attention BART training on CPUs and GPUs, one process or many (mpirun)";
 
-usage: tarn <command> [options]
-
-commands:
-  train RECIPE.yaml [--set KEY=VALUE ...] [--restart]
-        Train from a recipe. Resumes from the newest valid checkpoint in checkpoints.dir
-        unless --restart. Ctrl-C finishes the step, writes a checkpoint and exits.
-  config RECIPE.yaml [--set KEY=VALUE ...]
-        Validate a recipe and print it resolved, every default filled in.
-  config --keys
-        Every recipe key with its default, accepted values and description.
-  eval --checkpoint DIR --data FILE [--tokens-per-batch N] [--max-batches N]
-        Mean NLL and perplexity over the target tokens of FILE (the checkpoint's data kind:
-        denoising plain text, or source<TAB>target pairs). Under mpirun the ranks share
-        the batches.
-  export --checkpoint DIR --out DIR
-        model.safetensors (HuggingFace BART names), config.json and spm.model.
-  generate --checkpoint DIR [--beam N] [--max-length N] [--no-repeat-ngram N]
-        Reads source lines on stdin, writes one generated line per source on stdout.
-        --beam 1 to 64 (default 1, greedy), --max-length 1 to 65536 tokens (default 128; at most the model's max_positions),
-        --no-repeat-ngram N: never repeat an N-token sequence within one output (default 0, off).
-  denoise --checkpoint DIR --data FILE [--count N] [--beam N] [--max-length N] [--no-repeat-ngram N]
-        Noises the first N lines of FILE as in training and shows input, output, original;
-        then the word error rate of the outputs against the originals.
-  bench attention [--device cpu|cuda] [--n 128,...,65536] [--out DIR] [--help]
-        Forward and forward+backward time and peak memory of softmax and linear attention
-        (bidirectional, causal, cross; per feature map) against N; where linear wins.
-  bench train RECIPE.yaml [--n 128,...,4096] [--attention softmax,linear] [--out DIR] [--help]
-        Training tokens/s and peak memory (allocator and resident) against sequence length
-        at the recipe's tokens per batch, random tokens.
-  bench decode RECIPE.yaml|CHECKPOINT [--positions 10000] [--out DIR] [--help]
-        Per-token generation latency and decoding-state memory against position: linear
-        attention's recurrent state against softmax's key/value cache.
-  bench collectives [--max-bytes B] [--iters N] [--threads N] [--help]
-        All-reduce, reduce-scatter and all-gather timed as nccl-tests does (algbw, busbw),
-        results checked; run it under mpirun for MPI ranks, else the ranks are threads.
-  prepare-corpus OUTDIR [--wordnet DIR]
-        Extracts the built-in WordNet corpus into OUTDIR/{train,valid,test}.txt.
+constexpr const char* kFooter = R"(Run tarn COMMAND --help for a command's flags.
 
 A checkpoint DIR may be a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its
 newest valid checkpoint). Exit codes: 0 success, 2 bad input (a recipe, flag or file) or a
@@ -84,8 +44,7 @@ disagreed), 1 internal error (a bug in tarn).
 
 Data-parallel training: launch the same command with mpirun, one rank per GPU or CPU node:
   mpirun -np 4 tarn train RECIPE.yaml          (training.device: cuda = each rank's local GPU)
-training.tokens_per_batch stays the global batch; only rank 0 logs and writes (recipes/README.md).
-)";
+training.tokens_per_batch stays the global batch; only rank 0 logs and writes (recipes/README.md).)";
 
 // Bounds of the numeric flags. A beam wider than 64 costs 64x the greedy decode for no gain a
 // user could see on this model; a generated line of more than 65,536 tokens is a runaway;
@@ -93,128 +52,133 @@ training.tokens_per_batch stays the global batch; only rank 0 logs and writes (r
 constexpr int64_t kMaxBeam = 64;
 constexpr int64_t kMaxGenerateLength = 65536;
 constexpr int64_t kMaxTokensPerBatch = int64_t{1} << 24;
+constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
 
-// --flag value pairs, repeated --set, bare flags and positionals.
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> sets;
+void add_overrides(CLI::App& app, std::vector<std::string>& overrides) {
+  app.add_option("--set", overrides,
+                 "override a recipe key, once per key: --set optimizer.lr=5e-4 (tarn config --keys lists them)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
 
-  std::string need(const std::string& flag) const {
-    auto it = flags.find(flag);
-    TARN_CHECK(it != flags.end(), "missing --", flag, " (see tarn --help)");
-    return it->second;
-  }
-  std::string get(const std::string& flag, const std::string& fallback) const {
-    auto it = flags.find(flag);
-    return it == flags.end() ? fallback : it->second;
-  }
-  // The flag's integer, which must lie in [lo, hi]; `fallback` when the flag is absent.
-  int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const {
-    auto it = flags.find(flag);
-    if (it == flags.end()) return fallback;
-    return parse_integer_flag(flag, it->second, lo, hi);
-  }
-  bool has(const std::string& flag) const { return flags.count(flag) > 0; }
+void add_checkpoint(CLI::App& app, std::string& dir) {
+  app.add_option("--checkpoint", dir,
+                 "a checkpoint folder (runs/x/step_1200) or a run folder (runs/x: its newest valid checkpoint)")
+      ->type_name("DIR")
+      ->required();
+}
+
+void add_decoding_flags(CLI::App& app, GenerateOptions& g) {
+  cli::add_integer(app, "--beam", g.beam, 1, kMaxBeam, "beam width; 1 is greedy decoding");
+  cli::add_integer(app, "--max-length", g.max_length, 1, kMaxGenerateLength,
+                   "longest output in tokens, at most the model's max_positions");
+  cli::add_integer(app, "--no-repeat-ngram", g.no_repeat_ngram, 0, kMaxGenerateLength,
+                   "never repeat an N-token sequence within one output; 0: off");
+}
+
+cli::Command add_train(CLI::App& tarn) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* app = tarn.add_subcommand("train",
+                                      "Train from a recipe. Resumes from the newest valid checkpoint in\n"
+                                      "checkpoints.dir unless --restart. Ctrl-C finishes the step, writes\n"
+                                      "a checkpoint and exits.");
+  app->add_option("RECIPE.yaml", o->recipe_path, "the recipe (recipes/README.md)")->required();
+  add_overrides(*app, o->overrides);
+  app->add_flag("--restart", o->restart, "start afresh: the old checkpoints move to previous_<time>/");
+  return {app, [o] { return train(*o).failed ? 3 : 0; }};
+}
+
+struct ConfigArgs {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  bool keys = false;
 };
 
-Args parse(int argc, char** argv, int first, const std::vector<std::string>& valued,
-           const std::vector<std::string>& bare) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s.rfind("--", 0) != 0) {
-      a.positional.push_back(s);
-      continue;
-    }
-    std::string name = s.substr(2), value;
-    const size_t eq = name.find('=');
-    const bool inline_value = eq != std::string::npos;
-    if (inline_value) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    const bool takes_value = name == "set" || std::find(valued.begin(), valued.end(), name) != valued.end();
-    const bool is_bare = std::find(bare.begin(), bare.end(), name) != bare.end();
-    TARN_CHECK(takes_value || is_bare, "unknown option --", name, " (see tarn --help)");
-    TARN_CHECK(!is_bare || !inline_value, "--", name, " takes no value (got --", name, "=", value,
-               "); leave it out to get the default");
-    if (takes_value && !inline_value) {
-      TARN_CHECK(i + 1 < argc, "--", name, " needs a value");
-      value = argv[++i];
-    }
-    if (name == "set") a.sets.push_back(value);
-    else a.flags[name] = value;
-  }
-  return a;
+cli::Command add_config(CLI::App& tarn) {
+  auto o = std::make_shared<ConfigArgs>();
+  CLI::App* app = tarn.add_subcommand("config",
+                                      "Validate a recipe and print it resolved, every default filled in;\n"
+                                      "with --keys, every recipe key with its default, accepted values\n"
+                                      "and description.");
+  app->add_option("RECIPE.yaml", o->recipe, "the recipe to validate");
+  add_overrides(*app, o->overrides);
+  app->add_flag("--keys", o->keys, "print every recipe key instead");
+  app->callback([o] {  // run inside parsing: reported as the other usage errors are
+    if (!o->keys && o->recipe.empty()) throw CLI::RequiredError("RECIPE.yaml (or --keys)");
+  });
+  return {app, [o] {
+            if (o->keys) {
+              std::cout << recipe_help();
+              return 0;
+            }
+            const Recipe r = load_recipe(o->recipe, o->overrides);
+            for (const std::string& w : r.warnings) log::warn("config", w);
+            check_memory(r);
+            std::cout << to_yaml(r);
+            return 0;
+          }};
 }
 
-int cmd_train(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {}, {"restart"});
-  TARN_CHECK(a.positional.size() == 1, "usage: tarn train RECIPE.yaml [--set KEY=VALUE ...] [--restart]");
-  TrainOptions o;
-  o.recipe_path = a.positional[0];
-  o.overrides = a.sets;
-  o.restart = a.has("restart");
-  const TrainSummary s = train(o);
-  return s.failed ? 3 : 0;
-}
+struct EvalArgs {
+  std::string checkpoint, data;
+  int64_t tokens_per_batch = 0;  // 0: the recipe's
+  int64_t max_batches = 0;       // 0: every batch
+};
 
-int cmd_config(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {}, {"keys"});
-  if (a.has("keys")) {
-    std::cout << recipe_help();
-    return 0;
-  }
-  TARN_CHECK(a.positional.size() == 1, "usage: tarn config RECIPE.yaml [--set KEY=VALUE ...] | tarn config --keys");
-  const Recipe r = load_recipe(a.positional[0], a.sets);
-  for (const std::string& w : r.warnings) log::warn("config", w);
-  check_memory(r);
-  std::cout << to_yaml(r);
-  return 0;
-}
-
-int cmd_eval(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "tokens-per-batch", "max-batches"}, {});
+int run_eval(const EvalArgs& a) {
   // Under mpirun the batches are shared out across the ranks (the one-rank figure, faster).
   std::unique_ptr<kernels::Communicator> comm;
   if (const kernels::mpi::LaunchInfo launch = kernels::mpi::launch_info(); launch.launched) {
     log::set_rank(launch.rank, launch.world);
     comm = kernels::mpi::world_communicator(300);
   }
-  // The flags are checked before the checkpoint is loaded: a typo costs no loading time.
-  const int64_t tokens_per_batch = a.integer("tokens-per-batch", 0, 1, kMaxTokensPerBatch);  // 0: the recipe's
-  const int64_t max_batches = a.integer("max-batches", 0, 0, std::numeric_limits<int32_t>::max());
-  const std::string data = a.need("data");
-  TrainedModel l = load_trained_model(a.need("checkpoint"));
-  auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "eval");
-  const EvalResult r = evaluate(*l.model, *ds, tokens_per_batch > 0 ? tokens_per_batch : l.recipe.training.tokens_per_batch,
-                                max_batches, comm.get());
+  TrainedModel l = load_trained_model(a.checkpoint);
+  auto ds = open_dataset(l.recipe, *l.tok, a.data, kEvalNoiseSeed, "eval");
+  const EvalResult r = evaluate(*l.model, *ds, a.tokens_per_batch > 0 ? a.tokens_per_batch : l.recipe.training.tokens_per_batch,
+                                a.max_batches, comm.get());
   if (comm && comm->rank() != 0) return 0;
   std::printf("nll %.6f\nppl %.4f\ntokens %lld\n", r.mean_nll(), r.perplexity(), static_cast<long long>(r.tokens));
   return 0;
 }
 
-int cmd_export(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "out"}, {});
-  const ExportResult r = export_checkpoint(a.need("checkpoint"), a.need("out"));
-  log::info("export", "wrote ", r.dir, ": model.safetensors (", r.tensors, " tensors, ", log::thousands(r.parameters),
-            " values, ", log::thousands(static_cast<long long>(r.bytes)), " bytes, format checked), config.json, spm.model");
-  return 0;
+cli::Command add_eval(CLI::App& tarn) {
+  auto o = std::make_shared<EvalArgs>();
+  CLI::App* app = tarn.add_subcommand("eval",
+                                      "Mean NLL and perplexity over the target tokens of FILE (the checkpoint's\n"
+                                      "data kind: denoising plain text, or source<TAB>target pairs). Under\n"
+                                      "mpirun the ranks share the batches.");
+  add_checkpoint(*app, o->checkpoint);
+  app->add_option("--data", o->data, "the text to score")->type_name("FILE")->required();
+  cli::add_integer(*app, "--tokens-per-batch", o->tokens_per_batch, 1, kMaxTokensPerBatch, "padded tokens per batch")
+      ->default_str("the recipe's training.tokens_per_batch");
+  cli::add_integer(*app, "--max-batches", o->max_batches, 0, kMaxCount,
+                   "score the first N batches only; 0: all of them");
+  return {app, [o] { return run_eval(*o); }};
 }
 
-GenerateOptions generate_options(const Args& a) {
+cli::Command add_export(CLI::App& tarn) {
+  auto checkpoint = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  CLI::App* app =
+      tarn.add_subcommand("export", "model.safetensors (HuggingFace BART names), config.json and spm.model.");
+  add_checkpoint(*app, *checkpoint);
+  app->add_option("--out", *out, "the folder to write them to")->type_name("DIR")->required();
+  return {app, [checkpoint, out] {
+            const ExportResult r = export_checkpoint(*checkpoint, *out);
+            log::info("export", "wrote ", r.dir, ": model.safetensors (", r.tensors, " tensors, ",
+                      log::thousands(r.parameters), " values, ", log::thousands(static_cast<long long>(r.bytes)),
+                      " bytes, format checked), config.json, spm.model");
+            return 0;
+          }};
+}
+
+struct GenerateArgs {
+  std::string checkpoint;
   GenerateOptions g;
-  g.beam = static_cast<int>(a.integer("beam", 1, 1, kMaxBeam));
-  g.max_length = a.integer("max-length", 128, 1, kMaxGenerateLength);
-  g.no_repeat_ngram = static_cast<int>(a.integer("no-repeat-ngram", 0, 0, kMaxGenerateLength));
-  return g;
-}
+};
 
-int cmd_generate(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "beam", "max-length", "no-repeat-ngram"}, {});
-  const GenerateOptions g = generate_options(a);
-  TrainedModel l = load_trained_model(a.need("checkpoint"));
+int run_generate(const GenerateArgs& a) {
+  TrainedModel l = load_trained_model(a.checkpoint);
   const int64_t max_src = l.recipe.data.max_source_len;
   std::string line;
   int64_t lines = 0, truncated = 0;
@@ -225,7 +189,7 @@ int cmd_generate(int argc, char** argv) {
       ++truncated;
     }
     ids.push_back(l.tok->eos_id());
-    std::cout << l.tok->decode(generate(*l.model, {ids}, g).at(0)) << "\n" << std::flush;
+    std::cout << l.tok->decode(generate(*l.model, {ids}, a.g).at(0)) << "\n" << std::flush;
     ++lines;
   }
   if (truncated) log::warn("generate", str_cat(truncated, " of ", lines, " lines were longer than data.max_source_len (",
@@ -233,20 +197,32 @@ int cmd_generate(int argc, char** argv) {
   return 0;
 }
 
-int cmd_denoise(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"checkpoint", "data", "count", "beam", "max-length", "no-repeat-ngram"}, {});
-  const int64_t count = a.integer("count", 5, 0, std::numeric_limits<int32_t>::max());
-  const GenerateOptions g = generate_options(a);
-  const std::string data = a.need("data");
-  TrainedModel l = load_trained_model(a.need("checkpoint"));
+cli::Command add_generate(CLI::App& tarn) {
+  auto o = std::make_shared<GenerateArgs>();
+  CLI::App* app = tarn.add_subcommand("generate",
+                                      "Reads source lines on stdin, writes one generated line per source\n"
+                                      "on stdout.");
+  add_checkpoint(*app, o->checkpoint);
+  add_decoding_flags(*app, o->g);
+  return {app, [o] { return run_generate(*o); }};
+}
+
+struct DenoiseArgs {
+  std::string checkpoint, data;
+  int64_t count = 5;
+  GenerateOptions g;
+};
+
+int run_denoise(const DenoiseArgs& a) {
+  TrainedModel l = load_trained_model(a.checkpoint);
   TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
              " data; use tarn generate");
-  auto ds = open_dataset(l.recipe, *l.tok, data, kEvalNoiseSeed, "denoise");
-  const int64_t n = std::min<int64_t>(count, static_cast<int64_t>(ds->size()));
+  auto ds = open_dataset(l.recipe, *l.tok, a.data, kEvalNoiseSeed, "denoise");
+  const int64_t n = std::min<int64_t>(a.count, static_cast<int64_t>(ds->size()));
   WordErrors errors;
   for (int64_t i = 0; i < n; ++i) {
     const Example ex = ds->example(static_cast<size_t>(i), 0);
-    const std::vector<int32_t> out = generate(*l.model, {ex.source}, g).at(0);
+    const std::vector<int32_t> out = generate(*l.model, {ex.source}, a.g).at(0);
     std::vector<int32_t> src(ex.source.begin(), ex.source.end() - 1);
     const std::string output = l.tok->decode(out), original = l.tok->decode(ex.target);
     std::printf("input:    %s\noutput:   %s\noriginal: %s\n\n", l.tok->decode(src).c_str(), output.c_str(),
@@ -260,44 +236,64 @@ int cmd_denoise(int argc, char** argv) {
   return 0;
 }
 
-int cmd_prepare(int argc, char** argv) {
-  const Args a = parse(argc, argv, 2, {"wordnet"}, {});
-  TARN_CHECK(a.positional.size() == 1, "usage: tarn prepare-corpus OUTDIR [--wordnet DIR]");
-  const auto corpus = prepare_wordnet_corpus(a.positional[0], a.get("wordnet", "/usr/share/wordnet"));
-  log::info("data", corpus.summary());
-  return 0;
+cli::Command add_denoise(CLI::App& tarn) {
+  auto o = std::make_shared<DenoiseArgs>();
+  CLI::App* app = tarn.add_subcommand("denoise",
+                                      "Noises the first N lines of FILE as in training and shows input,\n"
+                                      "output, original; then the word error rate of the outputs against\n"
+                                      "the originals.");
+  add_checkpoint(*app, o->checkpoint);
+  app->add_option("--data", o->data, "plain text, one sentence or document per line")->type_name("FILE")->required();
+  cli::add_integer(*app, "--count", o->count, 0, kMaxCount, "lines to denoise");
+  add_decoding_flags(*app, o->g);
+  return {app, [o] { return run_denoise(*o); }};
+}
+
+cli::Command add_prepare_corpus(CLI::App& tarn) {
+  auto out = std::make_shared<std::string>(), wordnet = std::make_shared<std::string>(kWordNetDir);
+  CLI::App* app = tarn.add_subcommand("prepare-corpus",
+                                      "Extracts the built-in WordNet corpus into\n"
+                                      "OUTDIR/{train,valid,test}.txt.");
+  app->add_option("OUTDIR", *out, "the folder to write")->required();
+  app->add_option("--wordnet", *wordnet, "WordNet 3.0's dict folder (Debian's wordnet-base)")->type_name("DIR");
+  return {app, [out, wordnet] {
+            log::info("data", prepare_wordnet_corpus(*out, *wordnet).summary());
+            return 0;
+          }};
 }
 
 int dispatch(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  CLI::App tarn(kDescription, "tarn");
+  cli::configure(tarn);
+  tarn.require_subcommand(1);
+  std::vector<cli::Command> commands = {add_train(tarn),  add_config(tarn),   add_eval(tarn),
+                                        add_export(tarn), add_generate(tarn), add_denoise(tarn)};
+  CLI::App* bench =
+      tarn.add_subcommand("bench", "Benchmarks: attention, train, decode, collectives (tarn bench --help).");
+  bench->require_subcommand(1);
+  std::string command_line = "tarn";  // quoted in the benches' reports
+  for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
+  for (cli::Command c : {add_bench_attention(*bench, command_line), add_bench_train(*bench, command_line),
+                         add_bench_decode(*bench, command_line), add_bench_collectives(*bench)})
+    commands.push_back(c);
+  commands.push_back(add_prepare_corpus(tarn));
+  tarn.footer(kFooter);  // after the commands: CLI11 would copy it into each
+
+  if (argc < 2) {
+    std::cerr << tarn.help();
+    return 2;
   }
-  // The benchmarks answer --help themselves, with their own flags.
-  for (int i = 2; i < argc && std::strcmp(argv[1], "bench") != 0; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  const std::string cmd = argv[1];
-  if (cmd == "train") return cmd_train(argc, argv);
-  if (cmd == "config") return cmd_config(argc, argv);
-  if (cmd == "eval") return cmd_eval(argc, argv);
-  if (cmd == "export") return cmd_export(argc, argv);
-  if (cmd == "generate") return cmd_generate(argc, argv);
-  if (cmd == "denoise") return cmd_denoise(argc, argv);
-  if (cmd == "prepare-corpus") return cmd_prepare(argc, argv);
-  if (cmd == "bench") {
-    constexpr const char* kWhich = "tarn bench attention | train | decode | collectives; see tarn --help";
-    TARN_CHECK(argc >= 3, "bench: which one? (", kWhich, ")");
-    const std::string what = argv[2];
-    if (what == "attention") return bench_attention(argc - 2, argv + 2);
-    if (what == "train") return bench_train(argc - 2, argv + 2);
-    if (what == "decode") return bench_decode(argc - 2, argv + 2);
-    TARN_CHECK(what == "collectives", "bench: unknown benchmark \"", what, "\" (", kWhich, ")");
-    return bench_collectives(argc - 2, argv + 2);
+  // `tarn help [COMMAND ...]` is `tarn [COMMAND ...] --help`.
+  std::vector<const char*> args(argv, argv + argc);
+  if (std::string(args[1]) == "help") {
+    args.erase(args.begin() + 1);
+    args.push_back("--help");
   }
-  throw Error("unknown command \"" + cmd + "\" (see tarn --help)");
+  if (const std::optional<int> status = cli::parse(tarn, static_cast<int>(args.size()), args.data())) return *status;
+  for (const cli::Command& c : commands)
+    if (c.app->parsed()) return c.run();
+  TARN_ASSERT(false, "no command ran although the command line parsed");
+  return 1;
 }
 
 }  // namespace

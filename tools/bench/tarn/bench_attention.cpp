@@ -1,11 +1,11 @@
-#include "tools/bench/tarn/bench_attention.h"
+#include "tools/bench/tarn/bench_commands.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +25,8 @@
 namespace tarn::app {
 namespace {
 
-constexpr const char* kUsage = R"(usage: tarn bench attention [options]
+constexpr const char* kDescription = R"(Forward and forward+backward time and peak memory of softmax and linear
+attention (bidirectional, causal, cross; per feature map) against N; where linear wins.
 
 Forward and forward+backward time (median) and peak memory (tarn's allocator, inputs and
 gradients included) of one attention op, for B x H heads of dimension D:
@@ -36,19 +37,7 @@ gradients included) of one attention op, for B x H heads of dimension D:
   linear_causal    the causal chunked scan, per feature map
   linear_cross     queries attending a source of N keys through a padding mask, per map
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
-and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.
-
-options:
-  --device cpu|cuda[:i]   default cpu
-  --n LIST                sequence lengths (default 128,256,...,65536)
-  --batch B --heads H --head-dim D   default 1, 4, 64 (the small preset's attention)
-  --algos LIST            default softmax,softmax_causal,softmax_dense,linear,linear_causal,linear_cross
-  --maps LIST             feature maps of the linear algos: elu1, relu, exp, favor (default elu1,favor)
-  --reps N                timed runs per figure at least (default 3); --min-time S (default 0.2)
-  --max-seconds S         predicted seconds of one forward+backward above which a size is skipped (default 30)
-  --max-gib G             memory a configuration may need (default: 80% of this machine's; of the GPU's free memory on cuda)
-  --out DIR               write DIR/attention.csv and DIR/attention.json (default: CSV on stdout)
-)";
+and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
 const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense",
                                          "linear",       "linear_causal",  "linear_cross"};
@@ -83,17 +72,34 @@ struct Measured {
   double fwd_s = 0, fwdbwd_s = 0, fwd_peak = 0, fwdbwd_peak = 0;
 };
 
+std::vector<int64_t> default_lengths() {
+  std::vector<int64_t> n;
+  for (int64_t x = 128; x <= 65536; x *= 2) n.push_back(x);
+  return n;
+}
+
+// The command line of `tarn bench attention`.
+struct AttentionFlags {
+  BenchCommon common;
+  std::string device = "cpu";
+  std::vector<int64_t> lengths = default_lengths();
+  int64_t batch = 1, heads = 4, dim = 64;
+  std::vector<std::string> algos = kAlgos, maps = {"elu1", "favor"};
+  int reps = 3;
+  double min_time = 0.2, max_seconds = 30;
+};
+
 class AttentionBench {
  public:
-  AttentionBench(const BenchFlags& f, Device device)
+  AttentionBench(const AttentionFlags& f, Device device)
       : device_(device),
-        batch_(f.integer("batch", 1, 1, 4096)),
-        heads_(f.integer("heads", 4, 1, 4096)),
-        dim_(f.integer("head-dim", 64, 1, 1024)),
-        reps_(static_cast<int>(f.integer("reps", 3, 1, 1000))),
-        min_time_(f.real("min-time", 0.2, 0, 3600)),
-        max_seconds_(f.real("max-seconds", 30, 0.001, 1e6)),
-        max_bytes_(bench_memory_budget(f, device)) {
+        batch_(f.batch),
+        heads_(f.heads),
+        dim_(f.dim),
+        reps_(f.reps),
+        min_time_(f.min_time),
+        max_seconds_(f.max_seconds),
+        max_bytes_(bench_memory_budget(f.common, device)) {
     Philox rng(11);
     projection_ = draw_favor_projection(rng, dim_, dim_).to(device_);
   }
@@ -201,36 +207,42 @@ class AttentionBench {
   std::map<std::string, std::pair<int64_t, double>> last_;  // algo/map -> (N, fwd+bwd seconds)
 };
 
-std::vector<int64_t> default_lengths() {
-  std::vector<int64_t> n;
-  for (int64_t x = 128; x <= 65536; x *= 2) n.push_back(x);
-  return n;
+int run(AttentionFlags f) {
+  const Device device = bench_device(f.device);
+  std::sort(f.lengths.begin(), f.lengths.end());  // the time limit predicts each length from the last
+  AttentionBench bench(f, device);
+  log::info("bench", "attention on ", device.str(), " (", cpu_model_name(), ", ", kernels::num_threads(),
+            " threads): ", f.lengths.size(), " lengths");
+  BenchOutput out(f.common.out, "attention",
+                  "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status");
+  for (const std::string& algo : f.algos)
+    for (const std::string& map : is_softmax(algo) ? std::vector<std::string>{"-"} : f.maps)
+      for (int64_t n : f.lengths) out.row(bench.run(algo, map, n));
+  out.finish(f.common.command_line, device);
+  return 0;
 }
 
 }  // namespace
 
-int bench_attention(int argc, char** argv) {
-  if (asked_for_help(argc, argv, kUsage)) return 0;
-  const BenchFlags f("attention", argc, argv,
-                     {"device", "n", "batch", "heads", "head-dim", "algos", "maps", "reps", "min-time", "max-seconds",
-                      "max-gib", "out"});
-  TARN_CHECK(f.positional().empty(), "bench attention: unexpected argument \"", f.positional().front(),
-             "\" (see tarn bench attention --help)");
-  const Device device = bench_device(f.text("device", "cpu"));
-  std::vector<int64_t> lengths = f.integers("n", default_lengths(), 1, int64_t{1} << 24);
-  std::sort(lengths.begin(), lengths.end());  // the time limit predicts each length from the last
-  const std::vector<std::string> algos = f.words("algos", kAlgos, kAlgos);
-  const std::vector<std::string> maps = f.words("maps", {"elu1", "favor"}, {"elu1", "relu", "exp", "favor"});
-  AttentionBench bench(f, device);
-  log::info("bench", "attention on ", device.str(), " (", cpu_model_name(), ", ", kernels::num_threads(),
-            " threads): ", lengths.size(), " lengths");
-  BenchOutput out(f.text("out", ""), "attention",
-                  "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status");
-  for (const std::string& algo : algos)
-    for (const std::string& map : is_softmax(algo) ? std::vector<std::string>{"-"} : maps)
-      for (int64_t n : lengths) out.row(bench.run(algo, map, n));
-  out.finish(f, device);
-  return 0;
+cli::Command add_bench_attention(CLI::App& bench, const std::string& command_line) {
+  auto f = std::make_shared<AttentionFlags>();
+  f->common.command_line = command_line;
+  CLI::App* app = add_bench_command(bench, "attention", kDescription, f->common, "a configuration");
+  app->add_option("--device", f->device, "cpu, or cuda[:i]")->type_name("DEVICE");
+  cli::add_list(*app, "--n", f->lengths, "sequence lengths", cli::integer(1, int64_t{1} << 24))
+      ->default_str("128,256,...,65536");
+  cli::add_integer(*app, "--batch", f->batch, 1, 4096, "batch size B", "B");
+  cli::add_integer(*app, "--heads", f->heads, 1, 4096, "heads H", "H");
+  cli::add_integer(*app, "--head-dim", f->dim, 1, 1024, "head dimension D (the defaults: the small preset's attention)",
+                   "D");
+  cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))->default_str("all");
+  cli::add_list(*app, "--maps", f->maps, "feature maps of the linear algos",
+                cli::one_of({"elu1", "relu", "exp", "favor"}));
+  cli::add_integer(*app, "--reps", f->reps, 1, 1000, "timed runs per figure at least");
+  cli::add_real(*app, "--min-time", f->min_time, 0, 3600, "seconds of timed runs per figure at least", "S");
+  cli::add_real(*app, "--max-seconds", f->max_seconds, 0.001, 1e6,
+                "predicted seconds of one forward+backward above which a size is skipped", "S");
+  return {app, [f] { return run(*f); }};
 }
 
 }  // namespace tarn::app

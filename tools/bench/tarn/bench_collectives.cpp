@@ -1,6 +1,6 @@
 // Collectives (kernels/collectives.h) timed the way nccl-tests times NCCL, so that the figures
 // compare: all_reduce_sum, reduce_scatter_sum and all_gather of f32 buffers, out of place and
-// in place, every result checked. Run `tarn bench collectives --help` for the flags and definitions.
+// in place, every result checked. `tarn bench collectives --help` gives the flags and definitions.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "kernels/check.h"
 #include "kernels/collectives.h"
 #include "kernels/mpi/mpi.h"
-#include "tools/bench/tarn/bench_collectives.h"
+#include "tools/bench/tarn/bench_commands.h"
 
 #include "tools/bench/tarn/bench_common.h"
 
@@ -24,11 +25,12 @@ namespace {
 using tarn::kernels::Communicator;
 using tarn::kernels::ReduceOp;
 
-const char* kUsage = R"(tarn bench collectives: times the collectives of kernels/collectives.h the way nccl-tests times NCCL.
+constexpr const char* kDescription = R"(All-reduce, reduce-scatter and all-gather timed as nccl-tests does (algbw, busbw),
+results checked; run it under mpirun for MPI ranks, else the ranks are threads.
 
-  mpirun -np N tarn bench collectives [flags]   the N ranks are MPI processes (kernels/mpi/mpi.h)
-  tarn bench collectives [--threads N] [flags]  the N ranks are threads of this process (the
-                                                CPU thread group, kernels/cpu/collectives.cpp)
+  mpirun -np N tarn bench collectives [options]   the N ranks are MPI processes (kernels/mpi/mpi.h)
+  tarn bench collectives [--threads N] [options]  the N ranks are threads of this process (the
+                                                  CPU thread group, kernels/cpu/collectives.cpp)
 
 For each buffer size S, from --min-bytes in steps of x --factor up to --max-bytes (which is
 always the last size), and each collective, it times --iters iterations after --warmup
@@ -47,18 +49,7 @@ sum is exact in any order).
 all_reduce_sum is in place only (the interface has no out-of-place all-reduce). Rank 0
 prints. The stated peak is the memcpy bandwidth of one rank (bytes read + written per second)
 while all ranks copy at once, measured before the run: on one machine a collective is memory
-copies, so that is each rank's "link". The bench runs one thread per rank (no OpenMP).
-
-flags:
-  --min-bytes B   smallest S (default 8)
-  --max-bytes B   largest S (default 268435456 = 256 MiB); K, M, G suffixes are powers of 1024
-  --factor F      size step (default 4)
-  --iters N       timed iterations per size (default 20)
-  --warmup N      untimed iterations before them (default 3)
-  --threads N     ranks when not launched by mpirun (default 2); ignored under mpirun
-  --timeout S     MPI collective deadline in seconds (default 300)
-  --help          this text
-)";
+copies, so that is each rank's "link". The bench runs one thread per rank (no OpenMP).)";
 
 struct Options {
   int64_t min_bytes = 8;
@@ -70,52 +61,27 @@ struct Options {
   double timeout_s = 300;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "tarn bench collectives: %s (see --help)\n", message.c_str());
-  std::exit(2);
-}
-
-int64_t parse_bytes(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  double scale = 1;
-  const std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "k") scale = 1024.0;
-  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) usage_error(flag + ": \"" + text + "\" is not a size in bytes");
-  if (!(value > 0)) usage_error(flag + ": \"" + text + "\" must be positive");
-  return static_cast<int64_t>(value * scale);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    auto positive_int = [&](const std::string& text) {
-      const int v = std::atoi(text.c_str());
-      if (v <= 0) usage_error(a + ": \"" + text + "\" must be a positive whole number");
-      return v;
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--min-bytes") o.min_bytes = parse_bytes(a, next());
-    else if (a == "--max-bytes") o.max_bytes = parse_bytes(a, next());
-    else if (a == "--factor") o.factor = positive_int(next());
-    else if (a == "--iters") o.iters = positive_int(next());
-    else if (a == "--warmup") o.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (a == "--threads") o.threads = positive_int(next());
-    else if (a == "--timeout") o.timeout_s = std::atof(next().c_str());
-    else usage_error("unknown flag " + a);
-  }
-  if (o.factor < 2) usage_error("--factor must be at least 2");
-  if (o.min_bytes > o.max_bytes) usage_error("--min-bytes is above --max-bytes");
-  return o;
+// A size in bytes, "4096" or "1.5K", "256M", "1G" (powers of 1024), rewritten as the integer.
+CLI::Validator bytes() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        double scale = 1;
+        const std::string suffix = end ? end : "";
+        if (suffix == "K" || suffix == "k")
+          scale = 1024.0;
+        else if (suffix == "M" || suffix == "m")
+          scale = 1024.0 * 1024;
+        else if (suffix == "G" || suffix == "g")
+          scale = 1024.0 * 1024 * 1024;
+        else if (!suffix.empty())
+          return "\"" + text + "\" is not a size in bytes";
+        if (!(value * scale >= 1 && value * scale < 0x1p62)) return "\"" + text + "\" must be from 1 byte to 4 EiB";
+        text = std::to_string(static_cast<int64_t>(value * scale));
+        return "";
+      },
+      "");
 }
 
 enum class Kind { all_reduce, reduce_scatter, all_gather };
@@ -283,10 +249,10 @@ void run_bench(Communicator& c, const Options& o, const std::string& what) {
 }  // namespace
 
 namespace tarn::app {
+namespace {
 
-int bench_collectives(int argc, char** argv) {
+int run(const Options& o) {
   namespace mpi = tarn::kernels::mpi;
-  const Options o = parse(argc, argv);
   try {
     const mpi::LaunchInfo launch = mpi::launch_info();
     if (launch.launched) {
@@ -318,6 +284,29 @@ int bench_collectives(int argc, char** argv) {
   }
   mpi::finalize();
   return 0;
+}
+
+}  // namespace
+
+cli::Command add_bench_collectives(CLI::App& bench) {
+  auto o = std::make_shared<Options>();
+  CLI::App* app = bench.add_subcommand("collectives", kDescription);
+  app->add_option("--min-bytes", o->min_bytes, "smallest S; K, M, G suffixes are powers of 1024")
+      ->type_name("B")
+      ->transform(bytes());
+  app->add_option("--max-bytes", o->max_bytes, "largest S; K, M, G suffixes are powers of 1024")
+      ->type_name("B")
+      ->transform(bytes())
+      ->default_str("256M");
+  cli::add_integer(*app, "--factor", o->factor, 2, 1 << 30, "size step", "F");
+  cli::add_integer(*app, "--iters", o->iters, 1, 1 << 30, "timed iterations per size");
+  cli::add_integer(*app, "--warmup", o->warmup, 0, 1 << 30, "untimed iterations before them");
+  cli::add_integer(*app, "--threads", o->threads, 1, 4096, "ranks when not launched by mpirun; ignored under mpirun");
+  cli::add_real(*app, "--timeout", o->timeout_s, 0.001, 1e6, "MPI collective deadline in seconds", "S");
+  app->callback([o] {  // run inside parsing: reported as the other usage errors are
+    if (o->min_bytes > o->max_bytes) throw CLI::ValidationError("--min-bytes is above --max-bytes");
+  });
+  return {app, [o] { return run(*o); }};
 }
 
 }  // namespace tarn::app

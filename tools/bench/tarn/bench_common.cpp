@@ -22,17 +22,6 @@
 
 namespace tarn::app {
 
-namespace {
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
-}  // namespace
-
 double load_average() {
   std::ifstream in("/proc/loadavg");
   double one = -1;
@@ -40,92 +29,15 @@ double load_average() {
   return one;
 }
 
-int64_t parse_integer_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  TARN_CHECK(end && *end == '\0' && !text.empty(), "--", flag, ": expected an integer, got \"", text, "\"");
-  TARN_CHECK(errno != ERANGE && v >= lo && v <= hi, "--", flag, ": ", text, " is out of range: it must be from ", lo,
-             " to ", hi);
-  return v;
-}
-
-bool asked_for_help(int argc, char** argv, const char* usage) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(usage, stdout);
-      return true;
-    }
-  return false;
-}
-
-BenchFlags::BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued)
-    : command_line_("tarn bench " + command) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    command_line_ += " " + s;
-    if (s.rfind("--", 0) != 0) {
-      positional_.push_back(s);
-      continue;
-    }
-    std::string name = s.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
-    TARN_CHECK(std::find(valued.begin(), valued.end(), name) != valued.end(), "bench ", command,
-               ": unknown option --", name, " (see tarn bench ", command, " --help)");
-    if (eq == std::string::npos) {
-      TARN_CHECK(i + 1 < argc, "bench ", command, ": --", name, " needs a value");
-      value = argv[++i];
-      command_line_ += " " + value;
-    }
-    values_[name] = value;
-  }
-}
-
-std::string BenchFlags::text(const std::string& flag, const std::string& fallback) const {
-  auto it = values_.find(flag);
-  return it == values_.end() ? fallback : it->second;
-}
-
-int64_t BenchFlags::integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const {
-  auto it = values_.find(flag);
-  return it == values_.end() ? fallback : parse_integer_flag(flag, it->second, lo, hi);
-}
-
-double BenchFlags::real(const std::string& flag, double fallback, double lo, double hi) const {
-  auto it = values_.find(flag);
-  if (it == values_.end()) return fallback;
-  char* end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  TARN_CHECK(end && *end == '\0' && !it->second.empty() && std::isfinite(v), "--", flag,
-             ": expected a number, got \"", it->second, "\"");
-  TARN_CHECK(v >= lo && v <= hi, "--", flag, ": ", it->second, " is out of range: it must be from ", lo, " to ", hi);
-  return v;
-}
-
-std::vector<int64_t> BenchFlags::integers(const std::string& flag, const std::vector<int64_t>& fallback, int64_t lo,
-                                          int64_t hi) const {
-  auto it = values_.find(flag);
-  if (it == values_.end()) return fallback;
-  std::vector<int64_t> out;
-  for (const std::string& item : split_commas(it->second)) out.push_back(parse_integer_flag(flag, item, lo, hi));
-  TARN_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list of integers, got \"", it->second, "\"");
-  return out;
-}
-
-std::vector<std::string> BenchFlags::words(const std::string& flag, const std::vector<std::string>& fallback,
-                                           const std::vector<std::string>& allowed) const {
-  auto it = values_.find(flag);
-  if (it == values_.end()) return fallback;
-  std::vector<std::string> out = split_commas(it->second);
-  TARN_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list, got \"", it->second, "\"");
-  for (const std::string& w : out) {
-    if (std::find(allowed.begin(), allowed.end(), w) != allowed.end()) continue;
-    std::string choices;
-    for (const std::string& a : allowed) choices += (choices.empty() ? "" : ", ") + a;
-    TARN_CHECK(false, "--", flag, ": \"", w, "\" is not one of ", choices);
-  }
-  return out;
+CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std::string& description,
+                            BenchCommon& common, const std::string& budget_of) {
+  CLI::App* app = bench.add_subcommand(name, description);
+  cli::add_real(*app, "--max-gib", common.max_gib, 0.001, 1e6, "memory " + budget_of + " may need, in GiB", "G")
+      ->default_str("80% of this machine's memory, or of the GPU's free memory on cuda");
+  app->add_option("--out", common.out, "write DIR/" + name + ".csv and DIR/" + name + ".json")
+      ->type_name("DIR")
+      ->default_str("the CSV on stdout");
+  return app;
 }
 
 Device bench_device(const std::string& name) {
@@ -169,8 +81,8 @@ bool reset_resident_peak() {
   return static_cast<bool>(out);
 }
 
-double bench_memory_budget(const BenchFlags& flags, Device device) {
-  if (flags.has("max-gib")) return flags.real("max-gib", 0, 0.001, 1e6) * (1 << 30);
+double bench_memory_budget(const BenchCommon& common, Device device) {
+  if (common.max_gib > 0) return common.max_gib * (1 << 30);
   return 0.8 * device_memory_bytes(device);
 }
 
@@ -218,14 +130,14 @@ void BenchOutput::row(const std::vector<std::string>& fields) {
   std::fflush(csv_);
 }
 
-void BenchOutput::finish(const BenchFlags& flags, Device device) {
+void BenchOutput::finish(const std::string& command_line, Device device) {
   if (dir_.empty()) return;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const kernels::BlasInfo blas = kernels::blas_info();
   json::Value meta = json::Value::object();
-  meta.set("command", json::Value::string(flags.command_line()));
+  meta.set("command", json::Value::string(command_line));
   meta.set("device", json::Value::string(device.str()));
   meta.set("cpu", json::Value::string(cpu_model_name()));
   meta.set("threads", json::Value::number(static_cast<int64_t>(kernels::num_threads())));

@@ -5,44 +5,28 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "framework/device.h"
 #include "layers/config.h"
+#include "tools/cli.h"
 
 namespace tarn::app {
 
-// The integer of flag --`flag`, which must lie in [lo, hi]: a user error (exit 2) names the flag
-// and the range otherwise. Every tarn command's numeric flags go through it.
-int64_t parse_integer_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi);
-
-// Prints `usage` and returns true when argv asks for --help (or -h).
-bool asked_for_help(int argc, char** argv, const char* usage);
-
-// `--flag value` (or `--flag=value`) pairs of one bench subcommand; a flag not in `valued` is
-// refused naming the subcommand. Numbers are range-checked: a user error (exit 2) names the flag.
-class BenchFlags {
- public:
-  BenchFlags(const std::string& command, int argc, char** argv, const std::vector<std::string>& valued);
-  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
-  std::string text(const std::string& flag, const std::string& fallback) const;
-  int64_t integer(const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) const;
-  double real(const std::string& flag, double fallback, double lo, double hi) const;
-  std::vector<int64_t> integers(const std::string& flag, const std::vector<int64_t>& fallback, int64_t lo,
-                                int64_t hi) const;
-  std::vector<std::string> words(const std::string& flag, const std::vector<std::string>& fallback,
-                                 const std::vector<std::string>& allowed) const;
-  const std::vector<std::string>& positional() const { return positional_; }
-  const std::string& command_line() const { return command_line_; }
-
- private:
-  std::string command_line_;  // "tarn bench attention --n 128,256", for the report
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positional_;
+// The flags `tarn bench attention | train | decode` share, and the command line their report
+// quotes.
+struct BenchCommon {
+  std::string command_line;  // "tarn bench attention --n 128,256"
+  double max_gib = 0;        // --max-gib; 0: the default budget (bench_memory_budget)
+  std::string out;           // --out; "": the CSV on stdout
 };
+
+// Adds `name` (attention, train, decode) to `tarn bench` with --max-gib, the memory `budget_of`
+// may need, and --out, where NAME.csv and NAME.json go.
+CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std::string& description,
+                            BenchCommon& common, const std::string& budget_of);
 
 // --device: "cpu" or "cuda[:i]", checked against this build and machine (exit 2 naming why not).
 Device bench_device(const std::string& name);
@@ -59,7 +43,7 @@ bool reset_resident_peak();
 // Bytes one configuration of a bench may need on `device`: --max-gib, else 80% of this host's
 // usable memory (CPU) or of what an H100/H200 leaves one process (no free-memory query reaches
 // the backend table yet).
-double bench_memory_budget(const BenchFlags& flags, Device device);
+double bench_memory_budget(const BenchCommon& common, Device device);
 
 // The recipe's model `cfg` with every attention stack of `kind`: "softmax"; "linear", which keeps
 // `own` (the recipe's stack the bench is about) when it is linear, else elu(x) + 1; anything
@@ -79,7 +63,7 @@ class BenchOutput {
   void row(const std::vector<std::string>& fields);
   // Writes the JSON beside the CSV (the command, device, CPU, threads, BLAS, sgemm GFLOP/s, date,
   // load) and logs where both went.
-  void finish(const BenchFlags& flags, Device device);
+  void finish(const std::string& command_line, Device device);
 
  private:
   std::string dir_, name_, csv_path_;

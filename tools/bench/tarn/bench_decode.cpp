@@ -1,9 +1,8 @@
-#include "tools/bench/tarn/bench_decode.h"
+#include "tools/bench/tarn/bench_commands.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -23,7 +22,8 @@
 namespace tarn::app {
 namespace {
 
-constexpr const char* kUsage = R"(usage: tarn bench decode RECIPE.yaml|CHECKPOINT [options]
+constexpr const char* kDescription = R"(Per-token generation latency and decoding-state memory against position: linear
+attention's recurrent state against softmax's key/value cache.
 
 Greedy generation, one token per step, from a random source, for --positions steps (no stop
 at </s>). Per position: the step's latency (logits read back to the host and argmax included),
@@ -32,17 +32,17 @@ beyond the model and the encoder output (softmax: the key/value cache; linear: t
 state S and normaliser z, whatever the position).
 A RECIPE builds its model with random weights, once per --attention kind, with enough
 positions; a CHECKPOINT (a checkpoint or run folder) decodes with its own weights and attention,
-up to its max_positions. Sizes whose cache would not fit in --max-gib are refused up front.
+up to its max_positions. Sizes whose cache would not fit in --max-gib are refused up front.)";
 
-options:
-  --positions P       decoded positions (default 10000)
-  --points K          rows of the CSV, positions evenly spaced (default 100)
-  --source-len S      source tokens (default 64)
-  --attention LIST    recipe only: softmax, linear (default softmax,linear)
-  --device D          default: the recipe's training.device
-  --max-gib G         memory the decoding state may need (default: 80% of this machine's; of the GPU's free memory on cuda)
-  --out DIR           write DIR/decode.csv and DIR/decode.json (default: CSV on stdout)
-)";
+// The command line of `tarn bench decode`.
+struct DecodeFlags {
+  BenchCommon common;
+  std::string what;  // a recipe, or a checkpoint or run folder
+  int64_t positions = 10000, points = 100, source_len = 64;
+  std::vector<std::string> kinds = {"softmax", "linear"};
+  CLI::Option* kinds_flag = nullptr;  // given or not: a checkpoint refuses it
+  std::string device;                 // "": the recipe's
+};
 
 struct DecodeSetup {
   std::string attention;  // the decoder self-attention's kind: "softmax" or "linear"
@@ -97,22 +97,14 @@ void decode_rows(const DecodeSetup& s, Device device, int64_t positions, int64_t
   }
 }
 
-}  // namespace
-
-int bench_decode(int argc, char** argv) {
-  if (asked_for_help(argc, argv, kUsage)) return 0;
-  const BenchFlags f("decode", argc, argv,
-                     {"positions", "points", "source-len", "attention", "device", "max-gib", "out"});
-  TARN_CHECK(f.positional().size() == 1, "usage: tarn bench decode RECIPE.yaml|CHECKPOINT [options] (see --help)");
-  const std::string& what = f.positional()[0];
-  const int64_t positions = f.integer("positions", 10000, 1, int64_t{1} << 24);
-  const int64_t points = f.integer("points", 100, 1, 100000);
-  const int64_t source_len = f.integer("source-len", 64, 1, 65536);
+int run(const DecodeFlags& f) {
+  const std::string& what = f.what;
+  const int64_t positions = f.positions, points = f.points, source_len = f.source_len;
 
   std::vector<DecodeSetup> setups;
   Device device;
   if (std::filesystem::is_directory(what)) {
-    TARN_CHECK(!f.has("attention"), "--attention: a checkpoint decodes with its own attention (give a recipe to compare)");
+    TARN_CHECK(f.kinds_flag->count() == 0, "--attention: a checkpoint decodes with its own attention (give a recipe to compare)");
     TrainedModel t = load_trained_model(what);
     device = t.model->parameters().front()->device();
     const BartConfig& cfg = t.model->config();
@@ -122,13 +114,13 @@ int bench_decode(int argc, char** argv) {
     setups.push_back({attention_name(cfg), std::move(t.model)});
   } else {
     Recipe recipe = load_recipe(what);
-    if (f.has("device")) recipe.training.device = f.text("device", "cpu");
+    if (!f.device.empty()) recipe.training.device = f.device;
     configure_threads(recipe);
     device = training_device(recipe);
     recipe.model.max_positions = std::max({recipe.model.max_positions, positions, source_len});
     const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
     const BartConfig base = model_config(recipe, vocab);
-    for (const std::string& kind : f.words("attention", {"softmax", "linear"}, {"softmax", "linear"})) {
+    for (const std::string& kind : f.kinds) {
       auto model = std::make_unique<BartForConditionalGeneration>(
           with_attention_kind(base, kind, base.decoder_self_attention), 1);
       model->to(device);
@@ -136,19 +128,37 @@ int bench_decode(int argc, char** argv) {
       setups.push_back({kind, std::move(model)});
     }
   }
-  const double max_bytes = bench_memory_budget(f, device);
+  const double max_bytes = bench_memory_budget(f.common, device);
   for (const DecodeSetup& s : setups) {
     const double need = state_bytes(s.model->config(), positions);
     TARN_CHECK(need <= max_bytes, "--positions ", positions, ": ", s.attention, " decoding needs ", gibibytes(need),
                " of state, limit ", gibibytes(max_bytes), " (--max-gib)");
   }
-  BenchOutput out(f.text("out", ""), "decode", "attention,position,ms_per_token,state_MiB");
+  BenchOutput out(f.common.out, "decode", "attention,position,ms_per_token,state_MiB");
   for (const DecodeSetup& s : setups) {
     log::info("bench", "decode ", s.attention, " on ", device.str(), ": ", log::thousands(positions), " positions");
     decode_rows(s, device, positions, points, source_len, out);
   }
-  out.finish(f, device);
+  out.finish(f.common.command_line, device);
   return 0;
+}
+
+}  // namespace
+
+cli::Command add_bench_decode(CLI::App& bench, const std::string& command_line) {
+  auto f = std::make_shared<DecodeFlags>();
+  f->common.command_line = command_line;
+  CLI::App* app = add_bench_command(bench, "decode", kDescription, f->common, "the decoding state");
+  app->add_option("RECIPE|CHECKPOINT", f->what, "a recipe (random weights), or a checkpoint or run folder")->required();
+  cli::add_integer(*app, "--positions", f->positions, 1, int64_t{1} << 24, "decoded positions", "P");
+  cli::add_integer(*app, "--points", f->points, 1, 100000, "rows of the CSV, positions evenly spaced", "K");
+  cli::add_integer(*app, "--source-len", f->source_len, 1, 65536, "source tokens", "S");
+  f->kinds_flag = cli::add_list(*app, "--attention", f->kinds, "the attention kinds to compare; recipe only",
+                                cli::one_of({"softmax", "linear"}));
+  app->add_option("--device", f->device, "cpu, cuda or cuda:i; recipe only")
+      ->type_name("D")
+      ->default_str("the recipe's training.device");
+  return {app, [f] { return run(*f); }};
 }
 
 }  // namespace tarn::app

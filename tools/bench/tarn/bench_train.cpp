@@ -1,9 +1,9 @@
-#include "tools/bench/tarn/bench_train.h"
+#include "tools/bench/tarn/bench_commands.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,25 +20,25 @@
 namespace tarn::app {
 namespace {
 
-constexpr const char* kUsage = R"(usage: tarn bench train RECIPE.yaml [options]
+constexpr const char* kDescription = R"(Training tokens/s and peak memory (allocator and resident) against sequence
+length at the recipe's tokens per batch, random tokens.
 
 Training steps (forward, backward, AdamW) of the recipe's model on random token ids, source and
 target both N tokens long, batch = --tokens / N sequences (at least 1). Each figure is the median
 step after one warm-up step. tokens/s counts source and target tokens. Memory: the allocator's
 live peak and the process's resident peak (VmHWM, reset before each configuration). A size whose
-estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").
+estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").)";
 
-options:
-  --n LIST              sequence lengths (default 128,256,512,1024,2048,4096)
-  --attention LIST      softmax, linear (every stack; linear keeps the recipe's feature map),
-                        recipe (as the recipe says); default softmax,linear
-  --tokens T            target tokens per batch (default: the recipe's training.tokens_per_batch)
-  --steps S             timed steps per configuration (default 3)
-  --device D            default: the recipe's training.device
-  --precision P         f32 or bf16 (default: the recipe's training.precision)
-  --max-gib G           memory a configuration may need (default: 80% of this machine's; of the GPU's free memory on cuda)
-  --out DIR             write DIR/train.csv and DIR/train.json (default: CSV on stdout)
-)";
+// The command line of `tarn bench train`.
+struct TrainFlags {
+  BenchCommon common;
+  std::string recipe;
+  std::vector<int64_t> lengths = {128, 256, 512, 1024, 2048, 4096};
+  std::vector<std::string> kinds = {"softmax", "linear"};
+  int64_t tokens = 0;  // 0: the recipe's training.tokens_per_batch
+  int64_t steps = 3;
+  std::string device, precision;  // "": the recipe's
+};
 
 struct StepFigures {
   double step_s = 0, alloc_peak = 0, rss_peak = 0;
@@ -76,30 +76,23 @@ StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision
   return f;
 }
 
-}  // namespace
-
-int bench_train(int argc, char** argv) {
-  if (asked_for_help(argc, argv, kUsage)) return 0;
-  const BenchFlags f("train", argc, argv, {"n", "attention", "tokens", "steps", "device", "precision", "max-gib", "out"});
-  TARN_CHECK(f.positional().size() == 1, "usage: tarn bench train RECIPE.yaml [options] (see --help)");
-  Recipe recipe = load_recipe(f.positional()[0]);
-  if (f.has("device")) recipe.training.device = f.text("device", "cpu");
-  if (f.has("precision")) recipe.training.precision = f.text("precision", "f32");
-  std::vector<int64_t> lengths = f.integers("n", {128, 256, 512, 1024, 2048, 4096}, 1, int64_t{1} << 20);
-  std::sort(lengths.begin(), lengths.end());
-  const std::vector<std::string> kinds = f.words("attention", {"softmax", "linear"}, {"softmax", "linear", "recipe"});
-  const int64_t tokens = f.integer("tokens", recipe.training.tokens_per_batch, 1, int64_t{1} << 24);
-  const int64_t steps = f.integer("steps", 3, 1, 10000);
+int run(TrainFlags f) {
+  Recipe recipe = load_recipe(f.recipe);
+  if (!f.device.empty()) recipe.training.device = f.device;
+  if (!f.precision.empty()) recipe.training.precision = f.precision;
+  std::sort(f.lengths.begin(), f.lengths.end());
+  const int64_t tokens = f.tokens > 0 ? f.tokens : recipe.training.tokens_per_batch;
+  const int64_t steps = f.steps;
   configure_threads(recipe);
   const Device device = training_device(recipe);
   const Precision precision = training_precision(recipe, device);
-  const double max_bytes = bench_memory_budget(f, device);
+  const double max_bytes = bench_memory_budget(f.common, device);
   const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
 
-  BenchOutput out(f.text("out", ""), "train",
+  BenchOutput out(f.common.out, "train",
                   "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status");
-  for (const std::string& kind : kinds)
-    for (int64_t n : lengths) {
+  for (const std::string& kind : f.kinds)
+    for (int64_t n : f.lengths) {
       const int64_t batch = std::max<int64_t>(1, tokens / n);
       Recipe sized = recipe;  // the memory estimate of this batch and length
       sized.training.tokens_per_batch = batch * n;
@@ -131,8 +124,31 @@ int bench_train(int argc, char** argv) {
                              csv_number(s.rss_peak / 1048576.0, 1), "ok"});
       out.row(row);
     }
-  out.finish(f, device);
+  out.finish(f.common.command_line, device);
   return 0;
+}
+
+}  // namespace
+
+cli::Command add_bench_train(CLI::App& bench, const std::string& command_line) {
+  auto f = std::make_shared<TrainFlags>();
+  f->common.command_line = command_line;
+  CLI::App* app = add_bench_command(bench, "train", kDescription, f->common, "a configuration");
+  app->add_option("RECIPE.yaml", f->recipe, "the recipe whose model and settings to time")->required();
+  cli::add_list(*app, "--n", f->lengths, "sequence lengths", cli::integer(1, int64_t{1} << 20));
+  cli::add_list(*app, "--attention", f->kinds,
+                "softmax, linear (every stack; linear keeps the recipe's feature map), recipe (as the recipe says)",
+                cli::one_of({"softmax", "linear", "recipe"}));
+  cli::add_integer(*app, "--tokens", f->tokens, 1, int64_t{1} << 24, "target tokens per batch", "T")
+      ->default_str("the recipe's training.tokens_per_batch");
+  cli::add_integer(*app, "--steps", f->steps, 1, 10000, "timed steps per configuration", "S");
+  app->add_option("--device", f->device, "cpu, cuda or cuda:i")
+      ->type_name("D")
+      ->default_str("the recipe's training.device");
+  app->add_option("--precision", f->precision, "f32 or bf16")
+      ->type_name("P")
+      ->default_str("the recipe's training.precision");
+  return {app, [f] { return run(*f); }};
 }
 
 }  // namespace tarn::app
