@@ -351,17 +351,20 @@ Device training_device(const Recipe& recipe) {
   if (device.index >= count)
     throw ConfigError(where, "training.device",
                       str_cat("\"", name, "\": no CUDA device ", device.index, " (", count, " visible)"));
-  // The CUDA scans run fixed chunks (kernels/cuda/linear_attention.cu: 32 rows in f32;
-  // linear_attention_bf16.cu: 64 in bf16): a chunk the recipe gives must be that one.
+  // A device whose causal scan fixes its chunk (kernels/backend.h: the CUDA kernels) refuses
+  // any other chunk the recipe gives.
   const std::string chunk_key = "model.attention.decoder_self.chunk";
   const AttentionConfig& causal = recipe.model.attention.decoder_self;
   if (causal.is_linear() && recipe.origins.count(chunk_key) > 0) {
-    const bool bf16 = parse_precision(recipe.training.precision) == Precision::bf16;
-    const int64_t cuda_chunk = bf16 ? 64 : 32;
-    if (causal.chunk != cuda_chunk)
+    const kernels::Backend& k = kernels::cuda_backend();
+    const kernels::LinearAttentionBf16Kernels* bf16_scan = k.linear_attention_bf16;
+    const bool bf16 = parse_precision(recipe.training.precision) == Precision::bf16 && bf16_scan &&
+                      recipe.model.d_model / recipe.model.heads <= bf16_scan->max_dim;
+    const int64_t fixed = bf16 ? bf16_scan->chunk : k.linear_attention_chunk;
+    if (fixed > 0 && causal.chunk != fixed)
       throw ConfigError(recipe.where(chunk_key), chunk_key,
-                        str_cat(causal.chunk, " rows: on CUDA the causal scan runs chunks of ", cuda_chunk, " rows in ",
-                                bf16 ? "bf16" : "f32", "; give ", cuda_chunk, " or leave the key out"));
+                        str_cat(causal.chunk, " rows: on CUDA the causal scan runs chunks of ", fixed, " rows in ",
+                                bf16 ? "bf16" : "f32", "; give ", fixed, " or leave the key out"));
   }
   return device;
 }

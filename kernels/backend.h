@@ -81,6 +81,7 @@ struct LinearAttentionBf16Kernels {
   decltype(&cuda::linear_attention_bf16_backward_workspace_floats) backward_workspace_floats;
   decltype(&cuda::linear_attention_bf16_backward) backward;
   int64_t max_dim;  // largest d and e the kernels take
+  int64_t chunk;    // rows per chunk of the causal scan (fixed: LinearAttentionConfig::chunk is not read)
 };
 
 // Softmax attention on bf16 inputs and outputs, the tile products on tensor cores and the softmax
@@ -115,6 +116,9 @@ struct Backend {
   // Largest head dimension (d and e) softmax_attention_{forward,backward} take; above it the
   // framework composes attention from matmul and softmax.
   int64_t softmax_attention_max_dim;
+  // Rows per chunk of the causal linear-attention scan when the kernels fix it (CUDA), or 0
+  // where they run LinearAttentionConfig::chunk (the CPU).
+  int64_t linear_attention_chunk;
   // bf16 linear attention, or null where there is none (the CPU).
   const LinearAttentionBf16Kernels* linear_attention_bf16;
   // bf16 softmax attention, or null where there is none (the CPU).

@@ -6,11 +6,11 @@
 // Every buffer pointer is device memory (host memory under the emulator); shape and stride
 // arrays are host memory. Work goes to the default stream; the functions that return a value
 // copy it back and so synchronise. Enum and struct types are the CPU headers'.
-#include "kernels/cuda_api.h"
 #include <cstdint>
 
 #include "kernels/cast.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cuda_api.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
@@ -45,6 +45,12 @@ namespace tarn::kernels::cuda_emu {
 // d) -> y (slices, rows, m), the projection through gemm_batched (cuBLAS; the emulated build
 // calls the CPU's) and the stabilised exp fused in one row-wise pass; backward likewise, with
 // favor_backward_workspace_floats (device) floats of workspace.
+namespace tarn::kernels {
+// Rows per chunk of the f32 causal scan: fixed, cfg.chunk is not read (the backend table says
+// so to the layers above, kernels/backend.h).
+constexpr int64_t kCudaLinearAttentionChunk = 32;
+}  // namespace tarn::kernels
+
 #define TARN_CUDA_LINEAR_ATTENTION_API                                                                              \
   using cpu::FavorDims;                                                                                             \
   using cpu::FavorStabilizer;                                                                                       \

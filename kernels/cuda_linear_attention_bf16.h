@@ -11,7 +11,7 @@
 //     on load and backward returns dq, dk (phi' chained in). identity, elu1, relu and exp
 //     (exp(x - max x) per row, the max differentiated through as on the CPU) are supported;
 //     favor is rejected (apply favor_forward_bf16, below, first and pass identity).
-//   - The chunk is fixed (64 rows): cfg.chunk is ignored. Any n_q, n_k (tail chunks padded with
+//   - The chunk is fixed (kCudaLinearAttentionBf16Chunk, 64 rows): cfg.chunk is not read. Any n_q, n_k (tail chunks padded with
 //     zeros); 1 <= d, e <= 256 (tiles are padded with zeros to multiples of 16, so d and e that
 //     are multiples of 16 waste nothing).
 //   - Precision: the tensor-core operands are bf16 (phi(q), phi(k), v, the backward's G, the
@@ -32,9 +32,9 @@
 // Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
 // tarn::kernels::cuda_emu (the emulator, tests). Buffer pointers are device memory, dims and cfg
 // host memory; work goes to the default stream.
-#include "kernels/cuda_api.h"
 #include <cstddef>
 
+#include "kernels/cuda_api.h"
 #include "kernels/emu/bf16.h"
 #include "kernels/feature_maps.h"
 #include "kernels/linear_attention.h"
@@ -54,6 +54,10 @@
 //   of segment states (at most one segment per 2 chunks of 64 rows: still linear in N).
 // favor workspaces (f32 copies of the operands): forward slices * rows * (d + m), backward
 // slices * rows * 2 (d + m) plus favor_backward_workspace_floats.
+namespace tarn::kernels {
+constexpr int64_t kCudaLinearAttentionBf16Chunk = 64;  // rows per chunk of the bf16 causal scan
+}  // namespace tarn::kernels
+
 #define TARN_CUDA_LINEAR_ATTENTION_BF16_API                                                                         \
   using cpu::LinearAttentionConfig;                                                                                 \
   using cpu::LinearAttentionDims;                                                                                   \

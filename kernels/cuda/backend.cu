@@ -69,7 +69,7 @@ constexpr int64_t kSoftmaxAttentionMaxDim = 128;
 const LinearAttentionBf16Kernels kLinearAttentionBf16 = {
     &TARN_CUDA_NS::linear_attention_bf16_forward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_forward,
     &TARN_CUDA_NS::linear_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_backward,
-    256};
+    256, kCudaLinearAttentionBf16Chunk};
 
 // kernels/cuda_softmax_attention_bf16.h: 1 <= d, e <= 128.
 const SoftmaxAttentionBf16Kernels kSoftmaxAttentionBf16 = {
@@ -85,7 +85,8 @@ constexpr const char* kName = "cuda (emulated)";
 
 const Backend kTable = {
     kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
-    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, &kLinearAttentionBf16, &kSoftmaxAttentionBf16,
+    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, kCudaLinearAttentionChunk, &kLinearAttentionBf16,
+    &kSoftmaxAttentionBf16,
 #define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

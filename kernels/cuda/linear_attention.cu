@@ -44,7 +44,7 @@ using cpu::FeatureMap;
 using cpu::LinearAttentionConfig;
 using cpu::LinearAttentionDims;
 
-constexpr int kChunk = 32;        // rows per chunk of the scan
+constexpr int kChunk = kCudaLinearAttentionChunk;  // rows per chunk of the scan (kernels/cuda_kernels.h)
 // Output columns per thread block: 33, so that the typical e + 1 (33, 65, 129) splits into
 // whole tiles instead of leaving the normaliser column a block of its own.
 constexpr int kTileQ = 33;

@@ -45,7 +45,7 @@ namespace {
 using cpu::FeatureMap;
 using mma::bf16;
 
-constexpr int kChunk = 64;                       // rows per chunk
+constexpr int kChunk = kCudaLinearAttentionBf16Chunk;  // rows per chunk
 constexpr int kT = mma::kTile;                   // 16
 constexpr int kChunkTiles = kChunk / kT;         // 16-row tiles per chunk
 constexpr int kWarps = 4;
