@@ -18,6 +18,7 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/emu/emu.h"
+#include "tests/cuda/tolerance.h"
 
 namespace tarn::cuda_testing {
 
@@ -133,36 +134,16 @@ inline std::vector<int32_t> RandomIds(size_t n, int32_t vocab, uint32_t seed) {
   return v;
 }
 
-// Every element within atol + rtol * |want| (NaN only where want is NaN); on failure names the
-// count of bad elements and the first few.
+// Every element within atol + rtol * |want| (NaN only where want is NaN): WithinBound
+// (tests/cuda/tolerance.h) with that bound per element, the bound computed in float as the
+// tests' rtol and atol are.
 inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want, float rtol,
                                            float atol) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  size_t bad = 0;
-  double worst = 0.0;
-  std::ostringstream first;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float g = got[i], w = want[i];
-    bool ok;
-    if (std::isnan(w) || std::isnan(g)) {
-      ok = std::isnan(w) && std::isnan(g);
-    } else if (std::isinf(w) || std::isinf(g)) {
-      ok = g == w;
-    } else {
-      const double err = std::fabs(static_cast<double>(g) - w);
-      ok = err <= atol + rtol * std::fabs(w);
-      if (std::fabs(w) > 0) worst = std::max(worst, err / std::fabs(w));
-    }
-    if (!ok) {
-      if (bad < 5) first << "  [" << i << "] got " << g << ", want " << w << "\n";
-      ++bad;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ (rtol " << rtol
-                                       << ", atol " << atol << "), first:\n"
-                                       << first.str();
+  std::vector<double> bound(want.size());
+  for (size_t i = 0; i < want.size(); ++i) bound[i] = atol + rtol * std::fabs(want[i]);
+  ::testing::AssertionResult r = WithinBound(got, want, bound);
+  if (!r) r << "(rtol " << rtol << ", atol " << atol << ")";
+  return r;
 }
 
 template <typename T>
