@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <csignal>
 #include <ctime>
 #include <cmath>
 #include <cstdio>
@@ -376,7 +375,8 @@ void Trainer::setup() {
   so.clip_norm = static_cast<float>(recipe_.optimizer.clip_norm);
   so.shard_optimizer = recipe_.training.shard_optimizer;
   so.overlap_communication = recipe_.training.overlap_communication;
-  so.bucket_bytes = static_cast<int64_t>(std::min(std::max(4.0, recipe_.training.gradient_bucket_mb * (1 << 20)), 1e15));
+  // TrainStep raises it to the 4 bytes GradientSync needs at least.
+  so.bucket_bytes = static_cast<int64_t>(std::min(recipe_.training.gradient_bucket_mb * (1 << 20), 1e15));
   step_ = std::make_unique<TrainStep>(*model_, *comm_, *grad_comm_, so);
   const double mb = 1.0 / (1 << 20);
   if (const ShardedAdamW* sharded = step_->sharded())

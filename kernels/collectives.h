@@ -10,11 +10,12 @@
 // Every call is collective: each rank of the group makes the same calls in the same order,
 // with the same n (and root), each from its own thread; a rank that never calls blocks the
 // others forever, as with MPI and NCCL. Calls return when the result is in the caller's buffer.
-#include "kernels/cuda_api.h"
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "kernels/cuda_api.h"
 
 namespace tarn::kernels {
 

@@ -11,9 +11,9 @@
 // per kernel, see the .cu). The forward needs no workspace (0 floats); the backward's workspace
 // is D = rowsum(dO o O), (B, H, Nq) floats. No float atomics: every gradient element is summed
 // by one thread in a fixed order, so results are the same bits on every run.
-#include "kernels/cuda_api.h"
 #include <cstddef>
 
+#include "kernels/cuda_api.h"
 #include "kernels/softmax_attention.h"
 
 #define TARN_CUDA_SOFTMAX_ATTENTION_API                                                                           \

@@ -17,9 +17,9 @@
 // Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
 // tarn::kernels::cuda_emu (the emulator, tests). Pointers are device memory, dims and cfg host
 // memory; work goes to the default stream.
-#include "kernels/cuda_api.h"
 #include <cstddef>
 
+#include "kernels/cuda_api.h"
 #include "kernels/emu/bf16.h"
 #include "kernels/softmax_attention.h"
 

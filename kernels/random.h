@@ -34,11 +34,11 @@
 //
 // Offsets: a uniform fill of n values consumes n words; a normal fill consumes 2n
 // (normal_fill_words). Continue a stream by passing offset + that many.
-#include "kernels/cuda_api.h"
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/philox.cuh"
+#include "kernels/cuda_api.h"
 
 namespace tarn::kernels {
 

@@ -21,7 +21,8 @@ TrainStep::TrainStep(Module& module, kernels::Communicator& control, kernels::Co
     sharded_ = std::make_unique<ShardedAdamW>(module_.named_parameters(), options_.adamw, gradients);
   } else {
     plain_ = std::make_unique<AdamW>(module_.named_parameters(), options_.adamw);
-    sync_ = std::make_unique<GradientSync>(module_.parameters(), gradients, std::max<int64_t>(4, options_.bucket_bytes));
+    sync_ = std::make_unique<GradientSync>(module_.parameters(), gradients,
+                                           std::max<int64_t>(4, options_.bucket_bytes));
   }
 }
 

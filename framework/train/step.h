@@ -22,7 +22,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 
 #include "framework/distributed/gradient_sync.h"
 #include "framework/distributed/sharded_adamw.h"
@@ -41,7 +40,7 @@ struct TrainStepOptions {
   float clip_norm = 0;              // global gradient-norm clipping; 0 = none (the norm is still measured)
   bool shard_optimizer = false;     // ZeRO-1 when there are several ranks (no effect on one)
   bool overlap_communication = true;  // start the gradient all-reduce during the last backward
-  int64_t bucket_bytes = GradientSync::kDefaultBucketBytes;
+  int64_t bucket_bytes = GradientSync::kDefaultBucketBytes;  // raised to GradientSync's least, 4
   double diverged_loss = kDivergedLoss;
 };
 

@@ -24,7 +24,6 @@ struct EmuStream {
 struct EmuEvent {
   std::chrono::steady_clock::time_point when{};
   std::atomic<int> polls_left{0};
-  EmuStream* stream = nullptr;
 };
 
 namespace {
@@ -230,9 +229,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (const cudaError_t f = faulted()) return f;
   if (!e) return record(cudaErrorInvalidValue);
   e->when = std::chrono::steady_clock::now();
-  e->stream = resolve(s);
   e->polls_left = g_completion_polls.load();
-  e->stream->polls_left = g_completion_polls.load();
+  resolve(s)->polls_left = g_completion_polls.load();
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
