@@ -21,7 +21,7 @@ constexpr int kMaxBroadcastDims = 8;
 void binary_broadcast(Binary op, const float* a, const int64_t* a_strides, const float* b, const int64_t* b_strides,
                       float* out, const int64_t* shape, int ndim);
 
-enum class Unary { neg, exp, log, sqrt, relu, tanh, scale, add_scalar };
+enum class Unary { neg, exp, log, sqrt, relu, tanh, scale, add_scalar, sigmoid, silu, softplus };
 
 // y = f(x); `s` is the constant of scale and add_scalar (ignored otherwise).
 void unary(Unary op, const float* x, float* y, int64_t n, float s = 0.0f);

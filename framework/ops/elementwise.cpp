@@ -121,5 +121,8 @@ Tensor log(const Tensor& x) { return unary_op("log", Unary::log, x, 0.0f, Saves:
 Tensor sqrt(const Tensor& x) { return unary_op("sqrt", Unary::sqrt, x, 0.0f, Saves::output); }
 Tensor relu(const Tensor& x) { return unary_op("relu", Unary::relu, x, 0.0f, Saves::output); }
 Tensor tanh(const Tensor& x) { return unary_op("tanh", Unary::tanh, x, 0.0f, Saves::output); }
+Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", Unary::sigmoid, x, 0.0f, Saves::output); }
+Tensor silu(const Tensor& x) { return unary_op("silu", Unary::silu, x, 0.0f, Saves::input); }
+Tensor softplus(const Tensor& x) { return unary_op("softplus", Unary::softplus, x, 0.0f, Saves::input); }
 
 }  // namespace tarn

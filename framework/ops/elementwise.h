@@ -19,6 +19,9 @@ Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);                    // 1 / (1 + e^-x)
+Tensor silu(const Tensor& x);                       // x sigmoid(x)
+Tensor softplus(const Tensor& x);                   // log(1 + e^x), without overflow
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -170,6 +170,11 @@ inline float forward_of(float x, float s) {
   if constexpr (Op == Unary::tanh) return math::tanh(x);
   if constexpr (Op == Unary::scale) return x * s;
   if constexpr (Op == Unary::add_scalar) return x + s;
+  // exp(-x) overflows to inf for x < -88: 1 / inf = 0, the limit.
+  if constexpr (Op == Unary::sigmoid) return 1.0f / (1.0f + math::exp(-x));
+  if constexpr (Op == Unary::silu) return x / (1.0f + math::exp(-x));
+  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow; scalar log1p, off every hot path.
+  if constexpr (Op == Unary::softplus) return std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)));
 }
 
 template <Unary Op>
@@ -202,6 +207,9 @@ void unary(Unary op, const float* x, float* y, int64_t n, float s) {
     case Unary::tanh: return unary_loop<Unary::tanh>(x, y, n, s);
     case Unary::scale: return unary_loop<Unary::scale>(x, y, n, s);
     case Unary::add_scalar: return unary_loop<Unary::add_scalar>(x, y, n, s);
+    case Unary::sigmoid: return unary_loop<Unary::sigmoid>(x, y, n, s);
+    case Unary::silu: return unary_loop<Unary::silu>(x, y, n, s);
+    case Unary::softplus: return unary_loop<Unary::softplus>(x, y, n, s);
   }
 }
 
@@ -215,6 +223,9 @@ void unary_backward(Unary op, const float* x, const float* y, const float* dy, f
     case Unary::tanh: return unary_backward_loop<Unary::tanh>(x, y, dy, dx, n, s);
     case Unary::scale: return unary_backward_loop<Unary::scale>(x, y, dy, dx, n, s);
     case Unary::add_scalar: return unary_backward_loop<Unary::add_scalar>(x, y, dy, dx, n, s);
+    case Unary::sigmoid: return unary_backward_loop<Unary::sigmoid>(x, y, dy, dx, n, s);
+    case Unary::silu: return unary_backward_loop<Unary::silu>(x, y, dy, dx, n, s);
+    case Unary::softplus: return unary_backward_loop<Unary::softplus>(x, y, dy, dx, n, s);
   }
 }
 

@@ -66,6 +66,9 @@ __device__ __forceinline__ float forward_of(float x, float s) {
   if constexpr (Op == Unary::tanh) return tanhf(x);
   if constexpr (Op == Unary::scale) return x * s;
   if constexpr (Op == Unary::add_scalar) return x + s;
+  if constexpr (Op == Unary::sigmoid) return 1.0f / (1.0f + expf(-x));
+  if constexpr (Op == Unary::silu) return x / (1.0f + expf(-x));
+  if constexpr (Op == Unary::softplus) return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
 }
 
 template <Unary Op>
@@ -116,6 +119,11 @@ void launch_binary_strided(const float* a, const float* b, float* out, const Str
     case Unary::scale: return tarn::launch(kernel<Unary::scale>, grid_for(n), kBlock, 0, nullptr, __VA_ARGS__); \
     case Unary::add_scalar:                                                                       \
       return tarn::launch(kernel<Unary::add_scalar>, grid_for(n), kBlock, 0, nullptr, __VA_ARGS__); \
+    case Unary::sigmoid:                                                                          \
+      return tarn::launch(kernel<Unary::sigmoid>, grid_for(n), kBlock, 0, nullptr, __VA_ARGS__); \
+    case Unary::silu: return tarn::launch(kernel<Unary::silu>, grid_for(n), kBlock, 0, nullptr, __VA_ARGS__); \
+    case Unary::softplus:                                                                         \
+      return tarn::launch(kernel<Unary::softplus>, grid_for(n), kBlock, 0, nullptr, __VA_ARGS__); \
   }
 
 }  // namespace

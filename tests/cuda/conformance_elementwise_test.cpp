@@ -34,6 +34,10 @@ Bounded UnaryForward(Unary op, const Bounded& x, float s) {
     case Unary::tanh: return Tanh(x);
     case Unary::scale: return x * s;
     case Unary::add_scalar: return x + s;
+    case Unary::sigmoid: return 1.0 / (1.0 + Exp(-x));
+    case Unary::silu: return x / (1.0 + Exp(-x));
+    // max(x, 0) + log1p(e^-|x|): log1p as accurate as log (1 ulp each side).
+    case Unary::softplus: return (x.v > 0 ? x : Exact(*x.r, 0.0)) + Log(1.0 + Exp(x.v > 0 ? -x : x));
   }
   return x;
 }
@@ -48,6 +52,12 @@ Bounded UnaryBackward(Unary op, const Bounded& x, const Bounded& y, const Bounde
     case Unary::tanh: return dy * (1.0 - y * y);
     case Unary::scale: return dy * s;
     case Unary::add_scalar: return dy;
+    case Unary::sigmoid: return dy * y * (1.0 - y);
+    case Unary::silu: {
+      const Bounded sig = 1.0 / (1.0 + Exp(-x));
+      return dy * sig * (1.0 + x * (1.0 - sig));
+    }
+    case Unary::softplus: return dy / (1.0 + Exp(-x));
   }
   return dy;
 }
@@ -113,8 +123,9 @@ TEST_P(ElementwiseConformance, BinaryBroadcastHandlesStretchedAxesOnEitherSide) 
 
 TEST_P(ElementwiseConformance, UnaryForwardAndBackwardMatchCpu) {
   const int64_t n = kRows * kCols;
-  const Unary ops[] = {Unary::neg, Unary::exp,  Unary::log,   Unary::sqrt,
-                       Unary::relu, Unary::tanh, Unary::scale, Unary::add_scalar};
+  const Unary ops[] = {Unary::neg,   Unary::exp,        Unary::log,     Unary::sqrt,
+                       Unary::relu,  Unary::tanh,       Unary::scale,   Unary::add_scalar,
+                       Unary::sigmoid, Unary::silu,     Unary::softplus};
   const auto dy = Random(n, -1.0f, 1.0f, 31);
   auto ddy = dev(dy);
   for (Unary op : ops) {

@@ -145,6 +145,10 @@ std::vector<UnaryInfo> unary_ops() {
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4},
       {"scale", [](const Tensor& x) { return scale(x, -2.5f); }, [](double x) { return -2.5 * x; }, -3, 3},
       {"add_scalar", [](const Tensor& x) { return add_scalar(x, 0.75f); }, [](double x) { return x + 0.75; }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, -6, 6},
+      {"softplus", [](const Tensor& x) { return softplus(x); }, [](double x) { return std::log1p(std::exp(x)); },
+       -6, 6},
   };
 }
 
@@ -191,6 +195,14 @@ TEST(Elementwise, UnaryBackwardMatchesAnalyticDerivativeOnLargeInputs) {
       {[](const Tensor& t) { return log(t); }, [](double v) { return 1 / v; }},
       {[](const Tensor& t) { return sqrt(t); }, [](double v) { return 0.5 / std::sqrt(v); }},
       {[](const Tensor& t) { return tanh(t); }, [](double v) { return 1 - std::tanh(v) * std::tanh(v); }},
+      {[](const Tensor& t) { return sigmoid(t); },
+       [](double v) { return std::exp(-v) / ((1 + std::exp(-v)) * (1 + std::exp(-v))); }},
+      {[](const Tensor& t) { return silu(t); },
+       [](double v) {
+         const double s = 1 / (1 + std::exp(-v));
+         return s * (1 + v * (1 - s));
+       }},
+      {[](const Tensor& t) { return softplus(t); }, [](double v) { return 1 / (1 + std::exp(-v)); }},
   };
   for (const Case& c : cases) {
     x.zero_grad();
