@@ -158,8 +158,9 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
 // Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d.
 double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens) {
   const double f = 4.0;
-  if (!a.is_linear()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
+  if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
   const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
+  if (a.is_delta()) return f * static_cast<double>(heads) * head * head;  // S (the convolutions' tails aside)
   const double features = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head;
   return f * static_cast<double>(heads) * features * (head + 1);  // S and the normaliser's z
 }
@@ -184,7 +185,7 @@ double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_l
   const int64_t heads = c.decoder_attention_heads;
   const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
   // A softmax cache grows by concatenation: the old and the new cache live at once.
-  const double self = (c.decoder_self_attention.is_linear() ? 1.0 : 2.0) *
+  const double self = (c.decoder_self_attention.is_softmax() ? 2.0 : 1.0) *
                       attention_state_bytes(c.decoder_self_attention, heads, c.d_model, steps);
   const double cross = attention_state_bytes(c.cross_attention, heads, c.d_model, source_len);
   const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs
@@ -199,7 +200,7 @@ void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len
                       std::min(options.max_length, c.max_position_embeddings), " tokens (--max-length ",
                       options.max_length, ") needs at least ", gigabytes(need), " but this machine has ",
                       gigabytes(budget_bytes),
-                      c.decoder_self_attention.is_linear() ? "" : " (softmax attention keeps every token's keys and values)",
+                      c.decoder_self_attention.is_softmax() ? " (softmax attention keeps every token's keys and values)" : "",
                       ": lower --beam or --max-length"));
 }
 

@@ -206,7 +206,7 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
                                                                     : data.max_source_len);
     const double target = static_cast<double>(data.max_target_len);
     auto pairs = [&](const AttentionConfig& a, double layers, double heads, double keys) {
-      return a.is_linear() ? 0.0 : 8.0 * layers * heads * micro_batch * keys;
+      return a.is_softmax() ? 8.0 * layers * heads * micro_batch * keys : 0.0;
     };
     const double enc_heads = static_cast<double>(c.encoder_attention_heads);
     const double dec_heads = static_cast<double>(c.decoder_attention_heads);
@@ -351,6 +351,15 @@ Device training_device(const Recipe& recipe) {
   if (device.index >= count)
     throw ConfigError(where, "training.device",
                       str_cat("\"", name, "\": no CUDA device ", device.index, " (", count, " visible)"));
+  // The gated delta rule has a CPU kernel only.
+  for (const auto& [key, config] : {std::pair<const char*, const AttentionConfig*>{"encoder_self", &recipe.model.attention.encoder_self},
+                                    {"decoder_self", &recipe.model.attention.decoder_self},
+                                    {"cross", &recipe.model.attention.cross}}) {
+    const std::string kind_key = std::string("model.attention.") + key + ".kind";
+    if (config->is_delta())
+      throw ConfigError(recipe.where(kind_key), kind_key,
+                        "delta runs on the CPU only for now (no CUDA kernel yet): set training.device to cpu");
+  }
   // A device whose causal scan fixes its chunk (kernels/backend.h: the CUDA kernels) refuses
   // any other chunk the recipe gives.
   const std::string chunk_key = "model.attention.decoder_self.chunk";

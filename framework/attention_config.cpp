@@ -4,16 +4,28 @@
 
 namespace tarn {
 
-const char* attention_kind_name(AttentionKind kind) { return kind == AttentionKind::linear ? "linear" : "softmax"; }
+const char* attention_kind_name(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::softmax: return "softmax";
+    case AttentionKind::linear: return "linear";
+    case AttentionKind::delta: return "delta";
+  }
+  return "?";
+}
 
 std::string AttentionConfig::str() const {
-  if (!is_linear()) return "softmax";
+  if (is_softmax()) return "softmax";
+  if (is_delta()) return "delta(conv " + std::to_string(conv_size) + ")";
   return std::string("linear(") + kernels::cpu::feature_map_name(feature_map) + ")";
 }
 
 void AttentionConfig::validate(const std::string& key) const {
-  if (!is_linear()) return;
+  if (is_softmax()) return;
   TARN_CHECK(chunk > 0, key, ".chunk: must be positive, got ", chunk);
+  if (is_delta()) {
+    TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
+    return;
+  }
   TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);

@@ -12,8 +12,11 @@
 
 namespace tarn {
 
-enum class AttentionKind { softmax, linear };
-const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear"
+// softmax: exact attention, O(N^2) in length. linear: feature-map attention (Katharopoulos et
+// al.), a sum of phi(k) v^T. delta: the gated delta rule (Gated DeltaNet), a state that
+// overwrites what it stores under a key and decays (layers/attention.h, docs/design.md).
+enum class AttentionKind { softmax, linear, delta };
+const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta"
 
 struct AttentionConfig {
   using Kind = AttentionKind;
@@ -28,8 +31,12 @@ struct AttentionConfig {
   int64_t favor_features = 0;      // m, the FAVOR+ feature count; 0 = head_dim
   int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
   double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
+  // Delta only: taps of the short causal depthwise convolution on q, k and v (1 = none).
+  int64_t conv_size = 4;
 
   bool is_linear() const { return kind == Kind::linear; }
+  bool is_delta() const { return kind == Kind::delta; }
+  bool is_softmax() const { return kind == Kind::softmax; }
   static AttentionConfig softmax_attention() { return {}; }
   static AttentionConfig linear_attention(FeatureMap map = FeatureMap::elu1) {
     AttentionConfig c;
@@ -37,7 +44,7 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  std::string str() const;  // "softmax" or "linear(elu1)"
+  std::string str() const;  // "softmax", "linear(elu1)" or "delta(conv 4)"
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
   // the same ranges earlier, with the file and line).
   void validate(const std::string& key) const;

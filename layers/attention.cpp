@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd.h"
+#include "framework/ops/delta_rule.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
@@ -15,6 +16,15 @@ namespace {
 // Added to the scores of masked keys before the softmax (the path with attention dropout):
 // exp() of it is exactly 0 in f32, and unlike -inf a fully masked row stays finite.
 constexpr float kMaskedScore = -1e9f;
+
+// The epsilon of delta attention's per-head RMSNorm (LayerNorm's, 1e-5).
+constexpr float kDeltaNormEps = 1e-5f;
+
+// (B, N) flags -> (B, 1, N) f32, 1 = padded (broadcasts over heads); undefined when none.
+Tensor padding_rows(const PaddingMask& pad, int64_t batch, int64_t length, Device device) {
+  if (pad.empty()) return Tensor();
+  return padding_tensor(pad, batch, length, device).view({batch, 1, length});
+}
 
 // FAVOR+ projections draw from streams of the model seed far from the weights' stream 0.
 constexpr uint64_t kFavorStreamBase = uint64_t{1} << 40;
@@ -104,17 +114,20 @@ void reorder(AttentionCache& cache, const std::vector<int64_t>& indices) {
   gather(cache.value);
   gather(cache.key_padding);
   gather(cache.state);
+  gather(cache.q_tail);
+  gather(cache.k_tail);
+  gather(cache.v_tail);
 }
 
 AttentionCache clone(const AttentionCache& cache) {
   AttentionCache c = cache;
-  for (Tensor* t : {&c.key, &c.value, &c.key_padding, &c.state})
+  for (Tensor* t : {&c.key, &c.value, &c.key_padding, &c.state, &c.q_tail, &c.k_tail, &c.v_tail})
     if (t->defined()) *t = t->clone();
   return c;
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
-                                       float attention_dropout, ParamInit& init, DropoutStreams& dropout)
+                                       float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross)
     : k_proj(d_model, d_model, init),
       v_proj(d_model, d_model, init),
       q_proj(d_model, d_model, init),
@@ -123,6 +136,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
       heads_(heads),
       head_dim_(heads > 0 ? d_model / heads : 0),
       causal_(causal),
+      cross_(cross),
       attention_dropout_(attention_dropout),
       scaling_(heads > 0 ? 1.0f / std::sqrt(static_cast<float>(d_model / heads)) : 0.0f),
       dropout_(&dropout) {
@@ -132,6 +146,11 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   register_module("v_proj", v_proj);
   register_module("q_proj", q_proj);
   register_module("out_proj", out_proj);
+  TARN_ASSERT(!(causal && cross), "attention: cross-attention cannot be causal");
+  if (config_.is_delta()) {
+    delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, !cross, kDeltaNormEps, init);
+    register_module("delta", *delta_);
+  }
   if (config_.is_linear()) {
     map_ = config_.feature_map;
     if (map_ == FeatureMap::favor) {
@@ -190,6 +209,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
   const int64_t batch = query.size(0), nq = query.size(1), nk = key_value.size(1);
   check_padding("attention", pad, batch, nk);
   TARN_ASSERT(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
+  if (config_.is_delta()) return delta_forward(query, key_value, pad);
 
   const Tensor q = split_heads(q_proj.forward(query));
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -224,7 +244,12 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
 
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
   AttentionCache c;
-  if (config_.is_linear()) {
+  if (config_.is_delta()) {
+    const Device dev = q_proj.weight.device();
+    const int64_t d = heads_ * head_dim_, taps = delta_->conv_size();
+    c.state = Tensor::zeros({batch, heads_, head_dim_, head_dim_}, dev);
+    for (Tensor* tail : {&c.q_tail, &c.k_tail, &c.v_tail}) *tail = Tensor::zeros({batch, taps - 1, d}, dev);
+  } else if (config_.is_linear()) {
     c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s.to(q_proj.weight.device());
   } else {
     c.key = Tensor::zeros({batch, heads_, 0, head_dim_}, q_proj.weight.device());
@@ -239,6 +264,7 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
               "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "attention step: the cache was not started (start_self)");
   TARN_ASSERT(causal_, "attention step: only causal self-attention decodes step by step");
+  if (config_.is_delta()) return delta_step_self(query, cache);
   const Tensor q = split_heads(q_proj.forward(query));  // (B, H, 1, dh)
   const Tensor k = split_heads(k_proj.forward(query));
   const Tensor v = split_heads(v_proj.forward(query));
@@ -275,6 +301,11 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   check_padding("cross-attention", pad, batch, nk);
   AttentionCache c;
   c.length = nk;
+  if (config_.is_delta()) {
+    const DeltaWrite w = delta_write(key_value, pad);
+    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk});
+    return c;
+  }
   const Tensor k = split_heads(k_proj.forward(key_value));
   const Tensor v = split_heads(v_proj.forward(key_value));
   if (!config_.is_linear()) {
@@ -295,6 +326,10 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   TARN_ASSERT(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
               "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
+  if (config_.is_delta()) {  // o = S^T q for every query row at once
+    const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
+    return out_proj.forward(delta_->finish(matmul(q, cache.state), query));
+  }
   const Tensor q = split_heads(q_proj.forward(query));
   Tensor ctx;
   if (!config_.is_linear()) {
@@ -306,6 +341,46 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
     ctx = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
   }
   return out_proj.forward(merge_heads(ctx));
+}
+
+MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key_value, const PaddingMask& pad) const {
+  const Tensor pad_rows = padding_rows(pad, key_value.size(0), key_value.size(1), key_value.device());
+  return {DeltaRuleBlock::unit_rows(split_heads(delta_->conv(k_proj.forward(key_value), delta_->k_conv))),
+          split_heads(delta_->conv(v_proj.forward(key_value), delta_->v_conv)), delta_->beta(key_value, pad_rows),
+          delta_->alpha(key_value, pad_rows)};
+}
+
+Tensor MultiHeadAttention::delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
+  const DeltaWrite w = delta_write(key_value, pad);
+  const DeltaRuleOptions forward{false, config_.chunk}, reverse{true, config_.chunk};
+  Tensor o;
+  if (cross_) {
+    const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
+    o = matmul(q, delta_rule_state(w.k, w.v, w.beta, w.alpha, forward));
+  } else {
+    const Tensor q = DeltaRuleBlock::unit_rows(split_heads(delta_->conv(q_proj.forward(query), delta_->q_conv)));
+    o = delta_rule(q, w.k, w.v, w.beta, w.alpha, forward);
+    if (!causal_) o = add(o, delta_rule(q, w.k, w.v, w.beta, w.alpha, reverse));
+  }
+  return out_proj.forward(delta_->finish(o, query));
+}
+
+Tensor MultiHeadAttention::delta_step_self(const Tensor& query, AttentionCache& cache) const {
+  const int64_t batch = query.size(0), taps = delta_->conv_size();
+  // The convolution of the newest position: its window is the tail and the token itself.
+  auto convolved = [&](const Linear& proj, const Tensor& w, Tensor& tail) {
+    const Tensor window = concat({tail, proj.forward(query)}, 1);  // (B, taps, D)
+    tail = slice(window, 1, 1, taps);
+    return slice(delta_->conv(window, w), 1, taps - 1, taps).view({batch, heads_, head_dim_});
+  };
+  const Tensor q = DeltaRuleBlock::unit_rows(convolved(q_proj, delta_->q_conv, cache.q_tail));
+  const Tensor k = DeltaRuleBlock::unit_rows(convolved(k_proj, delta_->k_conv, cache.k_tail));
+  const Tensor v = convolved(v_proj, delta_->v_conv, cache.v_tail);
+  const Tensor beta = delta_->beta(query, Tensor()).view({batch, heads_});
+  const Tensor alpha = delta_->alpha(query, Tensor()).view({batch, heads_});
+  const Tensor o = delta_rule_step(cache.state, q, k, v, beta, alpha).view({batch, heads_, 1, head_dim_});
+  ++cache.length;
+  return out_proj.forward(delta_->finish(o, query));
 }
 
 }  // namespace tarn

@@ -25,12 +25,22 @@
 //                            O(f dh) per token whatever t is (docs/design.md section 2, RNN mode);
 //   cross-attention:         K, V of the encoder output (softmax) or its summary S' (linear),
 //                            computed once by precompute_cross().
+//   delta (layers/delta_rule_block.h): the state S (B, H, dh, dh) in `state`, and in
+//                            self-attention the last conv_size - 1 projected inputs of q, k
+//                            and v for the convolutions (q_tail, k_tail, v_tail, (B, taps-1, D)).
+//
+// Delta attention: causal self-attention is the gated delta rule's scan read at every token;
+// the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
+// read by both); cross-attention writes the encoder output into one state per (batch, head)
+// with the scan and every target position reads it: o = S^T q.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "framework/module.h"
 #include "framework/ops/attention.h"
 #include "layers/config.h"
+#include "layers/delta_rule_block.h"
 #include "layers/dropout.h"
 #include "layers/linear.h"
 
@@ -43,7 +53,8 @@ using PaddingMask = std::vector<uint8_t>;  // (B, N) row-major, nonzero = paddin
 struct AttentionCache {
   Tensor key, value;    // softmax: (B, H, Nk, dh)
   Tensor key_padding;   // softmax cross-attention: (B, Nk) f32, 1 = padded; may be undefined
-  Tensor state;         // linear: S' (B, H, f, dh + 1), row k = [S[k, :dh] | z[k]]
+  Tensor state;         // linear: S' (B, H, f, dh + 1), row k = [S[k, :dh] | z[k]]; delta: S (B, H, dh, dh)
+  Tensor q_tail, k_tail, v_tail;  // delta self-attention: the convolutions' last inputs
   int64_t length = 0;   // keys seen (self-attention: positions decoded so far)
   bool defined() const { return key.defined() || state.defined(); }
 };
@@ -59,8 +70,10 @@ Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Dev
 
 class MultiHeadAttention : public Module {
  public:
+  // `cross`: the module attends from the decoder to the encoder (decides what delta attention
+  // convolves and how it reads; the other kinds need not know).
   MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
-                     float attention_dropout, ParamInit& init, DropoutStreams& dropout);
+                     float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross = false);
 
   // query: (B, Nq, D); key_value: (B, Nk, D); key_padding: (B, Nk) flags or empty -> (B, Nq, D).
   Tensor forward(const Tensor& query, const Tensor& key_value, const PaddingMask& key_padding = {}) const;
@@ -98,12 +111,20 @@ class MultiHeadAttention : public Module {
   // The map the linear-attention kernel applies itself (identity when features come in).
   FeatureMap fused_map() const;
   Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
+  Tensor delta_step_self(const Tensor& query, AttentionCache& cache) const;
+  // The writer's convolved, normalised k and v (B, H, N, dh), with beta and alpha (B, H, N).
+  struct DeltaWrite {
+    Tensor k, v, beta, alpha;
+  };
+  DeltaWrite delta_write(const Tensor& key_value, const PaddingMask& pad) const;
 
   AttentionConfig config_;
   FeatureMap map_ = FeatureMap::identity;
   FavorProjection favor_;
   int64_t heads_, head_dim_;
-  bool causal_;
+  bool causal_, cross_;
+  std::unique_ptr<DeltaRuleBlock> delta_;  // kind delta only, registered as "delta"
   float attention_dropout_;
   float scaling_;
   DropoutStreams* dropout_;

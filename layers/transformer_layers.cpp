@@ -37,7 +37,7 @@ DecoderLayer::DecoderLayer(const BartConfig& c, ParamInit& init, DropoutStreams&
                 c.attention_dropout, init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
       encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention, /*causal=*/false,
-                   c.attention_dropout, init, dropout),
+                   c.attention_dropout, init, dropout, /*cross=*/true),
       encoder_attn_layer_norm(c.d_model, c.layer_norm_eps),
       fc1(c.d_model, c.decoder_ffn_dim, init),
       fc2(c.decoder_ffn_dim, c.d_model, init),

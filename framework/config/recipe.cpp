@@ -48,8 +48,10 @@ bool is_device(const std::string& s) {
 }
 
 void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
-  a.enumeration(&AttentionConfig::kind, "kind", "softmax (exact, O(N^2) in length) or linear (feature maps, O(N))",
-                {{"softmax", AttentionKind::softmax}, {"linear", AttentionKind::linear}});
+  a.enumeration(&AttentionConfig::kind, "kind",
+                "softmax (exact, O(N^2) in length), linear (feature maps, O(N)) or delta (the gated delta rule, "
+                "O(N); CPU only)",
+                {{"softmax", AttentionKind::softmax}, {"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}});
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
             "decoder self-attention is always causal");
@@ -62,7 +64,11 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
                 "linear attention's feature map phi (identity: ablations only, warns)", maps);
   a.integer(&AttentionConfig::chunk, "chunk",
             "rows per chunk of the causal linear scan on the CPU (causal stacks only); the CUDA kernels use 32 "
-            "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here")
+            "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here. delta: tokens between "
+            "the states its backward keeps")
+      .min(1);
+  a.integer(&AttentionConfig::conv_size, "conv_size",
+            "delta only: taps of the short causal depthwise convolution on q, k and v (1 = none)")
       .min(1);
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
@@ -370,10 +376,14 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionConfig& a = m.attention.*stack.member;
+    if (!a.is_delta() && loader.given(prefix + ".conv_size"))
+      loader.warn(prefix + ".conv_size", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
     if (!a.is_linear()) {
-      for (const char* key : {"feature_map", "chunk", "favor_features", "favor_redraw_every", "eps"}) {
-        if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: kind is softmax");
+      for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {
+        if (loader.given(prefix + "." + key))
+          loader.warn(prefix + "." + key, str_cat("ignored: kind is ", attention_kind_name(a.kind)));
       }
+      if (a.is_softmax() && loader.given(prefix + ".chunk")) loader.warn(prefix + ".chunk", "ignored: kind is softmax");
       continue;
     }
     if (a.feature_map == kernels::cpu::FeatureMap::identity) {

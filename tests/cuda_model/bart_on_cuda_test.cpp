@@ -88,7 +88,9 @@ void expect_model_matches_on_cuda(const testing::AttentionSetup& setup) {
 }
 
 TEST(BartOnCuda, LossGradientsAndDecodingMatchTheCpuForEveryAttention) {
-  for (const testing::AttentionSetup& s : testing::all_attention_setups()) expect_model_matches_on_cuda(s);
+  // Delta attention has no CUDA kernel yet (a recipe asking for it on CUDA is refused).
+  for (const testing::AttentionSetup& s : testing::all_attention_setups())
+    if (!s.encoder_self.is_delta() && !s.decoder_self.is_delta() && !s.cross.is_delta()) expect_model_matches_on_cuda(s);
 }
 
 TEST(BartOnCuda, ModuleToKeepsTiedWeightsTied) {

@@ -182,9 +182,90 @@ class BartReference {
     return t;
   }
 
+  // Delta attention on one batch row (layers/delta_rule_block.h, layers/attention.h), the
+  // recurrence written as kernels/delta_rule.h states it: S_t = alpha_t (I - beta_t k_t k_t^T)
+  // S_{t-1} + beta_t k_t v_t^T.
+  Mat delta_attention(const Mat& xq, const Mat& xkv, const std::string& name, int64_t heads, bool causal, bool cross,
+                      const std::vector<bool>& pad) const {
+    const int64_t d = c_.d_model, dh = d / heads;
+    const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
+    auto silu = [](double x) { return x / (1 + std::exp(-x)); };
+    auto conv = [&](const Mat& x, const std::string& w_name) {
+      const Mat& w = p(name + ".delta." + w_name);
+      const int64_t taps = static_cast<int64_t>(w.size()) / d, n = static_cast<int64_t>(x.size()) / d;
+      Mat y(x.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < d; ++c) {
+          double s = 0;
+          for (int64_t i = 0; i < taps && i <= t; ++i) s += w[i * d + c] * x[(t - i) * d + c];
+          y[t * d + c] = silu(s);
+        }
+      return y;
+    };
+    Mat q = linear(xq, d, name + ".q_proj");
+    if (!cross) q = conv(q, "q_conv");
+    const Mat k = conv(linear(xkv, d, name + ".k_proj"), "k_conv"), v = conv(linear(xkv, d, name + ".v_proj"), "v_conv");
+    const Mat b = linear(xkv, d, name + ".delta.beta_proj"), a = linear(xkv, d, name + ".delta.alpha_proj");
+    const Mat g = linear(xq, d, name + ".delta.gate_proj");
+    const Mat &a_log = p(name + ".delta.A_log"), &dt_bias = p(name + ".delta.dt_bias");
+    const Mat& norm_w = p(name + ".delta.output_norm.weight");
+    auto padded = [&](int64_t j) { return j < static_cast<int64_t>(pad.size()) && pad[j]; };
+    auto unit = [&](const Mat& x, int64_t row, int64_t h) {
+      std::vector<double> u(static_cast<size_t>(dh));
+      double sq = 0;
+      for (int64_t e = 0; e < dh; ++e) sq += x[row * d + h * dh + e] * x[row * d + h * dh + e];
+      for (int64_t e = 0; e < dh; ++e) u[e] = x[row * d + h * dh + e] / std::sqrt(sq + 1e-6);
+      return u;
+    };
+    Mat ctx(static_cast<size_t>(nq * d), 0.0);
+    for (int64_t h = 0; h < heads; ++h) {
+      // The state after each token of a scan over `order`, keyed by position.
+      auto scan = [&](bool reverse) {
+        std::vector<Mat> after(static_cast<size_t>(nk));
+        Mat s(static_cast<size_t>(dh * dh), 0.0);
+        for (int64_t step = 0; step < nk; ++step) {
+          const int64_t j = reverse ? nk - 1 - step : step;
+          const double beta = padded(j) ? 0.0 : 1 / (1 + std::exp(-b[j * heads + h]));
+          const double x = a[j * heads + h] + dt_bias[h];
+          const double softplus = x > 20 ? x : std::log1p(std::exp(x));
+          const double alpha = padded(j) ? 1.0 : std::exp(-std::exp(a_log[h]) * softplus);
+          const std::vector<double> kj = unit(k, j, h);
+          Mat next(s.size());
+          for (int64_t r = 0; r < dh; ++r)
+            for (int64_t c = 0; c < dh; ++c) {
+              double decayed = s[r * dh + c];
+              for (int64_t m = 0; m < dh; ++m) decayed -= beta * kj[r] * kj[m] * s[m * dh + c];
+              next[r * dh + c] = alpha * decayed + beta * kj[r] * v[j * d + h * dh + c];
+            }
+          s = next;
+          after[j] = s;
+        }
+        return after;
+      };
+      const std::vector<Mat> fwd = scan(false);
+      const std::vector<Mat> rev = causal || cross ? std::vector<Mat>() : scan(true);
+      for (int64_t i = 0; i < nq; ++i) {
+        const std::vector<double> qi = unit(q, i, h);
+        std::vector<double> o(static_cast<size_t>(dh), 0.0);
+        auto read = [&](const Mat& s) {
+          for (int64_t c = 0; c < dh; ++c)
+            for (int64_t r = 0; r < dh; ++r) o[c] += s[r * dh + c] * qi[r];
+        };
+        read(cross ? fwd[nk - 1] : fwd[i]);
+        if (!rev.empty()) read(rev[i]);
+        double ms = 0;
+        for (double x : o) ms += x * x / dh;
+        for (int64_t c = 0; c < dh; ++c)
+          ctx[i * d + h * dh + c] = o[c] / std::sqrt(ms + 1e-5) * norm_w[c] * silu(g[i * d + h * dh + c]);
+      }
+    }
+    return linear(ctx, d, name + ".out_proj");
+  }
+
   // HF's BartAttention on one batch row: xq (nq, D), xkv (nk, D).
   Mat attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg, int64_t heads,
-                bool causal, const std::vector<bool>& pad) const {
+                bool causal, const std::vector<bool>& pad, bool cross = false) const {
+    if (cfg.is_delta()) return delta_attention(xq, xkv, name, heads, causal, cross, pad);
     const int64_t d = c_.d_model, dh = d / heads;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");
@@ -270,7 +351,7 @@ class BartReference {
                               {});
       Mat h = layer_norm(add(x, a), name + ".self_attn_layer_norm");
       const Mat c = attention(h, enc, name + ".encoder_attn", c_.cross_attention, c_.decoder_attention_heads, false,
-                              src_pad);
+                              src_pad, /*cross=*/true);
       h = layer_norm(add(h, c), name + ".encoder_attn_layer_norm");
       x = feed_forward(h, name, c_.decoder_ffn_dim);
     }

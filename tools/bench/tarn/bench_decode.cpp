@@ -50,7 +50,7 @@ struct DecodeSetup {
 };
 
 std::string attention_name(const BartConfig& cfg) {
-  return cfg.decoder_self_attention.is_linear() ? "linear" : "softmax";
+  return attention_kind_name(cfg.decoder_self_attention.kind);
 }
 
 // Bytes of decoding state at `positions`: softmax keeps keys and values of every position in
@@ -58,7 +58,7 @@ std::string attention_name(const BartConfig& cfg) {
 // (d_head x (d_head + 1)) per head and layer.
 double state_bytes(const BartConfig& c, int64_t positions) {
   const double layers = static_cast<double>(c.decoder_layers), d = static_cast<double>(c.d_model);
-  if (!c.decoder_self_attention.is_linear()) return 4 * layers * 2 * static_cast<double>(positions) * d * 2;
+  if (c.decoder_self_attention.is_softmax()) return 4 * layers * 2 * static_cast<double>(positions) * d * 2;
   const double dh = d / static_cast<double>(c.decoder_attention_heads);
   return 4 * layers * d * (dh + 1);
 }

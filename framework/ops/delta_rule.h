@@ -1,0 +1,34 @@
+#pragma once
+// The gated delta rule with autograd (kernels/delta_rule.h has the recurrence and its memory):
+// the causal scan with a readout at every token (decoder self-attention, and each direction of
+// the encoder's bidirectional layer) and the scan that only writes a state (the cross-attention
+// writer, read by every target position). The CPU kernel runs forward and backward; on other
+// devices these throw (the recipe refuses kind delta there first).
+//
+// Shapes: q, k (B, H, N, dk), unit rows; v (B, H, N, dv); beta, alpha (B, H, N).
+#include <cstdint>
+
+#include "framework/tensor.h"
+#include "kernels/delta_rule.h"
+
+namespace tarn {
+
+struct DeltaRuleOptions {
+  bool reverse = false;  // scan from the last position to the first
+  int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk;  // tokens between the backward's checkpoints
+};
+
+// out (B, H, N, dv): row t = S_t^T q_t.
+Tensor delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
+                  const DeltaRuleOptions& opt = {});
+
+// The state after the last token, (B, H, dk, dv).
+Tensor delta_rule_state(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
+                        const DeltaRuleOptions& opt = {});
+
+// Decoding: one token (q, k (B, H, dk); v (B, H, dv); beta, alpha (B, H)) written into state
+// (B, H, dk, dv) in place; returns S^T q (B, H, dv). No autograd.
+Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                       const Tensor& alpha);
+
+}  // namespace tarn
