@@ -25,7 +25,7 @@ json::Value attention_json(const AttentionConfig& a) {
     o.set("favor_features", json::Value::number(a.favor_features));
     o.set("eps", json::Value::number(a.eps));
   }
-  if (a.is_delta()) {
+  if (a.is_gated_recurrence()) {
     o.set("conv_size", json::Value::number(a.conv_size));
     o.set("chunk", json::Value::number(a.chunk));
   }

@@ -356,9 +356,10 @@ Device training_device(const Recipe& recipe) {
                                     {"decoder_self", &recipe.model.attention.decoder_self},
                                     {"cross", &recipe.model.attention.cross}}) {
     const std::string kind_key = std::string("model.attention.") + key + ".kind";
-    if (config->is_delta())
+    if (config->is_gated_recurrence())
       throw ConfigError(recipe.where(kind_key), kind_key,
-                        "delta runs on the CPU only for now (no CUDA kernel yet): set training.device to cpu");
+                        str_cat(attention_kind_name(config->kind),
+                                " runs on the CPU only for now (no CUDA kernel yet): set training.device to cpu"));
   }
   // A device whose causal scan fixes its chunk (kernels/backend.h: the CUDA kernels) refuses
   // any other chunk the recipe gives.

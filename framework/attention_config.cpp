@@ -9,20 +9,21 @@ const char* attention_kind_name(AttentionKind kind) {
     case AttentionKind::softmax: return "softmax";
     case AttentionKind::linear: return "linear";
     case AttentionKind::delta: return "delta";
+    case AttentionKind::gated: return "gated";
   }
   return "?";
 }
 
 std::string AttentionConfig::str() const {
   if (is_softmax()) return "softmax";
-  if (is_delta()) return "delta(conv " + std::to_string(conv_size) + ")";
+  if (is_gated_recurrence()) return std::string(attention_kind_name(kind)) + "(conv " + std::to_string(conv_size) + ")";
   return std::string("linear(") + kernels::cpu::feature_map_name(feature_map) + ")";
 }
 
 void AttentionConfig::validate(const std::string& key) const {
   if (is_softmax()) return;
   TARN_CHECK(chunk > 0, key, ".chunk: must be positive, got ", chunk);
-  if (is_delta()) {
+  if (is_gated_recurrence()) {
     TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
     return;
   }

@@ -14,9 +14,11 @@ namespace tarn {
 
 // softmax: exact attention, O(N^2) in length. linear: feature-map attention (Katharopoulos et
 // al.), a sum of phi(k) v^T. delta: the gated delta rule (Gated DeltaNet), a state that
-// overwrites what it stores under a key and decays (layers/attention.h, docs/design.md).
-enum class AttentionKind { softmax, linear, delta };
-const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta"
+// overwrites what it stores under a key and decays (layers/attention.h, docs/design.md). gated:
+// the same layer without the delta rule's erase, S_t = alpha_t S_{t-1} + beta_t k_t v_t^T
+// (Mamba-2's per-head scalar decay).
+enum class AttentionKind { softmax, linear, delta, gated };
+const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated"
 
 struct AttentionConfig {
   using Kind = AttentionKind;
@@ -31,11 +33,13 @@ struct AttentionConfig {
   int64_t favor_features = 0;      // m, the FAVOR+ feature count; 0 = head_dim
   int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
   double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
-  // Delta only: taps of the short causal depthwise convolution on q, k and v (1 = none).
+  // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_delta() const { return kind == Kind::delta; }
+  // delta and gated: a state written through learned gates (layers/delta_rule_block.h).
+  bool is_gated_recurrence() const { return kind == Kind::delta || kind == Kind::gated; }
   bool is_softmax() const { return kind == Kind::softmax; }
   static AttentionConfig softmax_attention() { return {}; }
   static AttentionConfig linear_attention(FeatureMap map = FeatureMap::elu1) {
@@ -44,7 +48,7 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  std::string str() const;  // "softmax", "linear(elu1)" or "delta(conv 4)"
+  std::string str() const;  // "softmax", "linear(elu1)", "delta(conv 4)" or "gated(conv 4)"
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
   // the same ranges earlier, with the file and line).
   void validate(const std::string& key) const;

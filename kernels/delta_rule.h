@@ -13,7 +13,7 @@
 // beta = 0 make a token a no-op (how padding is expressed).
 //
 // Shapes per slice, slices contiguous: q, k (n, dk); v (n, dv); beta, alpha (n); out (n, dv);
-// state (dk, dv). `reverse` scans from position n-1 down to 0 (the backward half of a
+// state (dk, dv). With erase off the write is w_t = beta_t v_t (see DeltaRuleConfig). `reverse` scans from position n-1 down to 0 (the backward half of a
 // bidirectional layer); out stays in position order.
 //
 // Memory: the forward keeps the state at the start of every chunk of `chunk` tokens
@@ -37,6 +37,9 @@ struct DeltaRuleDims {
 struct DeltaRuleConfig {
   bool reverse = false;
   int64_t chunk = kDefaultDeltaRuleChunk;  // tokens between checkpoints, >= 1
+  // false: no erase, w_t = beta_t v_t, so S_t = alpha_t S_{t-1} + beta_t k_t v_t^T (gated
+  // linear attention with a scalar decay, Mamba-2's recurrence).
+  bool erase = true;
 };
 
 int64_t delta_rule_checkpoints(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg);  // a slice's
@@ -60,6 +63,6 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
 // q, k (slices, dk), v (slices, dv), beta, alpha (slices) and writes out (slices, dv) = S^T q.
 // Equal to the forward's row for that token.
 void delta_rule_step(int64_t slices, int64_t dk, int64_t dv, float* state, const float* q, const float* k,
-                     const float* v, const float* beta, const float* alpha, float* out);
+                     const float* v, const float* beta, const float* alpha, float* out, bool erase = true);
 
 }  // namespace tarn::kernels::cpu

@@ -147,8 +147,8 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   register_module("q_proj", q_proj);
   register_module("out_proj", out_proj);
   TARN_ASSERT(!(causal && cross), "attention: cross-attention cannot be causal");
-  if (config_.is_delta()) {
-    delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, !cross, kDeltaNormEps, init);
+  if (config_.is_gated_recurrence()) {
+    delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, cross, kDeltaNormEps, init);
     register_module("delta", *delta_);
   }
   if (config_.is_linear()) {
@@ -209,7 +209,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
   const int64_t batch = query.size(0), nq = query.size(1), nk = key_value.size(1);
   check_padding("attention", pad, batch, nk);
   TARN_ASSERT(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
-  if (config_.is_delta()) return delta_forward(query, key_value, pad);
+  if (config_.is_gated_recurrence()) return delta_forward(query, key_value, pad);
 
   const Tensor q = split_heads(q_proj.forward(query));
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -244,7 +244,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
 
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
   AttentionCache c;
-  if (config_.is_delta()) {
+  if (config_.is_gated_recurrence()) {
     const Device dev = q_proj.weight.device();
     const int64_t d = heads_ * head_dim_, taps = delta_->conv_size();
     c.state = Tensor::zeros({batch, heads_, head_dim_, head_dim_}, dev);
@@ -264,7 +264,7 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
               "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "attention step: the cache was not started (start_self)");
   TARN_ASSERT(causal_, "attention step: only causal self-attention decodes step by step");
-  if (config_.is_delta()) return delta_step_self(query, cache);
+  if (config_.is_gated_recurrence()) return delta_step_self(query, cache);
   const Tensor q = split_heads(q_proj.forward(query));  // (B, H, 1, dh)
   const Tensor k = split_heads(k_proj.forward(query));
   const Tensor v = split_heads(v_proj.forward(query));
@@ -301,9 +301,9 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   check_padding("cross-attention", pad, batch, nk);
   AttentionCache c;
   c.length = nk;
-  if (config_.is_delta()) {
+  if (config_.is_gated_recurrence()) {
     const DeltaWrite w = delta_write(key_value, pad);
-    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk});
+    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.is_delta()});
     return c;
   }
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -326,7 +326,7 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   TARN_ASSERT(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
               "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
-  if (config_.is_delta()) {  // o = S^T q for every query row at once
+  if (config_.is_gated_recurrence()) {  // o = S^T q for every query row at once
     const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
     return out_proj.forward(delta_->finish(matmul(q, cache.state), query));
   }
@@ -352,7 +352,7 @@ MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key
 
 Tensor MultiHeadAttention::delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
   const DeltaWrite w = delta_write(key_value, pad);
-  const DeltaRuleOptions forward{false, config_.chunk}, reverse{true, config_.chunk};
+  const DeltaRuleOptions forward{false, config_.chunk, config_.is_delta()}, reverse{true, config_.chunk, config_.is_delta()};
   Tensor o;
   if (cross_) {
     const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
@@ -378,7 +378,8 @@ Tensor MultiHeadAttention::delta_step_self(const Tensor& query, AttentionCache& 
   const Tensor v = convolved(v_proj, delta_->v_conv, cache.v_tail);
   const Tensor beta = delta_->beta(query, Tensor()).view({batch, heads_});
   const Tensor alpha = delta_->alpha(query, Tensor()).view({batch, heads_});
-  const Tensor o = delta_rule_step(cache.state, q, k, v, beta, alpha).view({batch, heads_, 1, head_dim_});
+  const Tensor o =
+      delta_rule_step(cache.state, q, k, v, beta, alpha, config_.is_delta()).view({batch, heads_, 1, head_dim_});
   ++cache.length;
   return out_proj.forward(delta_->finish(o, query));
 }

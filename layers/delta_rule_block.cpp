@@ -11,6 +11,7 @@ namespace {
 
 // Mamba-2's ranges for A and dt, spread over the heads instead of drawn.
 constexpr double kMinA = 1.0, kMaxA = 16.0, kMinDt = 0.001, kMaxDt = 0.1;
+constexpr double kCrossMinDt = 0.0001, kCrossMaxDt = 0.001;
 constexpr float kUnitRowEps = 1e-6f;
 
 double spread(int64_t h, int64_t heads, double lo, double hi) {
@@ -29,8 +30,8 @@ Tensor heads_first(const Tensor& x) { return permute(x, {0, 2, 1}); }
 
 }  // namespace
 
-DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size, bool convolve_queries,
-                               float norm_eps, ParamInit& init)
+DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size, bool cross, float norm_eps,
+                               ParamInit& init)
     : beta_proj(d_model, heads, init),
       alpha_proj(d_model, heads, init),
       gate_proj(d_model, d_model, init),
@@ -42,10 +43,11 @@ DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size
   dt_bias = Tensor::empty({heads});
   for (int64_t h = 0; h < heads; ++h) {
     A_log.f32()[h] = static_cast<float>(std::log(spread(h, heads, kMinA, kMaxA)));
-    const double dt = std::exp(spread(h, heads, std::log(kMinDt), std::log(kMaxDt)));
+    const double dt = std::exp(spread(h, heads, std::log(cross ? kCrossMinDt : kMinDt),
+                                      std::log(cross ? kCrossMaxDt : kMaxDt)));
     dt_bias.f32()[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus^-1(dt)
   }
-  if (convolve_queries) q_conv = conv_identity(conv_size, d_model);
+  if (!cross) q_conv = conv_identity(conv_size, d_model);
   k_conv = conv_identity(conv_size, d_model);
   v_conv = conv_identity(conv_size, d_model);
   output_norm_weight = Tensor::ones({head_dim_});
@@ -54,7 +56,7 @@ DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size
   register_module("gate_proj", gate_proj);
   register_parameter("A_log", A_log);
   register_parameter("dt_bias", dt_bias);
-  if (convolve_queries) register_parameter("q_conv", q_conv);
+  if (!cross) register_parameter("q_conv", q_conv);
   register_parameter("k_conv", k_conv);
   register_parameter("v_conv", v_conv);
   register_parameter("output_norm.weight", output_norm_weight);

@@ -12,7 +12,11 @@
 //
 // x is the writer's input (the key/value side). A_log = log A with A spread evenly over
 // [1, 16] across heads and dt_bias = softplus^-1(dt) with dt log-spaced over [0.001, 0.1]
-// (Mamba-2's ranges, here deterministic rather than drawn); output_norm.weight = 1. The model's
+// (Mamba-2's ranges, here deterministic rather than drawn): alpha from 0.999 to 0.2, some
+// heads local, some global. Cross-attention writes a whole source that every target position
+// may need, so its dt spans [0.0001, 0.001] (alpha >= 0.984): every head starts global.
+// output_norm.weight = 1. A_log, dt_bias and output_norm get no weight decay
+// (framework/optim/adamw.h). The model's
 // by-name initialiser (framework/init.h) leaves these as constructed and draws the *_proj
 // weights like every Linear.
 #include <cstdint>
@@ -25,9 +29,8 @@ namespace tarn {
 
 class DeltaRuleBlock : public Module {
  public:
-  // convolve_queries: false in cross-attention, which then has no q_conv.
-  DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size, bool convolve_queries, float norm_eps,
-                 ParamInit& init);
+  // cross: the block of a cross-attention, which has no q_conv and starts with a long memory.
+  DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size, bool cross, float norm_eps, ParamInit& init);
 
   // The causal depthwise convolution with its SiLU: x (B, N, D) -> (B, N, D). `which` is
   // q_conv, k_conv or v_conv.

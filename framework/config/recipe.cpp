@@ -49,9 +49,12 @@ bool is_device(const std::string& s) {
 
 void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
   a.enumeration(&AttentionConfig::kind, "kind",
-                "softmax (exact, O(N^2) in length), linear (feature maps, O(N)) or delta (the gated delta rule, "
-                "O(N); CPU only)",
-                {{"softmax", AttentionKind::softmax}, {"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}});
+                "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
+                "O(N); CPU only) or gated (delta without the erase: decayed linear attention, O(N); CPU only)",
+                {{"softmax", AttentionKind::softmax},
+                 {"linear", AttentionKind::linear},
+                 {"delta", AttentionKind::delta},
+                 {"gated", AttentionKind::gated}});
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
             "decoder self-attention is always causal");
@@ -68,7 +71,7 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
             "the states its backward keeps")
       .min(1);
   a.integer(&AttentionConfig::conv_size, "conv_size",
-            "delta only: taps of the short causal depthwise convolution on q, k and v (1 = none)")
+            "delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none)")
       .min(1);
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
@@ -376,7 +379,7 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionConfig& a = m.attention.*stack.member;
-    if (!a.is_delta() && loader.given(prefix + ".conv_size"))
+    if (!a.is_gated_recurrence() && loader.given(prefix + ".conv_size"))
       loader.warn(prefix + ".conv_size", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
     if (!a.is_linear()) {
       for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {

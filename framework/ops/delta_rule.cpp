@@ -36,7 +36,7 @@ const float* data_or_null(const Tensor& t) { return t.defined() ? t.f32() : null
 Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
             const DeltaRuleOptions& opt) {
   const kc::DeltaRuleDims dims = check_operands(op, q, k, v, beta, alpha);
-  const kc::DeltaRuleConfig cfg{opt.reverse, opt.chunk};
+  const kc::DeltaRuleConfig cfg{opt.reverse, opt.chunk, opt.erase};
   TARN_ASSERT(opt.chunk >= 1, op, ": chunk must be >= 1, got ", opt.chunk);
   const bool readout = q.defined();
   const int64_t B = k.size(0), H = k.size(1);
@@ -78,7 +78,7 @@ Tensor delta_rule_state(const Tensor& k, const Tensor& v, const Tensor& beta, co
 }
 
 Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
-                       const Tensor& alpha) {
+                       const Tensor& alpha, bool erase) {
   const char* op = "delta_rule_step";
   const int64_t B = k.size(0), H = k.size(1), dk = k.shape().back(), dv = v.shape().back();
   TARN_ASSERT(q.numel() == B * H * dk && k.numel() == B * H * dk && v.numel() == B * H * dv &&
@@ -92,7 +92,7 @@ Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Te
     TARN_ASSERT(t->device().is_cpu(), op, ": the gated delta rule has a CPU kernel only");
   }
   Tensor out = Tensor::empty(Shape{B, H, dv});
-  kc::delta_rule_step(B * H, dk, dv, state.f32(), q.f32(), k.f32(), v.f32(), beta.f32(), alpha.f32(), out.f32());
+  kc::delta_rule_step(B * H, dk, dv, state.f32(), q.f32(), k.f32(), v.f32(), beta.f32(), alpha.f32(), out.f32(), erase);
   return out;
 }
 

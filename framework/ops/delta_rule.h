@@ -16,6 +16,7 @@ namespace tarn {
 struct DeltaRuleOptions {
   bool reverse = false;  // scan from the last position to the first
   int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk;  // tokens between the backward's checkpoints
+  bool erase = true;  // false: S_t = alpha_t S_{t-1} + beta_t k_t v_t^T (kind gated)
 };
 
 // out (B, H, N, dv): row t = S_t^T q_t.
@@ -29,6 +30,6 @@ Tensor delta_rule_state(const Tensor& k, const Tensor& v, const Tensor& beta, co
 // Decoding: one token (q, k (B, H, dk); v (B, H, dv); beta, alpha (B, H)) written into state
 // (B, H, dk, dv) in place; returns S^T q (B, H, dv). No autograd.
 Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
-                       const Tensor& alpha);
+                       const Tensor& alpha, bool erase = true);
 
 }  // namespace tarn

@@ -27,7 +27,7 @@ void check_options(const AdamWOptions& o) {
 
 bool decays_unless_bias_or_norm(const std::string& name) {
   if (ends_with(name, "bias")) return false;
-  for (const char* norm : {"layer_norm", "layernorm", "LayerNorm"})
+  for (const char* norm : {"layer_norm", "layernorm", "LayerNorm", "output_norm", "A_log"})
     if (name.find(norm) != std::string::npos) return false;
   return true;
 }

@@ -26,7 +26,8 @@ using DecayRule = std::function<bool(const std::string& name)>;
 
 // HF Trainer's rule, spelled for HF names: no decay for any name ending in "bias" (so also
 // "final_logits_bias") or whose name contains "layer_norm", "layernorm" or "LayerNorm"
-// (BART's "self_attn_layer_norm", "final_layer_norm", "layernorm_embedding").
+// (BART's "self_attn_layer_norm", "final_layer_norm", "layernorm_embedding"), "output_norm" or
+// "A_log" (delta attention's per-head norm and decay rate, as Gated DeltaNet's code has it).
 bool decays_unless_bias_or_norm(const std::string& name);
 // No decay for names containing any of `patterns` (HF's older scripts: {"bias", "LayerNorm.weight"}).
 DecayRule decay_unless_name_contains(std::vector<std::string> patterns);

@@ -31,12 +31,18 @@ inline void state_times_key(const float* s, const float* k, float* u, int64_t dk
   }
 }
 
-// S <- alpha S + k w^T with w = beta (v - alpha S^T k); leaves w in `w`.
+// S <- alpha S + k w^T with w = beta (v - alpha S^T k), or w = beta v without the erase; leaves
+// w in `w`.
 inline void write_token(float* s, const float* k, const float* v, float beta, float alpha, float* w, int64_t dk,
-                        int64_t dv) {
-  state_times_key(s, k, w, dk, dv);
+                        int64_t dv, bool erase) {
+  if (erase) {
+    state_times_key(s, k, w, dk, dv);
 #pragma omp simd
-  for (int64_t j = 0; j < dv; ++j) w[j] = beta * (v[j] - alpha * w[j]);
+    for (int64_t j = 0; j < dv; ++j) w[j] = beta * (v[j] - alpha * w[j]);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < dv; ++j) w[j] = beta * v[j];
+  }
   for (int64_t i = 0; i < dk; ++i) {
     const float ki = k[i];
     float* row = s + i * dv;
@@ -87,7 +93,7 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
           std::memcpy(checkpoints + (b * per_slice_checkpoints + t / cfg.chunk) * state, s.data(),
                       sizeof(float) * static_cast<size_t>(state));
         const int64_t p = position(cfg, n, t), row = b * n + p;
-        write_token(s.data(), k + row * dk, v + row * dv, beta[row], alpha[row], w.data(), dk, dv);
+        write_token(s.data(), k + row * dk, v + row * dv, beta[row], alpha[row], w.data(), dk, dv, cfg.erase);
         if (q != nullptr) state_times_key(s.data(), q + row * dk, out + row * dv, dk, dv);
       }
       if (final_state != nullptr)
@@ -131,7 +137,7 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
           const int64_t row = b * n + position(cfg, n, t);
           float* next = states + (t - t0 + 1) * state;
           std::memcpy(next, next - state, sizeof(float) * static_cast<size_t>(state));
-          write_token(next, k + row * dk, v + row * dv, beta[row], alpha[row], w, dk, dv);
+          write_token(next, k + row * dk, v + row * dv, beta[row], alpha[row], w, dk, dv, cfg.erase);
         }
         for (int64_t t = t1 - 1; t >= t0; --t) {
           const int64_t row = b * n + position(cfg, n, t);
@@ -154,17 +160,22 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
               dq[row * dk + i] = acc;
             }
           }
-          // The write S_t = alpha S_{t-1} + k w^T, w = beta (v - alpha u), u = S_{t-1}^T k.
-          state_times_key(prev, kt, u, dk, dv);
+          // The write S_t = alpha S_{t-1} + k w^T, w = beta (v - alpha u), u = S_{t-1}^T k; without
+          // the erase u counts as 0 (w = beta v).
+          if (cfg.erase)
+            state_times_key(prev, kt, u, dk, dv);
+          else
+            std::fill(u, u + dv, 0.0f);
           state_times_key(ds, kt, dw, dk, dv);  // dw = dS^T k
           float d_beta_t = 0.0f, d_alpha_t = 0.0f;
+          const float erase_scale = cfg.erase ? -at : 0.0f;  // du = -alpha beta dw, or nothing
 #pragma omp simd reduction(+ : d_beta_t, d_alpha_t)
           for (int64_t j = 0; j < dv; ++j) {
             const float r = vt[j] - at * u[j];
             w[j] = bt * r;
             d_beta_t += dw[j] * r;
             d_alpha_t -= bt * dw[j] * u[j];
-            du[j] = -at * bt * dw[j];
+            du[j] = erase_scale * bt * dw[j];
             dv_out[row * dv + j] = bt * dw[j];
           }
           for (int64_t i = 0; i < dk; ++i) {
@@ -190,11 +201,11 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
 }
 
 void delta_rule_step(int64_t slices, int64_t dk, int64_t dv, float* state, const float* q, const float* k,
-                     const float* v, const float* beta, const float* alpha, float* out) {
+                     const float* v, const float* beta, const float* alpha, float* out, bool erase) {
   std::vector<float> w(static_cast<size_t>(dv));
   for (int64_t b = 0; b < slices; ++b) {
     float* s = state + b * dk * dv;
-    write_token(s, k + b * dk, v + b * dv, beta[b], alpha[b], w.data(), dk, dv);
+    write_token(s, k + b * dk, v + b * dv, beta[b], alpha[b], w.data(), dk, dv, erase);
     state_times_key(s, q + b * dk, out + b * dv, dk, dv);
   }
 }

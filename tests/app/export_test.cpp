@@ -34,8 +34,9 @@ std::string trained_run(const std::string& name, const std::string& attention_ki
   return dir;
 }
 
-TEST(Export, ReloadedExportGivesIdenticalPerplexity) {
-  const std::string dir = trained_run("export", "linear", 8);
+// Returns the run's folder (the export is in its export/).
+std::string expect_reloaded_export_gives_identical_perplexity(const char* attention_kind) {
+  const std::string dir = trained_run(std::string("export_") + attention_kind, attention_kind, 8);
   const std::string out = dir + "/export";
   const ExportResult r = export_checkpoint(dir + "/run", out);
   EXPECT_GT(r.tensors, 0);
@@ -55,6 +56,23 @@ TEST(Export, ReloadedExportGivesIdenticalPerplexity) {
   EXPECT_GT(a.tokens, 0);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.nll_sum, b.nll_sum);  // bit-identical weights, same order of operations
+  return dir;
+}
+
+TEST(Export, ReloadedExportGivesIdenticalPerplexity) { expect_reloaded_export_gives_identical_perplexity("linear"); }
+
+TEST(Export, ReloadedDeltaExportGivesIdenticalPerplexity) {
+  const std::string dir = expect_reloaded_export_gives_identical_perplexity("delta");
+  const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
+  for (const char* name : {"model.encoder.layers.0.self_attn.delta.A_log", "model.decoder.layers.1.self_attn.delta.q_conv",
+                           "model.decoder.layers.1.encoder_attn.delta.beta_proj.weight",
+                           "model.decoder.layers.0.encoder_attn.delta.output_norm.weight"})
+    EXPECT_TRUE(f.find(name)) << name;
+  EXPECT_FALSE(f.find("model.decoder.layers.0.encoder_attn.delta.q_conv"));  // cross-attention has none
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Value* cross = c.find("tarn")->find("cross_attention");
+  EXPECT_EQ(cross->find("kind")->as_string("kind"), "delta");
+  EXPECT_EQ(cross->find("conv_size")->as_u64("conv_size"), 4u);
 }
 
 TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
@@ -107,7 +125,7 @@ TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BothAttentionKinds, Generation, ::testing::Values("linear", "softmax"));
+INSTANTIATE_TEST_SUITE_P(EveryAttentionKind, Generation, ::testing::Values("linear", "softmax", "delta", "gated"));
 
 TEST(Generation, RepeatedNgramCompletionsAreTheTokensThatFollowedTheLastNMinusOne) {
   using V = std::vector<int32_t>;

@@ -78,6 +78,29 @@ TEST(Train, ResumeIsBitExactWithFavorProjectionsRedrawnDuringTraining) {
   expect_resume_bit_exact("resume_favor", favor);
 }
 
+std::vector<std::string> every_stack(const char* kind) {
+  std::vector<std::string> o;
+  for (const char* stack : {"encoder_self", "decoder_self", "cross"})
+    o.push_back(std::string("model.attention.") + stack + ".kind=" + kind);
+  return o;
+}
+
+TEST(Train, DeltaAndGatedAttentionTrainEndToEndAndLossFalls) {
+  for (const char* kind : {"delta", "gated"}) {
+    const std::string dir = make_tiny_corpus(std::string("loss_falls_") + kind);
+    std::vector<std::string> extra = every_stack(kind);
+    extra.push_back("validation.every_steps=0");
+    const TrainSummary first = train(options(dir, 5, extra));
+    ASSERT_TRUE(first.valid.has_value());
+    const TrainSummary later = train(options(dir, 60, extra));
+    ASSERT_TRUE(later.valid.has_value());
+    EXPECT_LT(later.valid->mean_nll(), first.valid->mean_nll() - 0.5) << kind << ": validation NLL did not fall enough";
+    EXPECT_FALSE(later.failed) << kind;
+  }
+}
+
+TEST(Train, ResumeIsBitExactWithDeltaAttention) { expect_resume_bit_exact("resume_delta", every_stack("delta")); }
+
 TEST(Train, KeepsTheLastCheckpointsAndTheBest) {
   const std::string dir = make_tiny_corpus("keep");
   train(options(dir, 12, {"checkpoints.every_steps=3", "checkpoints.keep_last=2", "validation.every_steps=3"}));

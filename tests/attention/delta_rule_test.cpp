@@ -43,8 +43,8 @@ struct Reference {
   std::vector<double> out, state;
 };
 
-// The recurrence of kernels/delta_rule.h, literally, in double.
-Reference reference(const DeltaRuleDims& d, bool reverse, const std::vector<double>& q, const std::vector<double>& k,
+// The recurrence of kernels/delta_rule.h, literally, in double (erase off: no k k^T term).
+Reference reference(const DeltaRuleDims& d, bool reverse, bool erase, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& beta, const std::vector<double>& alpha) {
   Reference r{std::vector<double>(static_cast<size_t>(d.slices * d.n * d.dv)),
               std::vector<double>(static_cast<size_t>(d.slices * d.dk * d.dv))};
@@ -57,7 +57,8 @@ Reference reference(const DeltaRuleDims& d, bool reverse, const std::vector<doub
         for (int64_t j = 0; j < d.dv; ++j) {
           double decayed = 0;  // ((I - beta k k^T) S)[i][j]
           for (int64_t m = 0; m < d.dk; ++m)
-            decayed += ((i == m ? 1.0 : 0.0) - beta[row] * k[row * d.dk + i] * k[row * d.dk + m]) * s[m * d.dv + j];
+            decayed += ((i == m ? 1.0 : 0.0) - (erase ? beta[row] : 0.0) * k[row * d.dk + i] * k[row * d.dk + m]) *
+                       s[m * d.dv + j];
           next[i * d.dv + j] = alpha[row] * decayed + beta[row] * k[row * d.dk + i] * v[row * d.dv + j];
         }
       s = next;
@@ -83,6 +84,7 @@ double max_abs_diff(const std::vector<float>& got, const std::vector<double>& wa
 struct Case {
   bool readout, reverse;
   int64_t chunk;
+  bool erase = true;
 };
 
 class DeltaRule : public ::testing::TestWithParam<Case> {};
@@ -91,13 +93,13 @@ TEST_P(DeltaRule, ForwardMatchesTheRecurrenceInDouble) {
   const Case c = GetParam();
   const DeltaRuleDims dims{3, 11, 6, 5};
   const Inputs in = random_inputs(dims, 1);
-  const DeltaRuleConfig cfg{c.reverse, c.chunk};
+  const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
   std::vector<float> out(in.v.size()), state(static_cast<size_t>(dims.slices * dims.dk * dims.dv)),
       checkpoints(static_cast<size_t>(dims.slices * delta_rule_checkpoints(dims, cfg) * dims.dk * dims.dv));
   delta_rule_forward(dims, cfg, c.readout ? in.q.data() : nullptr, in.k.data(), in.v.data(), in.beta.data(),
                      in.alpha.data(), c.readout ? out.data() : nullptr, state.data(), checkpoints.data());
   const Reference ref =
-      reference(dims, c.reverse, widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha));
+      reference(dims, c.reverse, c.erase, widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha));
   EXPECT_LT(max_abs_diff(state, ref.state), 2e-6);
   if (c.readout) {
     EXPECT_LT(max_abs_diff(out, ref.out), 2e-6);
@@ -108,7 +110,7 @@ TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
   const Case c = GetParam();
   const DeltaRuleDims dims{2, 7, 4, 3};
   const Inputs in = random_inputs(dims, 2);
-  const DeltaRuleConfig cfg{c.reverse, c.chunk};
+  const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   std::vector<double> g_out(in.v.size()), g_state(static_cast<size_t>(dims.slices * dims.dk * dims.dv));
@@ -117,7 +119,7 @@ TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
   // The loss L = <g_out, out> + <g_state, final state>.
   std::vector<std::vector<double>> x = {widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha)};
   auto loss = [&] {
-    const Reference r = reference(dims, c.reverse, x[0], x[1], x[2], x[3], x[4]);
+    const Reference r = reference(dims, c.reverse, c.erase, x[0], x[1], x[2], x[3], x[4]);
     double l = 0;
     if (c.readout)
       for (size_t i = 0; i < r.out.size(); ++i) l += g_out[i] * r.out[i];
@@ -153,11 +155,12 @@ TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
 
 INSTANTIATE_TEST_SUITE_P(ReadoutDirectionAndChunk, DeltaRule,
                          ::testing::Values(Case{true, false, 1}, Case{true, false, 3}, Case{true, false, 64},
-                                           Case{true, true, 3}, Case{false, false, 3}, Case{false, true, 4}),
+                                           Case{true, true, 3}, Case{false, false, 3}, Case{false, true, 4},
+                                           Case{true, false, 3, false}, Case{false, true, 2, false}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.readout ? "Readout" : "StateOnly") +
                                   (info.param.reverse ? "Reverse" : "Forward") + "Chunk" +
-                                  std::to_string(info.param.chunk);
+                                  std::to_string(info.param.chunk) + (info.param.erase ? "" : "NoErase");
                          });
 
 TEST(DeltaRuleStep, EqualsTheScansRowForEachToken) {

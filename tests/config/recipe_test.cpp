@@ -70,6 +70,14 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(encoder.model.attention.decoder_self.kind, AttentionKind::softmax);
   EXPECT_EQ(encoder.model.attention.cross.kind, AttentionKind::softmax);
 
+  const Recipe delta = load_recipe(source_path("recipes/small-delta.yaml"));
+  for (const AttentionConfig* a : {&delta.model.attention.encoder_self, &delta.model.attention.decoder_self,
+                                   &delta.model.attention.cross}) {
+    EXPECT_EQ(a->kind, AttentionKind::delta);
+    EXPECT_EQ(a->conv_size, 4);
+  }
+  EXPECT_TRUE(delta.warnings.empty());
+
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
   EXPECT_EQ(base.model.d_model, 768);
   EXPECT_EQ(base.model.heads, 12);
@@ -81,7 +89,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
 TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
-  for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml"}) {
+  for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
@@ -141,7 +149,8 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
     FAIL() << "an unknown attention kind and feature map were accepted";
   } catch (const ConfigError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, got \"quadratic\""),
+    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, delta, gated, got "
+                        "\"quadratic\""),
               std::string::npos)
         << what;
     EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, identity"),

@@ -90,7 +90,7 @@ void expect_model_matches_on_cuda(const testing::AttentionSetup& setup) {
 TEST(BartOnCuda, LossGradientsAndDecodingMatchTheCpuForEveryAttention) {
   // Delta attention has no CUDA kernel yet (a recipe asking for it on CUDA is refused).
   for (const testing::AttentionSetup& s : testing::all_attention_setups())
-    if (!s.encoder_self.is_delta() && !s.decoder_self.is_delta() && !s.cross.is_delta()) expect_model_matches_on_cuda(s);
+    if (!s.encoder_self.is_gated_recurrence() && !s.decoder_self.is_gated_recurrence() && !s.cross.is_gated_recurrence()) expect_model_matches_on_cuda(s);
 }
 
 TEST(BartOnCuda, ModuleToKeepsTiedWeightsTied) {

@@ -217,5 +217,25 @@ TEST(TrainOnCuda, AChunkTheCudaScanDoesNotRunIsRefusedNamingTheKey) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1"));
 }
 
+TEST(TrainOnCuda, DeltaAndGatedAttentionAreRefusedNamingTheKey) {
+  testing::emulated_cuda();
+  const std::string dir = testing::make_tiny_corpus("cuda_model_delta");
+  for (const char* kind : {"delta", "gated"}) {
+    TrainOptions o = options(dir, 1, "cuda");
+    o.overrides.push_back(std::string("model.attention.cross.kind=") + kind);
+    try {
+      train(o);
+      ADD_FAILURE() << kind << " attention was accepted on CUDA";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("--set model.attention.cross.kind: ") + kind +
+                          " runs on the CPU only for now (no CUDA kernel yet): set training.device to cpu"),
+                std::string::npos)
+          << what;
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/step_1"));
+}
+
 }  // namespace
 }  // namespace tarn::app

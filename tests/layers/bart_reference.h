@@ -182,11 +182,11 @@ class BartReference {
     return t;
   }
 
-  // Delta attention on one batch row (layers/delta_rule_block.h, layers/attention.h), the
+  // Delta (and, without the erase, gated) attention on one batch row (layers/delta_rule_block.h, layers/attention.h), the
   // recurrence written as kernels/delta_rule.h states it: S_t = alpha_t (I - beta_t k_t k_t^T)
   // S_{t-1} + beta_t k_t v_t^T.
   Mat delta_attention(const Mat& xq, const Mat& xkv, const std::string& name, int64_t heads, bool causal, bool cross,
-                      const std::vector<bool>& pad) const {
+                      bool erase, const std::vector<bool>& pad) const {
     const int64_t d = c_.d_model, dh = d / heads;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     auto silu = [](double x) { return x / (1 + std::exp(-x)); };
@@ -234,7 +234,7 @@ class BartReference {
           for (int64_t r = 0; r < dh; ++r)
             for (int64_t c = 0; c < dh; ++c) {
               double decayed = s[r * dh + c];
-              for (int64_t m = 0; m < dh; ++m) decayed -= beta * kj[r] * kj[m] * s[m * dh + c];
+              for (int64_t m = 0; erase && m < dh; ++m) decayed -= beta * kj[r] * kj[m] * s[m * dh + c];
               next[r * dh + c] = alpha * decayed + beta * kj[r] * v[j * d + h * dh + c];
             }
           s = next;
@@ -265,7 +265,7 @@ class BartReference {
   // HF's BartAttention on one batch row: xq (nq, D), xkv (nk, D).
   Mat attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg, int64_t heads,
                 bool causal, const std::vector<bool>& pad, bool cross = false) const {
-    if (cfg.is_delta()) return delta_attention(xq, xkv, name, heads, causal, cross, pad);
+    if (cfg.is_gated_recurrence()) return delta_attention(xq, xkv, name, heads, causal, cross, cfg.is_delta(), pad);
     const int64_t d = c_.d_model, dh = d / heads;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");

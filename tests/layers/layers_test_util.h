@@ -43,16 +43,18 @@ inline std::vector<AttentionSetup> other_feature_map_setups() {
   const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
   return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}};
 }
-// The gated delta rule in every stack (with its convolutions), and in cross-attention alone
-// without them, beside linear self-attention.
+// The gated delta rule in every stack (with its convolutions), in cross-attention alone
+// without them beside linear self-attention, and gated (no erase) in every stack.
 inline std::vector<AttentionSetup> delta_setups() {
   AttentionConfig delta;
   delta.kind = AttentionKind::delta;
   delta.chunk = 3;  // several checkpoints in a short sequence
   AttentionConfig plain = delta;
   plain.conv_size = 1;
+  AttentionConfig gated = delta;
+  gated.kind = AttentionKind::gated;
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
-  return {{"delta", delta, delta, delta}, {"delta_cross", elu, elu, plain}};
+  return {{"delta", delta, delta, delta}, {"delta_cross", elu, elu, plain}, {"gated", gated, gated, gated}};
 }
 inline std::vector<AttentionSetup> all_attention_setups() {
   std::vector<AttentionSetup> all = attention_setups();
