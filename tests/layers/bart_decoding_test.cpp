@@ -77,6 +77,30 @@ TEST(BartDecoding, LinearSelfAttentionStateDoesNotGrowWithLength) {
   EXPECT_FALSE(st.layers[0].self_attn.key.defined());
 }
 
+TEST(BartDecoding, DeltaAndGatedStatesDoNotGrowWithLength) {
+  for (const AttentionKind kind : {AttentionKind::delta, AttentionKind::gated}) {
+    AttentionConfig a;
+    a.kind = kind;
+    const BartConfig c = tiny_config(a);
+    BartForConditionalGeneration model(c, 5);
+    model.eval();
+    const Batch b = make_batch(c, 2, 5, 12, 3);
+    const Tensor enc = model.encode(b.src, {b.batch, b.s_len}, b.src_pad);
+    DecodingState st = model.start_decoding(enc, b.src_pad);
+    const AttentionCache& self = st.layers[0].self_attn;
+    const std::vector<Shape> before = {self.state.shape(), self.q_tail.shape(), self.k_tail.shape(),
+                                       self.v_tail.shape(), st.layers[0].encoder_attn.state.shape()};
+    for (int t = 0; t < 12; ++t) model.decode_step(st, {5, 6});
+    const std::vector<Shape> after = {self.state.shape(), self.q_tail.shape(), self.k_tail.shape(),
+                                      self.v_tail.shape(), st.layers[0].encoder_attn.state.shape()};
+    EXPECT_EQ(after, before);
+    EXPECT_EQ(before[0], Shape({2, 4, 16, 16}));  // (B, H, dh, dh)
+    EXPECT_EQ(before[1], Shape({2, 3, 64}));      // (B, conv_size - 1, D)
+    EXPECT_EQ(before[4], Shape({2, 4, 16, 16}));  // cross-attention: one state per source
+    EXPECT_FALSE(self.key.defined());
+  }
+}
+
 // Decode three tokens for three rows, reorder the rows as beam search would (a row dropped,
 // one repeated), decode three more: the logits equal teacher forcing on the reordered
 // histories.
