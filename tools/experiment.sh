@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The BART experiment, reproducible: softmax against linear attention in speed, memory and
-# perplexity. Runs the benches (tarn bench attention | train | decode), trains the four small
-# settings with two seeds each on the same token budget, and a long-sequence pair (packed
-# 2,048-token examples), then regenerates docs/experiment.md and its plots from what it measured.
+# perplexity. Runs the benches (tarn bench attention | train | decode), trains six small settings
+# (softmax, linear encoder, linear, linear with FAVOR+, delta, gated) with three seeds each on the
+# same token budget, and long-sequence runs of softmax, linear and delta (packed 2,048-token
+# examples), then regenerates docs/experiment.md and its plots from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE]
 #
-# --quick (default) finishes in about 30 minutes on 2 cores; --full takes several hours; --smoke
-# checks the whole pipeline in a few minutes (its figures mean nothing: write --doc elsewhere). Run it
-# on an otherwise idle machine: every figure is a timing. Needs the build of README's set-up
-# command (build/release/tools/tarn) and python3-matplotlib (tools/setup.sh installs it).
+# --quick (default) took about 30 minutes on 2 cores with 8 quality runs; with 18 expect about 50
+# (not yet timed); --full takes several hours; --smoke checks the whole pipeline in a few minutes
+# (its figures mean nothing: write --doc elsewhere). Run it on an otherwise idle machine: every
+# figure is a timing. Needs the build of README's set-up command (build/release/tools/tarn) and
+# python3-matplotlib (tools/setup.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
     --smoke) mode=smoke ;;
     --out) out="$2"; shift ;;
     --doc) doc="$2"; shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -96,8 +98,8 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
     > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; exit 1; }
   run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt"
 }
-for seed in 1 2; do
-  for setting in small-softmax small-linear-encoder small-linear small-linear-favor; do
+for seed in 1 2 3; do
+  for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated; do
     dir="$out/quality/$setting/seed$seed"
     mkdir -p "$dir"
     case "$setting" in
@@ -113,7 +115,7 @@ long="$long --set model.max_positions=2048 --set training.tokens_per_batch=4096"
 budget="--set training.max_steps=$long_steps --set training.max_time_minutes=0"
 budget="$budget --set validation.every_steps=$long_every --set validation.max_batches=$long_batches"
 budget="$budget --set checkpoints.every_steps=$long_steps"
-for attention in softmax linear; do
+for attention in softmax linear delta; do
   dir="$out/long/long-$attention/seed1"
   mkdir -p "$dir"
   # shellcheck disable=SC2086

@@ -70,13 +70,16 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(encoder.model.attention.decoder_self.kind, AttentionKind::softmax);
   EXPECT_EQ(encoder.model.attention.cross.kind, AttentionKind::softmax);
 
-  const Recipe delta = load_recipe(source_path("recipes/small-delta.yaml"));
-  for (const AttentionConfig* a : {&delta.model.attention.encoder_self, &delta.model.attention.decoder_self,
-                                   &delta.model.attention.cross}) {
-    EXPECT_EQ(a->kind, AttentionKind::delta);
-    EXPECT_EQ(a->conv_size, 4);
+  for (const auto& [path, kind] : {std::pair{"recipes/small-delta.yaml", AttentionKind::delta},
+                                    std::pair{"recipes/small-gated.yaml", AttentionKind::gated}}) {
+    const Recipe r = load_recipe(source_path(path));
+    for (const AttentionConfig* a : {&r.model.attention.encoder_self, &r.model.attention.decoder_self,
+                                     &r.model.attention.cross}) {
+      EXPECT_EQ(a->kind, kind) << path;
+      EXPECT_EQ(a->conv_size, 4) << path;
+    }
+    EXPECT_TRUE(r.warnings.empty()) << path;
   }
-  EXPECT_TRUE(delta.warnings.empty());
 
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
   EXPECT_EQ(base.model.d_model, 768);
@@ -89,7 +92,8 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
 TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
-  for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml"}) {
+  for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
+                            "recipes/small-gated.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
