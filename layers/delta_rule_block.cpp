@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/ops/causal_conv.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
@@ -62,16 +63,7 @@ DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size
   register_parameter("output_norm.weight", output_norm_weight);
 }
 
-Tensor DeltaRuleBlock::conv(const Tensor& x, const Tensor& w) const {
-  const int64_t taps = w.size(0), b = x.size(0), n = x.size(1), d = x.size(2);
-  const Tensor padded = taps > 1 ? concat({Tensor::zeros({b, taps - 1, d}, x.device()), x}, 1) : x;
-  Tensor y;
-  for (int64_t i = 0; i < taps; ++i) {  // y_t = sum_i w_i * x_{t-i}
-    const Tensor term = mul(slice(padded, 1, taps - 1 - i, taps - 1 - i + n), slice(w, 0, i, i + 1));
-    y = i == 0 ? term : add(y, term);
-  }
-  return silu(y);
-}
+Tensor DeltaRuleBlock::conv(const Tensor& x, const Tensor& w) const { return silu(causal_depthwise_conv(x, w)); }
 
 Tensor DeltaRuleBlock::unit_rows(const Tensor& x) {
   return div(x, sqrt(add_scalar(sum(mul(x, x), -1, true), kUnitRowEps)));
