@@ -20,9 +20,11 @@
 
 namespace tarn::kernels::cpu {
 
-enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity };
+// taylor (Based's second-order Taylor map of exp(q.k)) has a learned projection, so the layer
+// computes it from differentiable ops (layers/attention.h); no kernel applies it.
+enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity, taylor };
 
-// "elu1", "relu", "exp", "favor", "identity": the recipe's names. Inline, so that code which
+// "elu1", "relu", "exp", "favor", "identity", "taylor": the recipe's names. Inline, so that code which
 // only names maps (the recipe's schema, its fuzzer) needs none of the kernels.
 inline const char* feature_map_name(FeatureMap kind) {
   switch (kind) {
@@ -31,11 +33,14 @@ inline const char* feature_map_name(FeatureMap kind) {
     case FeatureMap::exp: return "exp";
     case FeatureMap::favor: return "favor";
     case FeatureMap::identity: return "identity";
+    case FeatureMap::taylor: return "taylor";
   }
   return "?";
 }
-// Every map but favor depends on one row only and keeps the dimension d.
-inline bool feature_map_is_row_local(FeatureMap kind) { return kind != FeatureMap::favor; }
+// Every map but favor and taylor depends on one row only and keeps the dimension d.
+inline bool feature_map_is_row_local(FeatureMap kind) {
+  return kind != FeatureMap::favor && kind != FeatureMap::taylor;
+}
 
 // Row-local maps on strided rows: y (rows, d; ldy) = phi(x (rows, d; ldx)). Single-threaded
 // (the attention kernel calls it per chunk inside its parallel region).

@@ -17,6 +17,9 @@ namespace {
 // exp() of it is exactly 0 in f32, and unlike -inf a fully masked row stays finite.
 constexpr float kMaskedScore = -1e9f;
 
+// Based's feature dimension before the Taylor map: 1 + 16 + 16^2 = 273 features.
+constexpr int64_t kTaylorDim = 16;
+
 // The epsilon of delta attention's per-head RMSNorm (LayerNorm's, 1e-5).
 constexpr float kDeltaNormEps = 1e-5f;
 
@@ -153,6 +156,10 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   }
   if (config_.is_linear()) {
     map_ = config_.feature_map;
+    if (map_ == FeatureMap::taylor) {
+      taylor_proj_ = std::make_unique<Linear>(head_dim_, kTaylorDim, init, /*with_bias=*/false);
+      register_module("taylor_proj", *taylor_proj_);
+    }
     if (map_ == FeatureMap::favor) {
       favor_.m = config_.favor_features > 0 ? config_.favor_features : head_dim_;
       favor_.d = head_dim_;
@@ -164,7 +171,25 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   }
 }
 
-int64_t MultiHeadAttention::feature_dim() const { return map_ == FeatureMap::favor ? favor_.m : head_dim_; }
+int64_t MultiHeadAttention::feature_dim() const {
+  if (map_ == FeatureMap::taylor) return 1 + kTaylorDim + kTaylorDim * kTaylorDim;
+  return map_ == FeatureMap::favor ? favor_.m : head_dim_;
+}
+
+Tensor MultiHeadAttention::taylor_features(const Tensor& x) const {
+  const Tensor p = taylor_proj_->forward(x);  // (..., N, r)
+  std::vector<int64_t> col = p.shape().vec(), row = col, flat = col, one = col;
+  col.push_back(1);  // (..., N, r, 1)
+  row.back() = 1;    // (..., N, 1, r)
+  row.push_back(kTaylorDim);
+  flat.back() = kTaylorDim * kTaylorDim;
+  one.back() = 1;
+  const float r = static_cast<float>(kTaylorDim);
+  const Tensor outer = reshape(mul(reshape(p, Shape(col)), reshape(p, Shape(row))), Shape(flat));  // p_i p_j
+  return concat({Tensor::ones(Shape(one), x.device()), scale(p, 1.0f / std::pow(r, 0.25f)),
+                 scale(outer, 1.0f / (std::sqrt(2.0f) * std::sqrt(r)))},
+                -1);
+}
 
 Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
   const int64_t b = x.size(0), n = x.size(1);
@@ -176,16 +201,16 @@ Tensor MultiHeadAttention::merge_heads(const Tensor& x) const {
   return reshape(permute(x, {0, 2, 1, 3}), {b, n, heads_ * head_dim_});
 }
 
-FeatureMap MultiHeadAttention::fused_map() const {
-  return map_ == FeatureMap::favor ? FeatureMap::identity : map_;
-}
+FeatureMap MultiHeadAttention::fused_map() const { return materialises_features() ? FeatureMap::identity : map_; }
 
 Tensor MultiHeadAttention::query_features(const Tensor& q) const {
+  if (map_ == FeatureMap::taylor) return taylor_features(q);
   if (map_ == FeatureMap::favor) return feature_map(q, map_, FeatureRole::query, favor_.w.to(q.device()));
   return feature_map(q, map_, FeatureRole::query);
 }
 
 Tensor MultiHeadAttention::key_features(const Tensor& k) const {
+  if (map_ == FeatureMap::taylor) return taylor_features(k);
   if (map_ == FeatureMap::favor)
     return causal_ ? favor_unstabilised(k, favor_.w.to(k.device()))
                    : feature_map(k, map_, FeatureRole::key, favor_.w.to(k.device()));
@@ -234,7 +259,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     opt.chunk = static_cast<int>(config_.chunk);
     opt.fused_feature_map = fused_map();
     opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
-    if (map_ == FeatureMap::favor)
+    if (materialises_features())
       ctx = linear_attention(query_features(q), key_features(k), v, opt);
     else
       ctx = linear_attention(q, k, v, opt);  // φ applied inside the kernel
@@ -283,8 +308,8 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
     LinearAttentionStepOptions opt;
     opt.eps = static_cast<float>(config_.eps);
     opt.fused_feature_map = fused_map();
-    const bool favor = map_ == FeatureMap::favor;
-    ctx = linear_attention_step(st, favor ? query_features(q) : q, favor ? key_features(k) : k, v, opt)
+    const bool features = materialises_features();
+    ctx = linear_attention_step(st, features ? query_features(q) : q, features ? key_features(k) : k, v, opt)
               .view({batch, heads_, 1, head_dim_});
   }
   ++cache.length;

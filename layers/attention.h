@@ -11,6 +11,8 @@
 // probabilities, as HF does, to drop them; linear attention has no probabilities and ignores
 // attention_dropout.
 //
+// Taylor (Based, Arora et al. 2024): a learned (16, dh) projection per attention module, shared
+// by its heads ("taylor_proj.weight"), then the 2nd-order Taylor map of exp (273 features).
 // FAVOR+: one (m, dh) projection per attention module, shared by its heads, kept as the buffer
 // "favor_projection" and redrawn by favor_step() every favor_redraw_every steps. Queries use
 // the op's per-row stabiliser; keys use the per-(batch, head) one, except in causal
@@ -110,6 +112,11 @@ class MultiHeadAttention : public Module {
   Tensor key_features(const Tensor& k) const;
   // The map the linear-attention kernel applies itself (identity when features come in).
   FeatureMap fused_map() const;
+  // favor and taylor: the layer computes the features and hands them to the kernels.
+  bool materialises_features() const { return map_ == FeatureMap::favor || map_ == FeatureMap::taylor; }
+  // Based's map: [1, p / r^(1/4), vec(p p^T) / (sqrt(2) sqrt(r))] of p = x taylor_proj^T (r = 16),
+  // so that phi(q).phi(k) = 1 + q'.k'/sqrt(r) + (q'.k')^2 / (2 r), exp's Taylor series to order 2.
+  Tensor taylor_features(const Tensor& x) const;
   Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
   Tensor delta_step_self(const Tensor& query, AttentionCache& cache) const;
@@ -122,6 +129,7 @@ class MultiHeadAttention : public Module {
   AttentionConfig config_;
   FeatureMap map_ = FeatureMap::identity;
   FavorProjection favor_;
+  std::unique_ptr<Linear> taylor_proj_;  // taylor only: (r, dh), registered as "taylor_proj"
   int64_t heads_, head_dim_;
   bool causal_, cross_;
   std::unique_ptr<DeltaRuleBlock> delta_;  // kind delta only, registered as "delta"

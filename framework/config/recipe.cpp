@@ -61,10 +61,13 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
   }
   using kernels::cpu::FeatureMap;
   std::vector<std::pair<std::string, FeatureMap>> maps;
-  for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor, FeatureMap::identity})
+  for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor, FeatureMap::taylor,
+                       FeatureMap::identity})
     maps.emplace_back(kernels::cpu::feature_map_name(m), m);
   a.enumeration(&AttentionConfig::feature_map, "feature_map",
-                "linear attention's feature map phi (identity: ablations only, warns)", maps);
+                "linear attention's feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
+                "16-dimensional projection of each head, 273 features; identity: ablations only, warns)",
+                maps);
   a.integer(&AttentionConfig::chunk, "chunk",
             "rows per chunk of the causal linear scan on the CPU (causal stacks only); the CUDA kernels use 32 "
             "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here. delta: tokens between "

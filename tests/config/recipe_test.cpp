@@ -157,7 +157,7 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
                         "\"quadratic\""),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, identity"),
+    EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, taylor, identity"),
               std::string::npos)
         << what;
   }

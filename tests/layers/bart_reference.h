@@ -136,6 +136,22 @@ class BartReference {
                const std::string& name) const {
     const int64_t d = c_.d_model;
     const std::string map = kernels::cpu::feature_map_name(cfg.feature_map);
+    if (map == "taylor") {  // [1, p / r^(1/4), p_i p_j / (sqrt 2 sqrt r)], p = x W^T
+      const Mat& w = p(name + ".taylor_proj.weight");
+      const int64_t r = static_cast<int64_t>(w.size()) / dh, f = 1 + r + r * r;
+      Mat y(static_cast<size_t>(n * f));
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> pr(static_cast<size_t>(r), 0.0);
+        for (int64_t a = 0; a < r; ++a)
+          for (int64_t e = 0; e < dh; ++e) pr[a] += w[a * dh + e] * x[i * d + col + e];
+        y[i * f] = 1;
+        for (int64_t a = 0; a < r; ++a) {
+          y[i * f + 1 + a] = pr[a] / std::pow(double(r), 0.25);
+          for (int64_t b = 0; b < r; ++b) y[i * f + 1 + r + a * r + b] = pr[a] * pr[b] / std::sqrt(2.0 * r);
+        }
+      }
+      return y;
+    }
     if (map != "favor") {
       Mat y(static_cast<size_t>(n * dh));
       for (int64_t i = 0; i < n; ++i) {

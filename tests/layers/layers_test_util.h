@@ -41,7 +41,8 @@ inline std::vector<AttentionSetup> other_feature_map_setups() {
   AttentionConfig favor = AttentionConfig::linear_attention(FeatureMap::favor);
   favor.favor_features = 24;  // m != head_dim (16)
   const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
-  return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}};
+  const AttentionConfig taylor = AttentionConfig::linear_attention(FeatureMap::taylor);
+  return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}, {"linear_taylor", taylor, taylor, taylor}};
 }
 // The gated delta rule in every stack (with its convolutions), in cross-attention alone
 // without them beside linear self-attention, and gated (no erase) in every stack.
