@@ -832,6 +832,20 @@ def draw_runs(runs, path, title, x_of, xlabel, threshold=None):
 
 
 
+def training_runs_section(folder, title):
+    """Turns build(runs, plots, link) into a section(in_dir, plots, link) that reads its runs
+    from in_dir/folder, and says "not run" when there are none (as bench_csv_section)."""
+    def wrap(build):
+        def section(in_dir, plots, link):
+            root = os.path.join(in_dir, folder)
+            runs = read_runs(root)
+            if not runs:
+                return section_not_run(title, f"{root}/<setting>/seed<k>/metrics.jsonl")
+            return build(runs, plots, link)
+        return section
+    return wrap
+
+
 def runs_body(intro, plots, link, runs, with_test, facts):
     """A section of runs: its intro, plots, the runs' table, what did not parse, the facts."""
     body = [intro] + [link(p) for p in plots]
@@ -839,11 +853,8 @@ def runs_body(intro, plots, link, runs, with_test, facts):
     return "\n\n".join(b for b in body if b)
 
 
-def quality_section(in_dir, plots, link):
-    root = os.path.join(in_dir, "quality")
-    runs = read_runs(root)
-    if not runs:
-        return section_not_run("Quality", f"{root}/<setting>/seed<k>/metrics.jsonl")
+@training_runs_section("quality", "Quality")
+def quality_section(runs, plots, link):
     ref = reference_setting(runs)
     facts = ["**Quality, test ppl (mean over seeds):** " +
              "; ".join(f"{s} {mean_range(test_ppls(seeds))}" for s, seeds in runs.items())]
@@ -879,11 +890,8 @@ def long_facts(runs, target):
     return facts
 
 
-def long_section(in_dir, plots, link):
-    root = os.path.join(in_dir, "long")
-    runs = read_runs(root)
-    if not runs:
-        return section_not_run("Long sequences", f"{root}/<setting>/seed<k>/metrics.jsonl")
+@training_runs_section("long", "Long sequences")
+def long_section(runs, plots, link):
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
     intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
