@@ -32,6 +32,11 @@ class Dataset {
   virtual size_t size() const = 0;
   // Example `index` as seen in `epoch`: the same for the same arguments, whatever was asked before.
   virtual Example example(size_t index, uint64_t epoch) const = 0;
+  // What building it kept, cut and dropped (zero for a dataset that counts nothing).
+  const DatasetStats& stats() const { return stats_; }
+
+ protected:
+  DatasetStats stats_;
 };
 
 }  // namespace tarn

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/length_limits.h"
 #include "data/line_reader.h"
 #include "data/noising.h"
 #include "data/packing.h"
@@ -14,14 +15,12 @@ namespace tarn {
 
 class Tokenizer;
 
-struct DenoisingOptions {
-  int64_t max_source_length = 256;  // tokens, </s> included
-  int64_t max_target_length = 256;  // tokens, </s> included
-  bool pack = false;                // join consecutive lines up to the length limit
+struct DenoisingOptions : LengthLimits {
+  bool pack = false;  // join consecutive lines up to the length limit
   NoiseConfig noise;
   uint64_t seed = 0;
 
-  void validate() const;  // throws tarn::Error naming the offending field
+  void validate() const;  // the limits, then the noise: throws tarn::Error naming the field
 };
 
 class DenoisingDataset : public Dataset {
@@ -36,13 +35,11 @@ class DenoisingDataset : public Dataset {
 
   size_t size() const override { return packed_.examples(); }
   Example example(size_t index, uint64_t epoch) const override;
-  const DatasetStats& stats() const { return stats_; }
 
  private:
   PackedLines packed_;
   int32_t mask_id_;
   DenoisingOptions options_;
-  DatasetStats stats_;
 };
 
 }  // namespace tarn

@@ -7,8 +7,6 @@
 namespace tarn {
 namespace {
 
-constexpr int64_t kMinLength = 2;  // </s> and at least one token
-
 // Appends `ids` cut to max_length - 1 tokens, then </s>. Returns whether it was cut.
 bool push_with_eos(Ragged& out, IdSpan ids, int64_t max_length, std::vector<int32_t>& scratch) {
   const auto limit = static_cast<size_t>(max_length - 1);
@@ -20,13 +18,6 @@ bool push_with_eos(Ragged& out, IdSpan ids, int64_t max_length, std::vector<int3
 }
 
 }  // namespace
-
-void PairOptions::validate() const {
-  TARN_CHECK(max_source_length >= kMinLength, "data.max_source_length: expected at least ", kMinLength, ", got ",
-             max_source_length);
-  TARN_CHECK(max_target_length >= kMinLength, "data.max_target_length: expected at least ", kMinLength, ", got ",
-             max_target_length);
-}
 
 PairDataset::PairDataset(const Ragged& sources, const Ragged& targets, const PairOptions& options) {
   options.validate();

@@ -6,18 +6,14 @@
 
 #include "data/corpus_reader.h"
 #include "data/dataset.h"
+#include "data/length_limits.h"
 #include "data/ragged.h"
 
 namespace tarn {
 
 class Tokenizer;
 
-struct PairOptions {
-  int64_t max_source_length = 256;  // tokens, </s> included
-  int64_t max_target_length = 256;  // tokens, </s> included
-
-  void validate() const;  // throws tarn::Error naming the offending field
-};
+struct PairOptions : LengthLimits {};
 
 class PairDataset : public Dataset {
  public:
@@ -29,11 +25,9 @@ class PairDataset : public Dataset {
 
   size_t size() const override { return sources_.rows(); }
   Example example(size_t index, uint64_t epoch) const override;
-  const DatasetStats& stats() const { return stats_; }
 
  private:
   Ragged sources_, targets_;  // </s> already appended
-  DatasetStats stats_;
 };
 
 }  // namespace tarn

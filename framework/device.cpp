@@ -1,19 +1,13 @@
 #include "framework/device.h"
 
 #include "kernels/check.h"
+#include "kernels/enum_name.h"
 
 namespace tarn {
 
 size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-  }
-  return "?";
-}
+const char* dtype_name(DType t) { return enum_name(t, {"f32", "bf16", "f16"}); }
 
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();

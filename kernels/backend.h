@@ -71,29 +71,33 @@ namespace tarn::kernels {
   X(softmax_attention_backward_workspace_floats)                                                     \
   X(softmax_attention_backward)
 
+// The entry points of a bf16 attention kernel, given the function types of its two
+// *_workspace_floats, its forward and its backward, and the largest d and e it takes.
+template <typename WorkspaceFloats, typename Forward, typename Backward>
+struct Bf16AttentionKernels {
+  WorkspaceFloats* forward_workspace_floats;
+  Forward* forward;
+  WorkspaceFloats* backward_workspace_floats;
+  Backward* backward;
+  int64_t max_dim;  // largest d and e the kernels take
+};
+
 // Linear attention on bf16 inputs and outputs with f32 state (kernels/cuda_linear_attention_bf16.h),
 // for training.precision bf16. Only CUDA has it: on the CPU the scan stays f32 (a profile of the
 // small model's step puts the scan and its feature maps at ~5% of the step, so bf16 there could
 // gain a few percent at most).
-struct LinearAttentionBf16Kernels {
-  decltype(&cuda::linear_attention_bf16_forward_workspace_floats) forward_workspace_floats;
-  decltype(&cuda::linear_attention_bf16_forward) forward;
-  decltype(&cuda::linear_attention_bf16_backward_workspace_floats) backward_workspace_floats;
-  decltype(&cuda::linear_attention_bf16_backward) backward;
-  int64_t max_dim;  // largest d and e the kernels take
-  int64_t chunk;    // rows per chunk of the causal scan (fixed: LinearAttentionConfig::chunk is not read)
+struct LinearAttentionBf16Kernels
+    : Bf16AttentionKernels<decltype(cuda::linear_attention_bf16_forward_workspace_floats),
+                           decltype(cuda::linear_attention_bf16_forward), decltype(cuda::linear_attention_bf16_backward)> {
+  int64_t chunk;  // rows per chunk of the causal scan (fixed: LinearAttentionConfig::chunk is not read)
 };
 
 // Softmax attention on bf16 inputs and outputs, the tile products on tensor cores and the softmax
 // in f32 (kernels/cuda_softmax_attention_bf16.h), for training.precision bf16. Only CUDA has it:
 // the CPU's blocked kernel stays f32.
-struct SoftmaxAttentionBf16Kernels {
-  decltype(&cuda::softmax_attention_bf16_forward_workspace_floats) forward_workspace_floats;
-  decltype(&cuda::softmax_attention_bf16_forward) forward;
-  decltype(&cuda::softmax_attention_bf16_backward_workspace_floats) backward_workspace_floats;
-  decltype(&cuda::softmax_attention_bf16_backward) backward;
-  int64_t max_dim;  // largest d and e the kernels take
-};
+using SoftmaxAttentionBf16Kernels =
+    Bf16AttentionKernels<decltype(cuda::softmax_attention_bf16_forward_workspace_floats),
+                         decltype(cuda::softmax_attention_bf16_forward), decltype(cuda::softmax_attention_bf16_backward)>;
 
 struct Backend {
   const char* name;  // "cpu", "cuda", "cuda (emulated)"

@@ -29,28 +29,43 @@ float embed_scale(const BartConfig& c) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-BartEncoder::BartEncoder(const BartConfig& c, const Embedding& embed_tokens, ParamInit& init,
-                         DropoutStreams& dropout)
+template <class Layer>
+BartStack<Layer>::BartStack(const BartConfig& c, int64_t layer_count, const Embedding& embed_tokens,
+                            ParamInit& init, DropoutStreams& dropout)
     : embed_positions(c.max_position_embeddings, c.d_model, init),
       layernorm_embedding(c.d_model, c.layer_norm_eps),
       embed_tokens_(&embed_tokens),
       embed_scale_(embed_scale(c)),
       dropout_p_(c.dropout),
       dropout_(&dropout) {
-  register_module("embed_positions", embed_positions);
-  for (int64_t i = 0; i < c.encoder_layers; ++i) {
-    layers.push_back(std::make_unique<EncoderLayer>(c, init, dropout));
-    register_module("layers." + std::to_string(i), *layers.back());
+  this->register_module("embed_positions", embed_positions);
+  for (int64_t i = 0; i < layer_count; ++i) {
+    layers.push_back(std::make_unique<Layer>(c, init, dropout));
+    this->register_module("layers." + std::to_string(i), *layers.back());
   }
-  register_module("layernorm_embedding", layernorm_embedding);
+  this->register_module("layernorm_embedding", layernorm_embedding);
 }
+
+template <class Layer>
+Tensor BartStack<Layer>::embed_with_positions(const std::vector<int32_t>& ids, const Shape& shape,
+                                              int64_t past_length) const {
+  Tensor x = embed_tokens_->forward(ids, shape);  // (B, N, D)
+  if (embed_scale_ != 1.0f) x = scale(x, embed_scale_);
+  return add(x, embed_positions.forward(shape[1], past_length));  // (N, D) broadcast over B
+}
+
+template class BartStack<EncoderLayer>;
+template class BartStack<DecoderLayer>;
+
+// ---------------------------------------------------------------------------------------------
+BartEncoder::BartEncoder(const BartConfig& c, const Embedding& embed_tokens, ParamInit& init,
+                         DropoutStreams& dropout)
+    : BartStack(c, c.encoder_layers, embed_tokens, init, dropout) {}
 
 Tensor BartEncoder::forward(const std::vector<int32_t>& ids, const Shape& shape, const PaddingMask& padding) const {
   check_ids("encoder", ids, shape);
   check_mask("encoder", padding, shape);
-  Tensor x = embed_tokens_->forward(ids, shape);  // (B, S, D)
-  if (embed_scale_ != 1.0f) x = scale(x, embed_scale_);
-  x = add(x, embed_positions.forward(shape[1]));  // (S, D) broadcast over B
+  Tensor x = embed_with_positions(ids, shape, 0);
   x = dropout_->apply(layernorm_embedding.forward(x), dropout_p_, training());
   for (const auto& layer : layers) x = layer->forward(x, padding);
   return x;
@@ -78,25 +93,10 @@ DecodingState clone(const DecodingState& state) {
 
 BartDecoder::BartDecoder(const BartConfig& c, const Embedding& embed_tokens, ParamInit& init,
                          DropoutStreams& dropout)
-    : embed_positions(c.max_position_embeddings, c.d_model, init),
-      layernorm_embedding(c.d_model, c.layer_norm_eps),
-      embed_tokens_(&embed_tokens),
-      embed_scale_(embed_scale(c)),
-      dropout_p_(c.dropout),
-      dropout_(&dropout) {
-  register_module("embed_positions", embed_positions);
-  for (int64_t i = 0; i < c.decoder_layers; ++i) {
-    layers.push_back(std::make_unique<DecoderLayer>(c, init, dropout));
-    register_module("layers." + std::to_string(i), *layers.back());
-  }
-  register_module("layernorm_embedding", layernorm_embedding);
-}
+    : BartStack(c, c.decoder_layers, embed_tokens, init, dropout) {}
 
 Tensor BartDecoder::embed(const std::vector<int32_t>& ids, const Shape& shape, int64_t past_length) const {
-  Tensor x = embed_tokens_->forward(ids, shape);
-  if (embed_scale_ != 1.0f) x = scale(x, embed_scale_);
-  x = add(x, embed_positions.forward(shape[1], past_length));
-  return layernorm_embedding.forward(x);
+  return layernorm_embedding.forward(embed_with_positions(ids, shape, past_length));
 }
 
 Tensor BartDecoder::forward(const std::vector<int32_t>& ids, const Shape& shape, const Tensor& encoder_out,

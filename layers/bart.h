@@ -33,21 +33,34 @@
 
 namespace tarn {
 
-class BartEncoder : public Module {
+// What the encoder and the decoder share: the tied token embedding, scaled and added to
+// learned positions, a layernorm, and a stack of `Layer`s, under HF's names (embed_positions,
+// layers.{i}, layernorm_embedding, registered in that order).
+template <class Layer>
+class BartStack : public Module {
+ public:
+  LearnedPositionalEmbedding embed_positions;
+  std::vector<std::unique_ptr<Layer>> layers;
+  LayerNorm layernorm_embedding;
+
+ protected:
+  BartStack(const BartConfig& config, int64_t layer_count, const Embedding& embed_tokens, ParamInit& init,
+            DropoutStreams& dropout);
+
+  // ids (B, N) -> their token embeddings, scaled, plus positions past_length .. past_length + N - 1.
+  Tensor embed_with_positions(const std::vector<int32_t>& ids, const Shape& shape, int64_t past_length) const;
+
+  const Embedding* embed_tokens_;  // model.shared, not registered here (tied)
+  float embed_scale_, dropout_p_;
+  DropoutStreams* dropout_;
+};
+
+class BartEncoder : public BartStack<EncoderLayer> {
  public:
   BartEncoder(const BartConfig& config, const Embedding& embed_tokens, ParamInit& init, DropoutStreams& dropout);
 
   // ids (B, S) -> hidden states (B, S, D).
   Tensor forward(const std::vector<int32_t>& ids, const Shape& shape, const PaddingMask& padding) const;
-
-  LearnedPositionalEmbedding embed_positions;
-  std::vector<std::unique_ptr<EncoderLayer>> layers;
-  LayerNorm layernorm_embedding;
-
- private:
-  const Embedding* embed_tokens_;  // model.shared, not registered here (tied)
-  float embed_scale_, dropout_p_;
-  DropoutStreams* dropout_;
 };
 
 // Everything decoding carries from one step to the next, for a batch of B rows (B = batch x
@@ -64,7 +77,7 @@ struct DecodingState {
 void reorder(DecodingState& state, const std::vector<int64_t>& indices);
 DecodingState clone(const DecodingState& state);
 
-class BartDecoder : public Module {
+class BartDecoder : public BartStack<DecoderLayer> {
  public:
   BartDecoder(const BartConfig& config, const Embedding& embed_tokens, ParamInit& init, DropoutStreams& dropout);
 
@@ -76,15 +89,8 @@ class BartDecoder : public Module {
   // One token per row (B) -> hidden states (B, 1, D) of that position.
   Tensor step(DecodingState& state, const std::vector<int32_t>& ids) const;
 
-  LearnedPositionalEmbedding embed_positions;
-  std::vector<std::unique_ptr<DecoderLayer>> layers;
-  LayerNorm layernorm_embedding;
-
  private:
   Tensor embed(const std::vector<int32_t>& ids, const Shape& shape, int64_t past_length) const;
-  const Embedding* embed_tokens_;
-  float embed_scale_, dropout_p_;
-  DropoutStreams* dropout_;
 };
 
 // HF's BartModel: the shared table, the encoder and the decoder.

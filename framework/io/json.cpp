@@ -132,6 +132,18 @@ void dump_to(const Value& v, int indent, int level, std::string& out) {
     out += '\n';
     out.append(static_cast<size_t>(indent) * lvl, ' ');
   };
+  // An array's or object's brackets around its count items, dump_item(i) writing item i, one
+  // item a line when indenting (an empty one stays on its line: [] and {}).
+  auto dump_items = [&](char open, char close, size_t count, auto dump_item) {
+    out += open;
+    for (size_t i = 0; i < count; ++i) {
+      if (i) out += ',';
+      newline(level + 1);
+      dump_item(i);
+    }
+    if (count) newline(level);
+    out += close;
+  };
   switch (v.kind()) {
     case Value::Kind::null: out += "null"; break;
     case Value::Kind::boolean: out += v.as_bool("") ? "true" : "false"; break;
@@ -139,28 +151,16 @@ void dump_to(const Value& v, int indent, int level, std::string& out) {
     case Value::Kind::string: out += quote(v.as_string("")); break;
     case Value::Kind::array: {
       const auto& items = v.items("");
-      out += '[';
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out += ',';
-        newline(level + 1);
-        dump_to(items[i], indent, level + 1, out);
-      }
-      if (!items.empty()) newline(level);
-      out += ']';
+      dump_items('[', ']', items.size(), [&](size_t i) { dump_to(items[i], indent, level + 1, out); });
       break;
     }
     case Value::Kind::object: {
       const auto& members = v.members("");
-      out += '{';
-      for (size_t i = 0; i < members.size(); ++i) {
-        if (i) out += ',';
-        newline(level + 1);
+      dump_items('{', '}', members.size(), [&](size_t i) {
         out += quote(members[i].first);
         out += indent < 0 ? ":" : ": ";
         dump_to(members[i].second, indent, level + 1, out);
-      }
-      if (!members.empty()) newline(level);
-      out += '}';
+      });
       break;
     }
   }

@@ -11,6 +11,7 @@
 
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
+#include "kernels/enum_name.h"
 #include "kernels/check.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -58,14 +59,7 @@ int safetensors_dtype_bits(std::string_view dtype) {
   return 0;
 }
 
-const char* safetensors_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-  }
-  return "?";
-}
+const char* safetensors_dtype_name(DType dtype) { return enum_name(dtype, {"F32", "BF16", "F16"}); }
 
 const SafetensorsEntry* SafetensorsHeader::find(std::string_view name) const {
   for (const auto& e : entries)

@@ -272,6 +272,21 @@ F32AttentionKernels<kc::SoftmaxAttentionDims, kc::SoftmaxAttentionConfig> softma
           k.softmax_attention_backward_workspace_floats, k.softmax_attention_backward};
 }
 
+// The kernel's dims of q/a (B,H,Nq,d), k/b (B,H,Nk,d), v (B,H,Nk,e), and the part of its
+// config both attentions take from their options: causal and the checked padding mask.
+template <typename Dims>
+Dims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return Dims{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+}
+
+template <typename Config, typename Dims, typename Options>
+Config masked_config(const char* op, const Options& opt, const Dims& dims, const Tensor& q) {
+  Config cfg;
+  cfg.causal = opt.causal;
+  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, q);
+  return cfg;
+}
+
 }  // namespace
 
 Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
@@ -285,10 +300,8 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
                             feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
   }
   const Device dev = a.device();
-  const kc::LinearAttentionDims dims{a.size(0), a.size(1), a.size(2), b.size(2), a.size(3), v.size(3)};
-  kc::LinearAttentionConfig cfg;
-  cfg.causal = opt.causal;
-  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, a);
+  const auto dims = attention_dims<kc::LinearAttentionDims>(a, b, v);
+  auto cfg = masked_config<kc::LinearAttentionConfig>(op, opt, dims, a);
   cfg.eps = opt.eps;
   cfg.chunk = opt.chunk;
   cfg.feature_map = opt.fused_feature_map;
@@ -363,10 +376,8 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.size(3) > kt.softmax_attention_max_dim || v.size(3) > kt.softmax_attention_max_dim)
     return ops_internal::softmax_attention_composed(q, k, v, opt);
   const Device dev = q.device();
-  const kc::SoftmaxAttentionDims dims{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
-  kc::SoftmaxAttentionConfig cfg;
-  cfg.causal = opt.causal;
-  cfg.key_padding_mask = mask_data(op, opt.key_padding_mask, dims.batch, dims.n_k, q);
+  const auto dims = attention_dims<kc::SoftmaxAttentionDims>(q, k, v);
+  auto cfg = masked_config<kc::SoftmaxAttentionConfig>(op, opt, dims, q);
   cfg.scale = opt.scale;
   if (opt.precision == Precision::bf16 && softmax_attention_runs_in_bf16(dev, dims.d, dims.e))
     return attention_in_bf16("softmax_attention (bf16)", &kernels::Backend::softmax_attention_bf16, q, k, v,

@@ -163,6 +163,21 @@ void add_state(const Geometry& geo, const StateSlot& x, const StateSlot& y) {
   for (int64_t i = 0; i < scan_state_floats(geo); ++i) x.s[i] += y.s[i];
 }
 
+// Opens one parallel region of `threads` threads, each with its own buffers carved from its
+// slice of the workspace, and runs passes(buffers) on every thread: the `omp for` loops inside
+// passes share their iterations among those threads.
+template <class Passes>
+void on_threads_with_buffers(const Geometry& geo, Pass pass, int threads, float* workspace,
+                             Passes passes) {
+  const int64_t per_thread = per_thread_floats(geo, pass);
+#pragma omp parallel num_threads(threads)
+  {
+    Arena arena(workspace + omp_get_thread_num() * per_thread);
+    const Buffers w(arena, geo, pass);
+    passes(w);
+  }
+}
+
 // Runs fn(slice index, buffers) over the B*H slices on as many threads as the workspace
 // holds buffers for.
 template <class Fn>
@@ -175,44 +190,55 @@ void for_each_slice(const char* op, const Geometry& geo, Pass pass, float* works
   TARN_ASSERT(workspace && fits >= 1, op, ": workspace of ", workspace_floats,
               " floats is smaller than one thread's ", per_thread);
   const int threads = static_cast<int>(std::min<int64_t>(planned_threads(geo), fits));
-#pragma omp parallel num_threads(threads)
-  {
-    Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, geo, pass);
+  on_threads_with_buffers(geo, pass, threads, workspace, [&](const Buffers& w) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < slices; ++bh) fn(bh, w);
-  }
+  });
 }
 
-// Forward of a split sequence (see planned_segments). Slot j of direction 0 holds, after
-// pass 2, the S' of segments 0 .. j: the start of segment j + 1.
+// The three passes over a split sequence (see planned_segments), in one parallel region, each
+// pass's items shared among the threads:
+//   1. segment_sums(bh, k, rows, buffers): what segment k (its rows) of slice bh adds to the
+//      state, into its slot;
+//   2. prefix(bh): the slots of slice bh summed into the state each segment starts from;
+//   3. scan(bh, k, rows, buffers): segment k of slice bh scanned from that state.
+template <class SegmentSums, class Prefix, class Scan>
+void split_passes(const Geometry& geo, const SplitPlan& plan, Pass pass, float* workspace,
+                  SegmentSums segment_sums, Prefix prefix, Scan scan) {
+  const int64_t slices = geo.batch * geo.heads, segs = plan.segments;
+  on_threads_with_buffers(geo, pass, plan.threads, workspace, [&](const Buffers& w) {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * segs; ++t)
+      segment_sums(t / segs, t % segs, segment_rows(geo, segs, t % segs), w);
+#pragma omp for
+    for (int64_t bh = 0; bh < slices; ++bh) prefix(bh);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < slices * segs; ++t)
+      scan(t / segs, t % segs, segment_rows(geo, segs, t % segs), w);
+  });
+}
+
+// Forward of a split sequence. Slot j of direction 0 holds, after pass 2, the S' of segments
+// 0 .. j: the start of segment j + 1.
 template <class SliceOf>
 void forward_split(const Geometry& geo, const LinearAttentionConfig& cfg, const SplitPlan& plan,
                    float* workspace, SliceOf slice_of_bh) {
-  const int64_t slices = geo.batch * geo.heads, segs = plan.segments;
-  const int64_t per_thread = per_thread_floats(geo, Pass::forward);
-#pragma omp parallel num_threads(plan.threads)
-  {
-    Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, geo, Pass::forward);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < slices * (segs - 1); ++t) {
-      const int64_t bh = t / (segs - 1), k = t % (segs - 1);
-      const StateSlot sum = state_slot(geo, plan, 0, bh, k);
-      causal_key_value_sum(geo, cfg, slice_of_bh(bh), w, segment_rows(geo, segs, k), sum.s,
-                           sum.z);
-    }
-#pragma omp for
-    for (int64_t bh = 0; bh < slices; ++bh)
-      for (int64_t j = 1; j < segs - 1; ++j)
-        add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < slices * segs; ++t) {
-      const int64_t bh = t / segs, k = t % segs;
-      const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
-      causal_forward_slice(geo, cfg, slice_of_bh(bh), w, segment_rows(geo, segs, k), before);
-    }
-  }
+  const int64_t last = plan.segments - 1;
+  split_passes(
+      geo, plan, Pass::forward, workspace,
+      [&](int64_t bh, int64_t k, RowRange rows, const Buffers& w) {
+        if (k == last) return;  // no segment starts after the last one
+        const StateSlot sum = state_slot(geo, plan, 0, bh, k);
+        causal_key_value_sum(geo, cfg, slice_of_bh(bh), w, rows, sum.s, sum.z);
+      },
+      [&](int64_t bh) {
+        for (int64_t j = 1; j < last; ++j)
+          add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
+      },
+      [&](int64_t bh, int64_t k, RowRange rows, const Buffers& w) {
+        const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
+        causal_forward_slice(geo, cfg, slice_of_bh(bh), w, rows, before);
+      });
 }
 
 // Backward of a split sequence: direction 0 as in forward_split for the dA scan; slot j of
@@ -221,45 +247,50 @@ void forward_split(const Geometry& geo, const LinearAttentionConfig& cfg, const 
 template <class SliceOf>
 void backward_split(const Geometry& geo, const LinearAttentionConfig& cfg, const SplitPlan& plan,
                     float* workspace, SliceOf slice_of_bh) {
-  const int64_t slices = geo.batch * geo.heads, segs = plan.segments;
-  const int64_t per_thread = per_thread_floats(geo, Pass::backward);
-#pragma omp parallel num_threads(plan.threads)
-  {
-    Arena arena(workspace + omp_get_thread_num() * per_thread);
-    const Buffers w(arena, geo, Pass::backward);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < slices * segs; ++t) {
-      const int64_t bh = t / segs, k = t % segs;
-      const Slice slice = slice_of_bh(bh);
-      const RowRange rows = segment_rows(geo, segs, k);
-      if (slice.da && k < segs - 1) {
-        const StateSlot sum = state_slot(geo, plan, 0, bh, k);
-        causal_key_value_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
-      }
-      if ((slice.db || slice.dv) && k > 0) {
-        const StateSlot sum = state_slot(geo, plan, 1, bh, k - 1);
-        causal_query_grad_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
-      }
-    }
-#pragma omp for
-    for (int64_t bh = 0; bh < slices; ++bh) {
-      const Slice slice = slice_of_bh(bh);
-      for (int64_t j = 1; slice.da && j < segs - 1; ++j)
-        add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
-      for (int64_t j = segs - 3; (slice.db || slice.dv) && j >= 0; --j)
-        add_state(geo, state_slot(geo, plan, 1, bh, j), state_slot(geo, plan, 1, bh, j + 1));
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < slices * segs; ++t) {
-      const int64_t bh = t / segs, k = t % segs;
-      const Slice slice = slice_of_bh(bh);
-      const RowRange rows = segment_rows(geo, segs, k);
-      const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
-      const ScanState after = k < segs - 1 ? state_slot(geo, plan, 1, bh, k) : StateSlot{};
-      if (slice.da) causal_backward_da(geo, cfg, slice, w, rows, before);
-      if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, rows, after);
-    }
-  }
+  const int64_t segs = plan.segments;
+  split_passes(
+      geo, plan, Pass::backward, workspace,
+      [&](int64_t bh, int64_t k, RowRange rows, const Buffers& w) {
+        const Slice slice = slice_of_bh(bh);
+        if (slice.da && k < segs - 1) {
+          const StateSlot sum = state_slot(geo, plan, 0, bh, k);
+          causal_key_value_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
+        }
+        if ((slice.db || slice.dv) && k > 0) {
+          const StateSlot sum = state_slot(geo, plan, 1, bh, k - 1);
+          causal_query_grad_sum(geo, cfg, slice, w, rows, sum.s, sum.z);
+        }
+      },
+      [&](int64_t bh) {
+        const Slice slice = slice_of_bh(bh);
+        for (int64_t j = 1; slice.da && j < segs - 1; ++j)
+          add_state(geo, state_slot(geo, plan, 0, bh, j), state_slot(geo, plan, 0, bh, j - 1));
+        for (int64_t j = segs - 3; (slice.db || slice.dv) && j >= 0; --j)
+          add_state(geo, state_slot(geo, plan, 1, bh, j), state_slot(geo, plan, 1, bh, j + 1));
+      },
+      [&](int64_t bh, int64_t k, RowRange rows, const Buffers& w) {
+        const Slice slice = slice_of_bh(bh);
+        const ScanState before = k > 0 ? state_slot(geo, plan, 0, bh, k - 1) : StateSlot{};
+        const ScanState after = k < segs - 1 ? state_slot(geo, plan, 1, bh, k) : StateSlot{};
+        if (slice.da) causal_backward_da(geo, cfg, slice, w, rows, before);
+        if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, rows, after);
+      });
+}
+
+// One pass over the whole batch: split along the sequence when plan_split says so, otherwise
+// one whole slice at a time, whole_slice(slice_of_bh(bh), buffers).
+template <class SliceOf, class WholeSlice>
+void split_or_whole_slices(const char* op, const Geometry& geo, const LinearAttentionConfig& cfg,
+                           Pass pass, float* workspace, size_t workspace_floats,
+                           SliceOf slice_of_bh, WholeSlice whole_slice) {
+  const SplitPlan plan = plan_split(geo, cfg, pass, workspace, workspace_floats);
+  if (plan.segments > 1 && pass == Pass::forward)
+    forward_split(geo, cfg, plan, workspace, slice_of_bh);
+  else if (plan.segments > 1)
+    backward_split(geo, cfg, plan, workspace, slice_of_bh);
+  else
+    for_each_slice(op, geo, pass, workspace, workspace_floats,
+                   [&](int64_t bh, const Buffers& w) { whole_slice(slice_of_bh(bh), w); });
 }
 
 }  // namespace
@@ -293,19 +324,13 @@ void linear_attention_forward(const LinearAttentionDims& dims, const LinearAtten
     slice.den_w = den + bh * geo.n_q;
     return slice;
   };
-  const SplitPlan plan = plan_split(geo, cfg, Pass::forward, workspace, workspace_floats);
-  if (plan.segments > 1) {
-    forward_split(geo, cfg, plan, workspace, slice_at);
-    return;
-  }
-  for_each_slice("linear_attention_forward", geo, Pass::forward, workspace, workspace_floats,
-                 [&](int64_t bh, const Buffers& w) {
-                   const Slice slice = slice_at(bh);
-                   if (cfg.causal)
-                     causal_forward_slice(geo, cfg, slice, w, {0, geo.n_q}, {});
-                   else
-                     bidirectional_forward_slice(geo, cfg, slice, w);
-                 });
+  split_or_whole_slices("linear_attention_forward", geo, cfg, Pass::forward, workspace,
+                        workspace_floats, slice_at, [&](const Slice& slice, const Buffers& w) {
+                          if (cfg.causal)
+                            causal_forward_slice(geo, cfg, slice, w, {0, geo.n_q}, {});
+                          else
+                            bidirectional_forward_slice(geo, cfg, slice, w);
+                        });
 }
 
 void linear_attention_backward(const LinearAttentionDims& dims,
@@ -326,21 +351,16 @@ void linear_attention_backward(const LinearAttentionDims& dims,
     slice.dv = dv ? dv + bh * geo.n_k * geo.e : nullptr;
     return slice;
   };
-  const SplitPlan plan = plan_split(geo, cfg, Pass::backward, workspace, workspace_floats);
-  if (plan.segments > 1) {
-    backward_split(geo, cfg, plan, workspace, slice_at);
-    return;
-  }
-  for_each_slice("linear_attention_backward", geo, Pass::backward, workspace, workspace_floats,
-                 [&](int64_t bh, const Buffers& w) {
-                   const Slice slice = slice_at(bh);
-                   if (!cfg.causal) {
-                     bidirectional_backward_slice(geo, cfg, slice, w);
-                     return;
-                   }
-                   if (slice.da) causal_backward_da(geo, cfg, slice, w, {0, geo.n_q}, {});
-                   if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, {0, geo.n_q}, {});
-                 });
+  split_or_whole_slices(
+      "linear_attention_backward", geo, cfg, Pass::backward, workspace, workspace_floats, slice_at,
+      [&](const Slice& slice, const Buffers& w) {
+        if (!cfg.causal) {
+          bidirectional_backward_slice(geo, cfg, slice, w);
+          return;
+        }
+        if (slice.da) causal_backward_da(geo, cfg, slice, w, {0, geo.n_q}, {});
+        if (slice.db || slice.dv) causal_backward_db_dv(geo, cfg, slice, w, {0, geo.n_q}, {});
+      });
 }
 
 // ---- FLOP count (see the header) ----

@@ -39,34 +39,42 @@ void start_state(const Geometry& geo, const ScanState& start, float* s, float* z
   std::fill(st, st + geo.ep * geo.dp, 0.0f);
   if (start.s) simd::transpose(start.s, geo.d, geo.e, geo.ep, st, geo.dp, geo.dp);
 }
+
+// A pass-1 sum (dp x ep) and its dp-vector, cleared before the rows are added in.
+void zero_sums(const Geometry& geo, float* sum, float* vec) {
+  std::fill(sum, sum + geo.dp * geo.ep, 0.0f);
+  std::fill(vec, vec + geo.dp, 0.0f);
+}
+
+// fn(first row, row count) for each chunk of `rows`, in order: the last one may be shorter.
+template <class Fn>
+void for_each_chunk(const Geometry& geo, RowRange rows, Fn fn) {
+  for (int64_t r0 = rows.begin; r0 < rows.end; r0 += geo.chunk) fn(r0, std::min(geo.chunk, rows.end - r0));
+}
 }  // namespace
 
 // Pass 1 of a split scan: S' = sum b_j v'_j^T over the rows (S: dp x ep, z: dp; overwritten).
 void causal_key_value_sum(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                           const Buffers& w, RowRange rows, float* S, float* z) {
-  std::fill(S, S + geo.dp * geo.ep, 0.0f);
-  std::fill(z, z + geo.dp, 0.0f);
-  for (int64_t r0 = rows.begin; r0 < rows.end; r0 += geo.chunk) {
-    const int64_t r = std::min(geo.chunk, rows.end - r0);
+  zero_sums(geo, S, z);
+  for_each_chunk(geo, rows, [&](int64_t r0, int64_t r) {
     load_features(geo, cfg.feature_map, slice.b, slice.pad, r0, r, w.b);
     const float* v = values_operand(geo, slice.v, r0, r, w.v);
     gemm(geo.d, geo.ep, r, transpose_of(w.b, geo.dp), v, geo.ep == geo.e ? geo.e : geo.ep, S, geo.ep, true);
     add_column_sums(geo, w.b, r, z);
-  }
+  });
 }
 
 // Pass 1 of a split reverse scan: R' = sum a_i g'_i^T over the rows (R: dp x ep, re: dp).
 void causal_query_grad_sum(const Geometry& geo, const LinearAttentionConfig& cfg, const Slice& slice,
                            const Buffers& w, RowRange rows, float* R, float* re) {
-  std::fill(R, R + geo.dp * geo.ep, 0.0f);
-  std::fill(re, re + geo.dp, 0.0f);
-  for (int64_t r0 = rows.begin; r0 < rows.end; r0 += geo.chunk) {
-    const int64_t r = std::min(geo.chunk, rows.end - r0);
+  zero_sums(geo, R, re);
+  for_each_chunk(geo, rows, [&](int64_t r0, int64_t r) {
     load_features(geo, cfg.feature_map, slice.a, nullptr, r0, r, w.a);
     load_g(geo, slice, cfg.eps, r0, r, w.gu, w.ge);
     gemm(geo.d, geo.ep, r, transpose_of(w.a, geo.dp), w.gu, geo.ep, R, geo.ep, true);
     add_weighted_rows(geo, w.a, w.ge, r, re);
-  }
+  });
 }
 
 // U_c = A_c S'_c + (M_C o (A_c B_c^T)) V'_c;  S'_{c+1} = S'_c + B_c^T V'_c.

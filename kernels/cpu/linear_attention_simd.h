@@ -89,6 +89,18 @@ constexpr float kExpHi = 88.3762626647949f;  // ln(2^127.5): 2^n stays finite
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
 constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
                 kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+
+// e^r on the reduced range |r| <= ln(2)/2, by Horner's rule from p = kP0: the same steps for a
+// vector (p splatted) and for one float, so that the two exps agree lane by lane.
+template <class T>
+inline T exp_polynomial(T r, T p) {
+  p = p * r + kP1;
+  p = p * r + kP2;
+  p = p * r + kP3;
+  p = p * r + kP4;
+  p = p * r + kP5;
+  return p * (r * r) + r + 1.0f;
+}
 }  // namespace detail
 
 inline Vec exp(Vec x) {
@@ -99,13 +111,7 @@ inline Vec exp(Vec x) {
   const Vec n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
   Vec r = xc - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  Vec p = splat(kP0);
-  p = p * r + kP1;
-  p = p * r + kP2;
-  p = p * r + kP3;
-  p = p * r + kP4;
-  p = p * r + kP5;
-  p = p * (r * r) + r + 1.0f;
+  const Vec p = exp_polynomial(r, splat(kP0));
   const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
   Vec y = p * (Vec)bits;  // same-size vector cast: a bit reinterpretation
   y = x < lo ? Vec{} : y;
@@ -122,13 +128,7 @@ inline float exp(float x) {
   const float n = (x * kLog2e + kRoundMagic) - kRoundMagic;
   float r = x - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  float p = kP0;
-  p = p * r + kP1;
-  p = p * r + kP2;
-  p = p * r + kP3;
-  p = p * r + kP4;
-  p = p * r + kP5;
-  p = p * (r * r) + r + 1.0f;
+  const float p = exp_polynomial(r, kP0);
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);

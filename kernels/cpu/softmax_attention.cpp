@@ -238,22 +238,25 @@ void parallel_items(const char* op, const Geometry& g, Pass pass, int64_t items,
   }
 }
 
+// One pass's workspace: a slice of per_thread_floats for each thread it will run on.
+size_t workspace_floats(const char* what, const SoftmaxAttentionDims& dims,
+                        const SoftmaxAttentionConfig& cfg, Pass pass) {
+  check_args(what, dims, cfg);
+  const Geometry g = make_geometry(dims, cfg);
+  const int64_t items = pass == Pass::forward ? forward_items(g) : backward_items(g);
+  return static_cast<size_t>(per_thread_floats(g, pass) * planned_threads(g, items));
+}
+
 }  // namespace
 
 size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                   const SoftmaxAttentionConfig& cfg) {
-  check_args("softmax_attention_forward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::forward) *
-                             planned_threads(g, forward_items(g)));
+  return workspace_floats("softmax_attention_forward", dims, cfg, Pass::forward);
 }
 
 size_t softmax_attention_backward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                    const SoftmaxAttentionConfig& cfg) {
-  check_args("softmax_attention_backward", dims, cfg);
-  const Geometry g = make_geometry(dims, cfg);
-  return static_cast<size_t>(per_thread_floats(g, Pass::backward) *
-                             planned_threads(g, backward_items(g)));
+  return workspace_floats("softmax_attention_backward", dims, cfg, Pass::backward);
 }
 
 void softmax_attention_forward(const SoftmaxAttentionDims& dims,

@@ -67,9 +67,10 @@ constexpr int64_t kSoftmaxAttentionMaxDim = 128;
 
 // kernels/cuda_linear_attention_bf16.h: 1 <= d, e <= 256.
 const LinearAttentionBf16Kernels kLinearAttentionBf16 = {
-    &TARN_CUDA_NS::linear_attention_bf16_forward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_forward,
-    &TARN_CUDA_NS::linear_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_backward,
-    256, kCudaLinearAttentionBf16Chunk};
+    {&TARN_CUDA_NS::linear_attention_bf16_forward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_forward,
+     &TARN_CUDA_NS::linear_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::linear_attention_bf16_backward,
+     256},
+    kCudaLinearAttentionBf16Chunk};
 
 // kernels/cuda_softmax_attention_bf16.h: 1 <= d, e <= 128.
 const SoftmaxAttentionBf16Kernels kSoftmaxAttentionBf16 = {

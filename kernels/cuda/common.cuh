@@ -83,6 +83,16 @@ __device__ __forceinline__ int64_t global_index() {
 }
 __device__ __forceinline__ int64_t global_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// One warp per row: row(r) for the rows r < rows that fall to the calling thread's warp (a
+// grid-stride loop over warps). Every lane of a warp gets the same rows, so row may use the
+// warp's collectives.
+template <typename Row>
+__device__ __forceinline__ void for_each_row_of_warp(int64_t rows, Row row) {
+  const int64_t warp = global_index() / kWarp;
+  const int64_t warps = global_stride() / kWarp;
+  for (int64_t r = warp; r < rows; r += warps) row(r);
+}
+
 // Scratch memory for one call, stream-ordered on the default stream.
 template <typename T>
 class Scratch {

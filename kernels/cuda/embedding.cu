@@ -31,9 +31,10 @@ __global__ void make_keys_kernel(const int32_t* ids, uint64_t* keys, int64_t n, 
 }
 
 // Orders s[t] and s[t ^ j] for a bitonic merge of sequences of length k: ascending where the
-// global index i has bit k clear.
-__device__ __forceinline__ void compare_exchange(uint64_t* s, int t, int j, int64_t i, int64_t k) {
-  const int p = t ^ j;
+// global index i has bit k clear. Slot: int for a tile in shared memory, int64_t for all keys.
+template <class Slot>
+__device__ __forceinline__ void compare_exchange(uint64_t* s, Slot t, Slot j, int64_t i, int64_t k) {
+  const Slot p = t ^ j;
   if (p <= t) return;
   const uint64_t a = s[t], b = s[p];
   const bool ascending = (i & k) == 0;
@@ -63,16 +64,7 @@ __global__ void __launch_bounds__(kSortTile) bitonic_tile_kernel(uint64_t* keys,
 
 // One step with stride j >= kSortTile, through global memory.
 __global__ void bitonic_global_kernel(uint64_t* keys, int64_t padded, int64_t j, int64_t k) {
-  for (int64_t i = global_index(); i < padded; i += global_stride()) {
-    const int64_t p = i ^ j;
-    if (p <= i) continue;
-    const uint64_t a = keys[i], b = keys[p];
-    const bool ascending = (i & k) == 0;
-    if ((a > b) == ascending) {
-      keys[i] = b;
-      keys[p] = a;
-    }
-  }
+  for (int64_t i = global_index(); i < padded; i += global_stride()) compare_exchange(keys, i, j, i, k);
 }
 
 // dweight rows: the first sorted slot of each id's run sums the run's dy rows in order.

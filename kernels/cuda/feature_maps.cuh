@@ -70,15 +70,19 @@ __device__ __forceinline__ float chain_elementwise(FeatureMap kind, float x, flo
 }
 
 // A running (max, first index of it) pair. combine keeps the larger value and, on a tie, the
-// smaller index, so that any reduction order finds the CPU's first argmax.
-struct ArgMax {
+// smaller index, so that any reduction order finds the CPU's first argmax. Index: int within a
+// row, int64_t within a slice (linear_attention_favor.cu).
+template <typename Index>
+struct MaxAt {
   float value;
-  int index;
+  Index index;
 };
-__device__ __forceinline__ ArgMax combine(ArgMax a, ArgMax b) {
+template <typename Index>
+__device__ __forceinline__ MaxAt<Index> combine(MaxAt<Index> a, MaxAt<Index> b) {
   if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
   return a;
 }
+using ArgMax = MaxAt<int>;
 
 // The max of x(0) .. x(n - 1) and its first index, over one warp (every lane of the warp calls
 // it with the same x and n, n >= 1; every lane gets the result). x(k) returns element k as a

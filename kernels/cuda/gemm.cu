@@ -8,6 +8,8 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/gemm.h"
 
+#include <type_traits>
+
 #if defined(__CUDACC__)
 #include <cublas_v2.h>
 
@@ -96,37 +98,45 @@ ColumnMajor column_major(const char* op, bool trans_a, bool trans_b, int64_t bat
   return c;
 }
 
+// Both entry points: the column-major mapping, then its cuBLAS calls, several when the batch
+// shares C (each after the first adding to it: beta 1). f32 operands go through
+// cublasSgemmStridedBatched; bf16 ones through cublasGemmStridedBatchedEx, f32 compute (bf16
+// tensor cores on sm_80 and up, with f32 accumulation), f32 C.
+template <class T>
+void gemm_strided_batched(const char* op, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N,
+                          int64_t K, float alpha, const T* A, int64_t stride_a, const T* B, int64_t stride_b,
+                          float beta, float* C, int64_t stride_c) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
+  const ColumnMajor g = column_major(op, trans_a, trans_b, batch, M, N, K, stride_c);
+  cublasHandle_t h = handle();
+  for (int64_t i = 0; i < g.calls; ++i) {
+    const float beta_i = i > 0 ? 1.0f : beta;
+    if constexpr (std::is_same_v<T, float>)
+      TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b, g.ldb,
+                                                 stride_b, A + i * stride_a, g.lda, stride_a, &beta_i, C, g.ldc,
+                                                 stride_c, g.batch_per_call));
+    else
+      TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b,
+                                                  CUDA_R_16BF, g.ldb, stride_b, A + i * stride_a, CUDA_R_16BF, g.lda,
+                                                  stride_a, &beta_i, C, CUDA_R_32F, g.ldc, stride_c, g.batch_per_call,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
 }  // namespace
 
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t stride_a, const float* B, int64_t stride_b, float beta, float* C,
                   int64_t stride_c) {
-  if (batch <= 0 || M <= 0 || N <= 0) return;
-  const ColumnMajor g = column_major("gemm_batched", trans_a, trans_b, batch, M, N, K, stride_c);
-  cublasHandle_t h = handle();
-  for (int64_t i = 0; i < g.calls; ++i) {
-    const float beta_i = i > 0 ? 1.0f : beta;
-    TARN_CUBLAS_CALL(cublasSgemmStridedBatched(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b, g.ldb,
-                                               stride_b, A + i * stride_a, g.lda, stride_a, &beta_i, C, g.ldc,
-                                               stride_c, g.batch_per_call));
-  }
+  gemm_strided_batched("gemm_batched", trans_a, trans_b, batch, M, N, K, alpha, A, stride_a, B, stride_b, beta, C,
+                       stride_c);
 }
 
-// The same mapping with bf16 operands: cublasGemmStridedBatchedEx, f32 compute (bf16 tensor
-// cores on sm_80 and up, with f32 accumulation), f32 C.
 void gemm_batched_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                        const bf16* A, int64_t stride_a, const bf16* B, int64_t stride_b, float beta, float* C,
                        int64_t stride_c) {
-  if (batch <= 0 || M <= 0 || N <= 0) return;
-  const ColumnMajor g = column_major("gemm_batched_bf16", trans_a, trans_b, batch, M, N, K, stride_c);
-  cublasHandle_t h = handle();
-  for (int64_t i = 0; i < g.calls; ++i) {
-    const float beta_i = i > 0 ? 1.0f : beta;
-    TARN_CUBLAS_CALL(cublasGemmStridedBatchedEx(h, g.op_b, g.op_a, g.m, g.n, g.k, &alpha, B + i * stride_b,
-                                                CUDA_R_16BF, g.ldb, stride_b, A + i * stride_a, CUDA_R_16BF, g.lda,
-                                                stride_a, &beta_i, C, CUDA_R_32F, g.ldc, stride_c, g.batch_per_call,
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
+  gemm_strided_batched("gemm_batched_bf16", trans_a, trans_b, batch, M, N, K, alpha, A, stride_a, B, stride_b, beta,
+                       C, stride_c);
 }
 
 Bf16GemmEngine bf16_gemm_engine(int device) {

@@ -407,14 +407,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 // m[r] = max of row r of x (rows, d), one warp per row: the shift of the exp feature map.
 __global__ void linear_attention_bf16_row_max_kernel(const bf16* x, float* m, int64_t rows, int d) {
   const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t r = warp; r < rows; r += warps) {
+  device::for_each_row_of_warp(rows, [&](int64_t r) {
     float best = -__int_as_float(0x7f800000);
     for (int k = lane; k < d; k += device::kWarp) best = fmaxf(best, mma::to_float(x[r * d + k]));
     best = device::warp_reduce(best, device::Max());
     if (lane == 0) m[r] = best;
-  }
+  });
 }
 
 // The exp map's backward, one warp per row (it needs the whole row): g (rows, d) f32 holds
@@ -424,9 +422,7 @@ __global__ void linear_attention_bf16_row_max_kernel(const bf16* x, float* m, in
 __global__ void linear_attention_bf16_exp_backward_kernel(const bf16* x, const float* g, bf16* dx, const float* pad,
                                                           int64_t rows, int64_t rows_per_slice, int64_t heads,
                                                           int d) {
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t r = warp; r < rows; r += warps) {
+  device::for_each_row_of_warp(rows, [&](int64_t r) {
     const bf16* xr = x + r * d;
     const float* gr = g + r * d;
     bf16* dxr = dx + r * d;
@@ -434,7 +430,7 @@ __global__ void linear_attention_bf16_exp_backward_kernel(const bf16* x, const f
     const bool padded = pad && pad[(slice / heads) * rows_per_slice + row] != 0.0f;
     fmap::exp_row_backward([xr](int k) { return mma::to_float(xr[k]); }, [gr](int k) { return gr[k]; },
                            [dxr, padded](int k, float v) { dxr[k] = mma::to_bf16(padded ? 0.0f : v); }, d);
-  }
+  });
 }
 
 // Launches a scan, split into `segments` (pass 1, pass 2, pass 3; states: their workspace) when
@@ -542,12 +538,18 @@ void compute_row_maxima(const LinearAttentionDims& dims, const LinearAttentionCo
                  nullptr, device_bf16(k), workspace + w.k_max, k_rows, static_cast<int>(d));
 }
 
+// What a pass asks for in floats of workspace, its arguments checked first.
+size_t checked_workspace_floats(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,
+                                bool backward) {
+  check_args(op, dims, cfg);
+  return workspace_layout(dims, cfg, backward).total;
+}
+
 }  // namespace
 
 size_t linear_attention_bf16_forward_workspace_floats(const LinearAttentionDims& dims,
                                                       const LinearAttentionConfig& cfg) {
-  check_args("linear_attention_bf16_forward", dims, cfg);
-  return workspace_layout(dims, cfg, false).total;
+  return checked_workspace_floats("linear_attention_bf16_forward", dims, cfg, false);
 }
 
 void linear_attention_bf16_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,
@@ -575,8 +577,7 @@ void linear_attention_bf16_forward(const LinearAttentionDims& dims, const Linear
 
 size_t linear_attention_bf16_backward_workspace_floats(const LinearAttentionDims& dims,
                                                        const LinearAttentionConfig& cfg) {
-  check_args("linear_attention_bf16_backward", dims, cfg);
-  return workspace_layout(dims, cfg, true).total;
+  return checked_workspace_floats("linear_attention_bf16_backward", dims, cfg, true);
 }
 
 void linear_attention_bf16_backward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,

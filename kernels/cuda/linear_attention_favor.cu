@@ -24,14 +24,8 @@ using cpu::FavorDims;
 using cpu::FavorStabilizer;
 
 // A (max, first index) pair over a slice (indices past 2^31).
-struct SliceTop {
-  float value;
-  int64_t index;
-};
-__device__ __forceinline__ SliceTop combine(SliceTop a, SliceTop b) {
-  if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
-  return a;
-}
+using SliceTop = fmap::MaxAt<int64_t>;
+using fmap::combine;
 
 // The block's largest value and its first index; every thread gets it. The leading barrier
 // lets a call follow another use of the shared arrays.
@@ -61,9 +55,7 @@ __device__ SliceTop block_argmax(SliceTop v) {
 __global__ void favor_rows_forward_kernel(const float* x, float* y, int64_t rows, int d, int m, float half_sq,
                                           float inv_sqrt_m, FavorStabilizer stab) {
   const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t r = warp; r < rows; r += warps) {
+  device::for_each_row_of_warp(rows, [&](int64_t r) {
     const float* xr = x + r * d;
     float* yr = y + r * m;
     float sq = 0.0f;
@@ -75,10 +67,10 @@ __global__ void favor_rows_forward_kernel(const float* x, float* y, int64_t rows
       yr[j] = t;
       top = fmaxf(top, t);
     }
-    if (stab == FavorStabilizer::per_slice) continue;
+    if (stab == FavorStabilizer::per_slice) return;
     const float shift = stab == FavorStabilizer::per_row ? device::warp_reduce(top, device::Max()) : 0.0f;
     for (int j = lane; j < m; j += device::kWarp) yr[j] = expf(yr[j] - shift) * inv_sqrt_m;
-  }
+  });
 }
 
 // per_slice forward, one block per slice of n = rows * m values of t: y = exp(t - max) / sqrt(m).
@@ -97,9 +89,7 @@ __global__ void favor_slice_exp_kernel(float* y, int64_t slices, int64_t n, floa
 __global__ void favor_rows_dt_kernel(const float* y, const float* dy, float* dt, int64_t rows, int m,
                                      FavorStabilizer stab) {
   const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t r = warp; r < rows; r += warps) {
+  device::for_each_row_of_warp(rows, [&](int64_t r) {
     const float* yr = y + r * m;
     const float* dyr = dy + r * m;
     float* dtr = dt + r * m;
@@ -109,11 +99,11 @@ __global__ void favor_rows_dt_kernel(const float* y, const float* dy, float* dt,
       dtr[j] = v;
       sum += v;
     }
-    if (stab != FavorStabilizer::per_row) continue;
+    if (stab != FavorStabilizer::per_row) return;
     sum = device::warp_reduce(sum, device::Sum());
     const fmap::ArgMax top = fmap::warp_argmax(yr, m);
     if (lane == top.index % device::kWarp) dtr[top.index] -= sum;  // the lane that wrote it
-  }
+  });
 }
 
 // per_slice backward, one block per slice of n values: the shift's gradient -sum(dt) goes to
@@ -139,9 +129,7 @@ __global__ void favor_slice_dt_kernel(const float* y, float* dt, int64_t slices,
 __global__ void favor_rows_dx_kernel(const float* x, const float* dt, float* dx, int64_t rows, int d, int m,
                                      float scale_sq) {
   const int lane = threadIdx.x % device::kWarp;
-  const int64_t warp = device::global_index() / device::kWarp;
-  const int64_t warps = device::global_stride() / device::kWarp;
-  for (int64_t r = warp; r < rows; r += warps) {
+  device::for_each_row_of_warp(rows, [&](int64_t r) {
     const float* dtr = dt + r * m;
     float sum = 0.0f;
     for (int j = lane; j < m; j += device::kWarp) sum += dtr[j];
@@ -149,7 +137,7 @@ __global__ void favor_rows_dx_kernel(const float* x, const float* dt, float* dx,
     const float* xr = x + r * d;
     float* dxr = dx + r * d;
     for (int k = lane; k < d; k += device::kWarp) dxr[k] -= c * xr[k];
-  }
+  });
 }
 
 void check_favor(const char* op, const FavorDims& g) {

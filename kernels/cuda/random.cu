@@ -47,33 +47,36 @@ __device__ __forceinline__ philox::Words four_words(uint64_t seed, uint64_t stre
   return out;
 }
 
-// out: (n). Thread j writes out[4j .. 4j + 3] from words offset + 4j ...
-__global__ void uniform_kernel(float* out, int64_t n, float low, float span, uint64_t seed, uint64_t stream,
-                               uint64_t offset) {
-  const int64_t groups = (n + kWords - 1) / kWords;
-  for (int64_t j = global_index(); j < groups; j += global_stride()) {
-    const philox::Words r = four_words(seed, stream, offset + static_cast<uint64_t>(j) * kWords);
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      const int64_t i = j * kWords + w;
-      if (i < n) out[i] = fmaf(span, random_math::to_uniform(r.w[w]), low);
-    }
-  }
-}
-
-// out: (n). Thread j writes out[2j], out[2j + 1] from words offset + 4j ... (two per value).
-__global__ void normal_kernel(float* out, int64_t n, float mean, float stddev, uint64_t seed, uint64_t stream,
-                              uint64_t offset) {
-  constexpr int kValues = kWords / 2;
+// out: (n). Thread j writes out[kValues j .. kValues j + kValues - 1], value(r, v) for v < kValues,
+// from the four words r at offset + 4j.
+template <int kValues, class Value>
+__device__ __forceinline__ void fill_from_words(float* out, int64_t n, uint64_t seed, uint64_t stream,
+                                                uint64_t offset, Value value) {
   const int64_t groups = (n + kValues - 1) / kValues;
   for (int64_t j = global_index(); j < groups; j += global_stride()) {
     const philox::Words r = four_words(seed, stream, offset + static_cast<uint64_t>(j) * kWords);
 #pragma unroll
     for (int v = 0; v < kValues; ++v) {
       const int64_t i = j * kValues + v;
-      if (i < n) out[i] = fmaf(stddev, random_math::to_normal(r.w[2 * v], r.w[2 * v + 1]), mean);
+      if (i < n) out[i] = value(r, v);
     }
   }
+}
+
+// One value per word.
+__global__ void uniform_kernel(float* out, int64_t n, float low, float span, uint64_t seed, uint64_t stream,
+                               uint64_t offset) {
+  fill_from_words<kWords>(out, n, seed, stream, offset, [=](const philox::Words& r, int w) {
+    return fmaf(span, random_math::to_uniform(r.w[w]), low);
+  });
+}
+
+// One value per two words.
+__global__ void normal_kernel(float* out, int64_t n, float mean, float stddev, uint64_t seed, uint64_t stream,
+                              uint64_t offset) {
+  fill_from_words<kWords / 2>(out, n, seed, stream, offset, [=](const philox::Words& r, int v) {
+    return fmaf(stddev, random_math::to_normal(r.w[2 * v], r.w[2 * v + 1]), mean);
+  });
 }
 
 void check_fill(const char* op, const float* out, int64_t n) {

@@ -50,20 +50,24 @@ __global__ void sum_chunks_kernel(const float* partial, float* out, int64_t outp
   }
 }
 
+// *out = the sum of every thread's s over the block (every thread calls it; thread 0 writes).
+__device__ __forceinline__ void write_block_sum(double s, double* out) {
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
 // partial[block] = sum of the block's grid-stride share of x, in double.
 __global__ void sum_all_kernel(const float* x, int64_t n, double* partial) {
   double s = 0.0;
   for (int64_t i = global_index(); i < n; i += global_stride()) s += x[i];
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+  write_block_sum(s, partial + blockIdx.x);
 }
 
 // One block: result[0] = sum of partial[0 .. count), in a fixed order.
 __global__ void sum_partials_kernel(const double* partial, int64_t count, double* result) {
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  s = block_sum(s);
-  if (threadIdx.x == 0) result[0] = s;
+  write_block_sum(s, result);
 }
 
 // dx (outer, n, inner) = alpha * dy (outer, inner). x over inner, y strides over outer * n rows.

@@ -173,6 +173,18 @@ inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 // ---------------------------------------------------------------------------------------------
 // Atomics: real atomics on host memory (relaxed, as CUDA's are).
 
+namespace detail {
+// *a = v while replaces(*a, v) holds, retried until no other thread changed *a in between;
+// returns the value *a held before (atomicMax and atomicMin).
+template <typename T, typename Replaces>
+inline T atomic_store_if(T* a, T v, Replaces replaces) {
+  T old = __atomic_load_n(a, __ATOMIC_RELAXED);
+  while (replaces(old, v) && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+}  // namespace detail
+
 #define TARN_EMU_INT_ATOMICS(T)                                                                  \
   inline T atomicAdd(T* a, T v) { return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); }          \
   inline T atomicSub(T* a, T v) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }          \
@@ -184,18 +196,8 @@ inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
     __atomic_compare_exchange_n(a, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); \
     return expected;                                                                            \
   }                                                                                             \
-  inline T atomicMax(T* a, T v) {                                                               \
-    T old = __atomic_load_n(a, __ATOMIC_RELAXED);                                               \
-    while (old < v && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { \
-    }                                                                                           \
-    return old;                                                                                 \
-  }                                                                                             \
-  inline T atomicMin(T* a, T v) {                                                               \
-    T old = __atomic_load_n(a, __ATOMIC_RELAXED);                                               \
-    while (v < old && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { \
-    }                                                                                           \
-    return old;                                                                                 \
-  }
+  inline T atomicMax(T* a, T v) { return detail::atomic_store_if(a, v, [](T held, T offered) { return held < offered; }); } \
+  inline T atomicMin(T* a, T v) { return detail::atomic_store_if(a, v, [](T held, T offered) { return offered < held; }); }
 TARN_EMU_INT_ATOMICS(int)
 TARN_EMU_INT_ATOMICS(unsigned)
 TARN_EMU_INT_ATOMICS(long long)

@@ -25,6 +25,7 @@
 
 #include "kernels/check.h"
 #include "kernels/emu/emu.h"
+#include "kernels/enum_name.h"
 #include "kernels/emu/fiber.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -718,14 +719,7 @@ ThreadOrder thread_order() {
   return static_cast<ThreadOrder>(o);
 }
 
-const char* thread_order_name(ThreadOrder order) {
-  switch (order) {
-    case ThreadOrder::forward: return "forward";
-    case ThreadOrder::reverse: return "reverse";
-    case ThreadOrder::random: return "random";
-  }
-  return "?";
-}
+const char* thread_order_name(ThreadOrder order) { return enum_name(order, {"forward", "reverse", "random"}); }
 
 void set_seed(uint64_t seed) {
   settings().seed.store(seed);

@@ -205,50 +205,60 @@ void measure(const Options& o, int reps, double min_time, Op op, tarn::Tensor* i
   r.fwdbwd_peak = tarn::memory_stats().peak_bytes;
 }
 
+// One configuration's operands, the same for every algorithm: q (or a), k (or b) (1, BH, N, d)
+// and v (1, BH, N, e), each with a gradient, and the output's gradient dout (1, BH, N, e).
+struct Operands {
+  tarn::Tensor in[3];
+  tarn::Tensor dout;
+};
+
+Operands random_operands(const Options& o, int64_t bh, int64_t n) {
+  return {{random_tensor({1, bh, n, o.d}, 5, true), random_tensor({1, bh, n, o.d}, 6, true),
+           random_tensor({1, bh, n, o.e}, 7, true)},
+          random_tensor({1, bh, n, o.e}, 8, false)};
+}
+
+// The FLOPs of forward and backward at `dims`, as the kernel counts them, and the bytes of the
+// eight tensors (Q, K, V, O, dO, dQ, dK, dV).
+template <class Dims, class Config>
+void count_work(const Dims& dims, const Config& cfg, double (*flops)(const Dims&, const Config&, bool), Result& r) {
+  r.fwd_flops = flops(dims, cfg, false);
+  r.bwd_flops = flops(dims, cfg, true);
+  r.tensors_bytes = 4.0 * sizeof(float) * dims.heads * dims.n_q * (dims.d + dims.e);
+}
+
 Result run_linear(const Options& o, int64_t bh, int64_t n, bool causal) {
-  tarn::Tensor in[3] = {random_tensor({1, bh, n, o.d}, 5, true),
-                        random_tensor({1, bh, n, o.d}, 6, true),
-                        random_tensor({1, bh, n, o.e}, 7, true)};
-  const tarn::Tensor dout = random_tensor({1, bh, n, o.e}, 8, false);
+  Operands x = random_operands(o, bh, n);
   tarn::LinearAttentionOptions opt;
   opt.causal = causal;
   opt.chunk = o.chunk;
   if (!o.unfused) opt.fused_feature_map = o.map;
   auto op = [&] {
-    if (!o.unfused) return tarn::linear_attention(in[0], in[1], in[2], opt);
-    return tarn::linear_attention(tarn::feature_map(in[0], o.map),
-                                  tarn::feature_map(in[1], o.map, tarn::FeatureRole::key), in[2],
+    if (!o.unfused) return tarn::linear_attention(x.in[0], x.in[1], x.in[2], opt);
+    return tarn::linear_attention(tarn::feature_map(x.in[0], o.map),
+                                  tarn::feature_map(x.in[1], o.map, tarn::FeatureRole::key), x.in[2],
                                   opt);
   };
   Result r;
-  measure(o, o.reps, o.min_time, op, in, dout, r);
+  measure(o, o.reps, o.min_time, op, x.in, x.dout, r);
   k::LinearAttentionConfig cfg;
   cfg.causal = causal;
   cfg.chunk = o.chunk;
-  const k::LinearAttentionDims dims{1, bh, n, n, o.d, o.e};
-  r.fwd_flops = k::linear_attention_flops(dims, cfg, false);
-  r.bwd_flops = k::linear_attention_flops(dims, cfg, true);
-  r.tensors_bytes = 4.0 * sizeof(float) * bh * n * (o.d + o.e);
+  count_work(k::LinearAttentionDims{1, bh, n, n, o.d, o.e}, cfg, &k::linear_attention_flops, r);
   return r;
 }
 
 Result run_softmax(const Options& o, int64_t bh, int64_t n) {
-  tarn::Tensor in[3] = {random_tensor({1, bh, n, o.d}, 5, true),
-                        random_tensor({1, bh, n, o.d}, 6, true),
-                        random_tensor({1, bh, n, o.e}, 7, true)};
-  const tarn::Tensor dout = random_tensor({1, bh, n, o.e}, 8, false);
+  Operands x = random_operands(o, bh, n);
   tarn::SoftmaxAttentionOptions opt;
   opt.causal = true;
-  auto op = [&] { return tarn::softmax_attention(in[0], in[1], in[2], opt); };
+  auto op = [&] { return tarn::softmax_attention(x.in[0], x.in[1], x.in[2], opt); };
   Result r;
   // Softmax is quadratic: one run each beyond 4K keeps the whole sweep within minutes.
-  measure(o, n > 4096 ? 1 : o.reps, n > 4096 ? 0.0 : o.min_time, op, in, dout, r);
+  measure(o, n > 4096 ? 1 : o.reps, n > 4096 ? 0.0 : o.min_time, op, x.in, x.dout, r);
   k::SoftmaxAttentionConfig cfg;
   cfg.causal = true;
-  const k::SoftmaxAttentionDims dims{1, bh, n, n, o.d, o.e};
-  r.fwd_flops = k::softmax_attention_flops(dims, cfg, false);
-  r.bwd_flops = k::softmax_attention_flops(dims, cfg, true);
-  r.tensors_bytes = 4.0 * sizeof(float) * bh * n * (o.d + o.e);
+  count_work(k::SoftmaxAttentionDims{1, bh, n, n, o.d, o.e}, cfg, &k::softmax_attention_flops, r);
   return r;
 }
 

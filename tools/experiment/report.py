@@ -243,6 +243,20 @@ def section_not_run(title, where):
     return [f"**{title}:** not run (`{where}`)"], not_run(where)
 
 
+def bench_csv_section(file_name, title):
+    """Turns build(rows, plots, link) into a section(in_dir, plots, link) that reads its rows
+    from one bench CSV, and says "not run" when that file is absent or empty."""
+    def wrap(build):
+        def section(in_dir, plots, link):
+            path = os.path.join(in_dir, file_name)
+            rows = read_csv(path)
+            if not rows:
+                return section_not_run(title, path)
+            return build(rows, plots, link)
+        return section
+    return wrap
+
+
 def bad_label(status):
     """The legend text of a point that was not measured, from the bench's refusal reason."""
     if re.search(r"needs .*limit", status):
@@ -528,11 +542,8 @@ def attention_table(rows, device, value_field, unit):
     return md_table(header, body)
 
 
-def attention_section(in_dir, plots, link):
-    path = os.path.join(in_dir, "attention.csv")
-    rows = read_csv(path)
-    if not rows:
-        return section_not_run("Attention", path)
+@bench_csv_section("attention.csv", "Attention")
+def attention_section(rows, plots, link):
     devices = list(group(rows, lambda r: r["device"]))
     headlines, body = [], []
     shapes = sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows})
@@ -625,11 +636,8 @@ def train_comparison(precision, attention, soft, other, n):
             f"{fmt(number(s['alloc_peak_MiB']))} MiB")
 
 
-def train_section(in_dir, plots, link):
-    path = os.path.join(in_dir, "train.csv")
-    rows = read_csv(path)
-    if not rows:
-        return section_not_run("Training step", path)
+@bench_csv_section("train.csv", "Training step")
+def train_section(rows, plots, link):
     facts = train_facts(rows)
     columns = ["attention", "precision", "N", "batch", "tokens_per_batch", "step_ms",
                "tokens_per_s", "alloc_peak_MiB", "rss_peak_MiB"]
@@ -706,11 +714,8 @@ def decode_cell(row, name):
     return fmt(number(row[name])) if is_ok(row) else status_of(row)
 
 
-def decode_section(in_dir, plots, link):
-    path = os.path.join(in_dir, "decode.csv")
-    rows = read_csv(path)
-    if not rows:
-        return section_not_run("Decoding", path)
+@bench_csv_section("decode.csv", "Decoding")
+def decode_section(rows, plots, link):
     facts = decode_facts(rows)
     body = [link(p) for p in plots] + [bullets(facts), decode_table(rows)]
     return facts, "\n\n".join(body)
@@ -827,6 +832,20 @@ def draw_runs(runs, path, title, x_of, xlabel, threshold=None):
 
 
 
+def training_runs_section(folder, title):
+    """Turns build(runs, plots, link) into a section(in_dir, plots, link) that reads its runs
+    from in_dir/folder, and says "not run" when there are none (as bench_csv_section)."""
+    def wrap(build):
+        def section(in_dir, plots, link):
+            root = os.path.join(in_dir, folder)
+            runs = read_runs(root)
+            if not runs:
+                return section_not_run(title, f"{root}/<setting>/seed<k>/metrics.jsonl")
+            return build(runs, plots, link)
+        return section
+    return wrap
+
+
 def runs_body(intro, plots, link, runs, with_test, facts):
     """A section of runs: its intro, plots, the runs' table, what did not parse, the facts."""
     body = [intro] + [link(p) for p in plots]
@@ -834,11 +853,8 @@ def runs_body(intro, plots, link, runs, with_test, facts):
     return "\n\n".join(b for b in body if b)
 
 
-def quality_section(in_dir, plots, link):
-    root = os.path.join(in_dir, "quality")
-    runs = read_runs(root)
-    if not runs:
-        return section_not_run("Quality", f"{root}/<setting>/seed<k>/metrics.jsonl")
+@training_runs_section("quality", "Quality")
+def quality_section(runs, plots, link):
     ref = reference_setting(runs)
     facts = ["**Quality, test ppl (mean over seeds):** " +
              "; ".join(f"{s} {mean_range(test_ppls(seeds))}" for s, seeds in runs.items())]
@@ -874,11 +890,8 @@ def long_facts(runs, target):
     return facts
 
 
-def long_section(in_dir, plots, link):
-    root = os.path.join(in_dir, "long")
-    runs = read_runs(root)
-    if not runs:
-        return section_not_run("Long sequences", f"{root}/<setting>/seed<k>/metrics.jsonl")
+@training_runs_section("long", "Long sequences")
+def long_section(runs, plots, link):
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
     intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
