@@ -4,12 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "framework/allocator.h"
 #include "framework/distributed/gradient_sync.h"
 #include "framework/distributed/sharded_adamw.h"
+#include "framework/io/safetensors.h"
+#include "framework/io/state_dict.h"
 #include "framework/module.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
@@ -111,6 +117,44 @@ TEST(ParameterArena, MovingAFlattenedModuleKeepsItFlattened) {
   ASSERT_NE(m.arena(), nullptr);
   EXPECT_TRUE(m.arena()->holds_its_parameters());
   EXPECT_EQ(m.w2.to_vector(), w2);
+}
+
+struct Plain : Module {
+  Tensor w = random_tensor(Shape{6, 5}, 7);
+  Tensor b = random_tensor(Shape{5}, 8);
+  Plain() {
+    register_parameter("w", w);
+    register_parameter("b", b);
+  }
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Checkpoints hold tensors by name: one written by a module whose parameters live apart (as
+// every checkpoint before the arena was) loads into the arena's views, and a flattened module
+// writes the same bytes.
+TEST(ParameterArena, CheckpointsFromModulesWithoutTheArenaLoadIntoItsViews) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string before = (dir / ("tarn_arena_before_" + std::to_string(getpid()) + ".safetensors")).string();
+  const std::string after = (dir / ("tarn_arena_after_" + std::to_string(getpid()) + ".safetensors")).string();
+  Plain apart;
+  save_safetensors(before, state_dict(apart));
+
+  Plain flat;
+  const ParameterArena& arena = flat.flatten_parameters();
+  Tensor values = arena.values();  // a handle on the same buffer
+  values.fill(0.0f);
+  load_state_dict(flat, load_safetensors(before).tensors);
+  EXPECT_TRUE(arena.holds_its_parameters()) << "loading copies into the views";
+  EXPECT_TRUE(same_bits(flat.w, apart.w));
+  EXPECT_TRUE(same_bits(flat.b, apart.b));
+  save_safetensors(after, state_dict(flat));
+  EXPECT_EQ(file_bytes(after), file_bytes(before));
+  std::filesystem::remove(before);
+  std::filesystem::remove(after);
 }
 
 // Two ranks of the CPU thread group, each a replica whose arena takes its gradients.
