@@ -24,7 +24,9 @@ ParameterArena::ParameterArena(const std::vector<Tensor*>& params, Device device
     Tensor* p = params[i];
     TARN_ASSERT(p && p->defined() && p->dtype() == DType::f32, "ParameterArena: parameter ", i,
                 " must be a defined f32 tensor");
-    const auto [it, fresh] = range_by_data.try_emplace(p->data<char>(), ranges_.size());
+    // Empty tensors may share a data pointer without being tied: each gets its own range.
+    const auto [it, fresh] = p->numel() > 0 ? range_by_data.try_emplace(p->data<char>(), ranges_.size())
+                                            : std::make_pair(range_by_data.end(), true);
     if (fresh) {
       const int64_t offset = round_up(total, align);
       ranges_.push_back({p, offset, p->numel()});
@@ -35,7 +37,7 @@ ParameterArena::ParameterArena(const std::vector<Tensor*>& params, Device device
                   r.param->str(0), " and ", p->str(0),
                   " share storage but not their shape and autograd state (tie them by copying one handle)");
     }
-    range_of_handle[i] = it->second;
+    range_of_handle[i] = fresh ? ranges_.size() - 1 : it->second;
   }
   values_ = Tensor::zeros(Shape{round_up(total, pad_to)}, device);
   grads_ = Tensor::zeros(Shape{values_.numel()}, device);
@@ -60,6 +62,8 @@ ParameterArena::ParameterArena(const std::vector<Tensor*>& params, Device device
 int64_t ParameterArena::range_of(const Tensor& param) const {
   if (!param.defined() || !param.same_storage(values_)) return -1;
   const float* at = param.data<float>();
+  for (size_t r = 0; r < ranges_.size(); ++r)  // the handle itself first: empty ranges share offsets
+    if (ranges_[r].param == &param && values_.data<float>() + ranges_[r].offset == at) return static_cast<int64_t>(r);
   for (size_t r = 0; r < ranges_.size(); ++r)
     if (values_.data<float>() + ranges_[r].offset == at && ranges_[r].numel == param.numel())
       return static_cast<int64_t>(r);
