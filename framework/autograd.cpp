@@ -43,6 +43,24 @@ void add_pending(Pending& p, const Tensor& g, const char* where) {
   accumulate_into(p.grad, g, where);
 }
 
+// Adds `g` to a leaf whose parameter lives in a ParameterArena, in place: the first gradient of
+// a step is copied into the arena's view (grad_home), the later ones are added to it there, so
+// the gradient never moves. The copy gives the bits that taking `g` itself would. False when
+// the leaf has no home, or when set_grad() gave it a gradient elsewhere: the caller then
+// accumulates as for any leaf.
+bool accumulate_in_home(AutogradMeta& leaf, const Tensor& g, const char* where) {
+  if (!leaf.grad_home.defined()) return false;
+  if (!leaf.grad.defined()) {
+    check_same_shape(where, leaf.grad_home, g);
+    leaf.grad_home.copy_from(g);
+    leaf.grad = leaf.grad_home;
+    return true;
+  }
+  if (!leaf.grad.same_storage(leaf.grad_home) || leaf.grad.data<char>() != leaf.grad_home.data<char>()) return false;
+  accumulate_into(leaf.grad, g, where);
+  return true;
+}
+
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -96,6 +114,10 @@ void run_backward(const Tensor& root, const Tensor& seed) {
 
   if (!root.grad_fn()) {
     TARN_ASSERT(root.requires_grad(), "backward: the tensor does not require gradients (no op recorded it)");
+    if (accumulate_in_home(*root.meta(), grad, "backward")) {
+      if (g_observer) g_observer->leaf_ready(*root.meta());
+      return;
+    }
     Pending p{root.grad(), true};
     add_pending(p, grad, "backward");
     root.meta()->grad = p.grad;
@@ -154,6 +176,7 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         // A leaf's gradient outlives this pass (optimizers scale it in place, the next backward
         // adds into it), so a leaf never keeps a buffer that something else also holds.
         AutogradMeta* leaf = e.leaf.get();
+        if (accumulate_in_home(*leaf, grads[i], "backward (leaf)")) continue;
         auto [it, fresh] = leaf_owned.try_emplace(leaf, leaf->grad.defined());
         if (!leaf->grad.defined()) {
           leaf->grad = grads[i].storage().use_count() > 1 ? grads[i].clone() : grads[i];

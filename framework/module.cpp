@@ -81,8 +81,20 @@ void Module::to(Device device) {
     }
     *t = it->second;
   };
-  for (const auto& [name, t] : named_parameters()) move(t, true);
+  if (arena_ && arena_->device() != device) {
+    arena_ = std::make_shared<ParameterArena>(parameters(), device, arena_->align(), arena_->pad_to());
+    zero_grad();
+  }
+  for (const auto& [name, t] : named_parameters()) move(t, true);  // nothing left to move when flattened
   for (const auto& [name, t] : named_buffers()) move(t, false);
+}
+
+ParameterArena& Module::flatten_parameters(int64_t pad_to) {
+  if (arena_ && arena_->holds_its_parameters() && arena_->pad_to() % pad_to == 0) return *arena_;
+  const std::vector<Tensor*> params = parameters();
+  const Device device = params.empty() ? Device::cpu() : params.front()->device();
+  arena_ = std::make_shared<ParameterArena>(params, device, ParameterArena::kDefaultAlign, pad_to);
+  return *arena_;
 }
 
 }  // namespace tarn

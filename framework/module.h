@@ -2,10 +2,12 @@
 // Module / Parameter registry with hierarchical names, as HuggingFace spells them
 // ("model.encoder.layers.0.fc1.weight"). A module registers pointers to its own Tensor members
 // and child modules; named_parameters() walks the tree in registration order.
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "framework/parameter_arena.h"
 #include "framework/precision.h"
 #include "framework/tensor.h"
 
@@ -32,8 +34,17 @@ class Module {
   Precision precision() const { return precision_; }
   void zero_grad();
   // Moves every parameter and buffer to `device` (a copy; gradients are dropped). Tensors that
-  // shared storage still share it afterwards; parameters stay leaves that require grad.
+  // shared storage still share it afterwards; parameters stay leaves that require grad. A
+  // flattened module stays flattened: its parameters move into a new arena on `device`.
   void to(Device device);
+
+  // Puts every parameter below this module into one ParameterArena on their device (framework/
+  // parameter_arena.h), its size a multiple of `pad_to` (ZeRO-1 shards it by rank). Keeps the
+  // arena it made before when that one still holds the parameters and is padded to a multiple
+  // of `pad_to`. The values do not change; gradients keep their meaning.
+  ParameterArena& flatten_parameters(int64_t pad_to = 1);
+  // The arena of the last flatten_parameters(), or null.
+  const ParameterArena* arena() const { return arena_.get(); }
 
  protected:
   // Registers `t` (made a leaf that requires grad) under `name`.
@@ -56,6 +67,7 @@ class Module {
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
   Precision precision_ = Precision::f32;
+  std::shared_ptr<ParameterArena> arena_;
 };
 
 }  // namespace tarn

@@ -148,6 +148,13 @@ void Tensor::fill(float value) {
     backend_for(device()).fill(data<float>(), numel(), value);
 }
 
+void Tensor::share_data_of(const Tensor& data) {
+  check_same_shape("share_data_of", *this, data);
+  TARN_ASSERT(data.dtype() == dtype_, "share_data_of: dtype ", dtype_name(data.dtype()), " for ", dtype_name(dtype_));
+  storage_ = data.storage_;
+  offset_ = data.offset_;
+}
+
 Tensor& Tensor::set_requires_grad(bool on) {
   TARN_ASSERT(!grad_fn(), "set_requires_grad: only leaves can be marked (this tensor came out of an op)");
   if (on || meta_) mutable_meta()->requires_grad = on;

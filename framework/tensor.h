@@ -75,6 +75,10 @@ class Tensor {
   Tensor to(Device device) const;                     // copy to another device (or self)
   void copy_from(const Tensor& src);                  // same numel, any device pair
   void fill(float value);
+  // Points this handle at `data`'s elements (same shape and dtype), keeping its autograd state:
+  // how a parameter comes to live in a ParameterArena (framework/parameter_arena.h). Other
+  // handles on the old storage keep it.
+  void share_data_of(const Tensor& data);
 
   // Autograd.
   bool requires_grad() const;
@@ -103,6 +107,10 @@ struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   Tensor grad;                    // accumulated gradient of a leaf
+  // Where a leaf's gradient lives when its parameter is in a ParameterArena: a view of the
+  // arena's gradient buffer. Autograd copies the first gradient of a step into it and adds the
+  // rest in place, so `grad` is then this view (undefined again after zero_grad()).
+  Tensor grad_home;
 };
 
 // Checks that two tensors have the same shape, naming the op and both shapes otherwise.

@@ -14,9 +14,14 @@ struct AdamWHyper {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   int64_t step = 1;
+  // Multiplies each gradient as the update reads it: the clipping factor, applied inside the
+  // update's pass instead of a pass of its own. g * s in f32 is what scale_inplace stores, so
+  // the update has the same bits either way; 1 leaves g exactly as it is.
+  float grad_scale = 1.0f;
 };
 
-// One AdamW update in place, as torch.optim.AdamW (Loshchilov & Hutter, decoupled decay):
+// One AdamW update in place, as torch.optim.AdamW (Loshchilov & Hutter, decoupled decay), of
+// the gradient g = grad * grad_scale:
 //   p <- p * (1 - lr*wd)
 //   m <- b1*m + (1-b1)*g            v <- b2*v + (1-b2)*g^2
 //   p <- p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)

@@ -5,35 +5,57 @@
 #include <map>
 
 #include "framework/backend.h"
-#include "framework/distributed/gradient_sync.h"
+#include "framework/optim/clip_grad.h"
 #include "kernels/optim.h"
 
 namespace tarn {
 namespace {
-// torch.nn.utils.clip_grad_norm_'s epsilon (framework/optim/clip_grad.cpp).
-constexpr double kClipEpsilon = 1e-6;
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
+namespace {
+std::vector<Tensor*> tensors_of(const std::vector<std::pair<std::string, Tensor*>>& named) {
+  std::vector<Tensor*> out;
+  for (const auto& [name, p] : named) out.push_back(p);
+  return out;
+}
+}  // namespace
+
 ShardedAdamW::ShardedAdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options,
                            kernels::Communicator& comm, DecayRule decays)
-    : options_(options), comm_(comm) {
+    : ShardedAdamW(std::make_unique<ParameterArena>(tensors_of(params),
+                                                    params.empty() ? Device::cpu() : params.front().second->device(),
+                                                    /*align=*/1, /*pad_to=*/comm.world()),
+                   params, options, comm, std::move(decays)) {}
+
+ShardedAdamW::ShardedAdamW(std::unique_ptr<ParameterArena> owned,
+                           const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options,
+                           kernels::Communicator& comm, DecayRule decays)
+    : ShardedAdamW(*owned, params, options, comm, std::move(decays)) {
+  owned_ = std::move(owned);
+}
+
+ShardedAdamW::ShardedAdamW(const ParameterArena& arena, const std::vector<std::pair<std::string, Tensor*>>& params,
+                           const AdamWOptions& options, kernels::Communicator& comm, DecayRule decays)
+    : arena_(arena), options_(options), comm_(comm) {
   TARN_ASSERT(!params.empty(), "ShardedAdamW: no parameters");
-  std::map<const float*, std::string> owners;
-  const Device device = params.front().second->device();
+  const int64_t world = comm_.world();
+  TARN_ASSERT(arena_.size() % world == 0, "ShardedAdamW: the arena's ", arena_.size(),
+              " elements do not split into ", world, " shards (flatten with pad_to = the rank count)");
+  std::vector<bool> taken(arena_.ranges().size(), false);
   for (const auto& [name, p] : params) {
     TARN_ASSERT(p && p->defined() && p->dtype() == DType::f32, "ShardedAdamW: parameter ", name, " must be f32");
-    TARN_ASSERT(p->device() == device, "ShardedAdamW: parameters on ", device.str(), " and ", p->device().str());
-    if (!owners.try_emplace(p->device_f32(), name).second) continue;  // tied: updated once
-    slots_.push_back({name, p, total_, 0, decays(name)});
-    total_ += p->numel();
+    const int64_t r = arena_.range_of(*p);
+    TARN_ASSERT(r >= 0, "ShardedAdamW: parameter ", name, " is not in the arena");
+    if (taken[static_cast<size_t>(r)]) continue;  // tied: updated once
+    taken[static_cast<size_t>(r)] = true;
+    slots_.push_back({name, p, arena_.ranges()[static_cast<size_t>(r)].offset, 0, decays(name)});
+    range_of_slot_.push_back(static_cast<size_t>(r));
   }
-  const int64_t world = comm_.world();
-  shard_ = (total_ + world - 1) / world;
-  padded_ = shard_ * world;
+  shard_ = arena_.size() / world;
   shard_begin_ = shard_ * comm_.rank();
-  flat_ = Tensor::zeros(Shape{padded_}, device);  // the padding stays zero
+  const Device device = arena_.device();
   grad_shard_ = Tensor::zeros(Shape{shard_}, device);
   m_ = Tensor::zeros(Shape{shard_}, device);
   v_ = Tensor::zeros(Shape{shard_}, device);
@@ -59,18 +81,18 @@ std::vector<std::string> ShardedAdamW::names() const {
 double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr) {
   TARN_ASSERT(any_rank_has_grad.size() == slots_.size(), "ShardedAdamW: a mask of ", any_rank_has_grad.size(),
               " values for ", slots_.size(), " parameters");
-  const kernels::Backend& k = backend_for(flat_.device());
-  for (const Slot& s : slots_) pack_gradient(*s.param, flat_.narrow0(s.offset, s.offset + s.param->numel()));
+  const kernels::Backend& k = backend_for(arena_.device());
+  for (size_t r : range_of_slot_) arena_.settle_grad(r);  // zeros where this rank has no gradient
   auto start = Clock::now();
-  comm_.reduce_scatter_sum(flat_.device_f32(), grad_shard_.device_f32(), shard_);
+  comm_.reduce_scatter_sum(arena_.grads().device_f32(), grad_shard_.device_f32(), shard_);
   last_comm_s_ = since(start);
 
   double sum = k.sum_squares(grad_shard_.device_f32(), shard_);
   comm_.all_reduce_host(&sum, 1, kernels::ReduceOp::sum);
   const double norm = std::sqrt(sum);
   if (!std::isfinite(norm)) return norm;
-  if (clip_norm > 0 && norm > clip_norm)
-    k.scale_inplace(grad_shard_.device_f32(), shard_, static_cast<float>(clip_norm / (norm + kClipEpsilon)));
+  // Clipping is a factor the update applies as it reads each gradient: no pass of its own.
+  const float grad_scale = clip_norm > 0 ? clip_factor(norm, clip_norm) : 1.0f;
 
   options_.lr = lr;
   ++step_count_;
@@ -80,28 +102,24 @@ double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float cl
     ++s.step;  // on every rank, for every parameter: the bias correction agrees everywhere
     const auto [begin, end] = local_range(s);
     if (begin >= end) continue;
-    const kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
+    kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
+    h.grad_scale = grad_scale;
     const int64_t at = s.offset + begin - shard_begin_;  // in the shard
-    Tensor p = flat_view(*s.param).narrow0(begin, end);
-    k.adamw_step(p.device_f32(), grad_shard_.narrow0(at, at + end - begin).device_f32(),
-                 m_.narrow0(at, at + end - begin).device_f32(), v_.narrow0(at, at + end - begin).device_f32(), end - begin,
-                 h);
-    flat_.narrow0(s.offset + begin, s.offset + end).copy_from(p);  // my part, for the all-gather
+    k.adamw_step(arena_.values().narrow0(s.offset + begin, s.offset + end).device_f32(),
+                 grad_shard_.narrow0(at, at + end - begin).device_f32(), m_.narrow0(at, at + end - begin).device_f32(),
+                 v_.narrow0(at, at + end - begin).device_f32(), end - begin, h);
   }
+  // Every rank's updated range to every rank, into the arena the parameters are views of.
   start = Clock::now();
-  Tensor mine = flat_.narrow0(shard_begin_, shard_begin_ + shard_);
-  comm_.all_gather(mine.device_f32(), flat_.device_f32(), shard_);
+  const Tensor mine = arena_.values().narrow0(shard_begin_, shard_begin_ + shard_);
+  comm_.all_gather(mine.device_f32(), arena_.values().device_f32(), shard_);
   last_comm_s_ += since(start);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (any_rank_has_grad[i] == 0.0) continue;
-    s.param->copy_from(flat_.narrow0(s.offset, s.offset + s.param->numel()));
-  }
   return norm;
 }
 
 AdamWState ShardedAdamW::gather_state() {
-  Tensor full_m = Tensor::zeros(Shape{padded_}, flat_.device()), full_v = Tensor::zeros(Shape{padded_}, flat_.device());
+  const Device device = arena_.device();
+  Tensor full_m = Tensor::zeros(Shape{arena_.size()}, device), full_v = Tensor::zeros(Shape{arena_.size()}, device);
   comm_.all_gather(m_.device_f32(), full_m.device_f32(), shard_);
   comm_.all_gather(v_.device_f32(), full_v.device_f32(), shard_);
   AdamWState out;

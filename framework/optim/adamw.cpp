@@ -68,7 +68,7 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const A
   }
 }
 
-void AdamW::step() {
+void AdamW::step(float grad_scale) {
   // Every gradient is checked before any parameter moves, so a bad one leaves the model as it was.
   for (const Slot& s : slots_) {
     const Tensor g = s.param->grad();
@@ -86,7 +86,8 @@ void AdamW::step() {
     const Tensor g = s.param->grad();
     if (!g.defined()) continue;
     ++s.step;
-    const kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
+    kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
+    h.grad_scale = grad_scale;
     backend_for(g.device())
         .adamw_step(s.param->device_f32(), g.device_f32(), s.exp_avg.device_f32(), s.exp_avg_sq.device_f32(),
                     s.param->numel(), h);

@@ -68,8 +68,11 @@ class AdamW {
   AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const AdamWOptions& options = {},
         DecayRule decays = decays_unless_bias_or_norm);
 
-  // One update of every parameter that has a gradient; those without one are left alone.
-  void step();
+  // One update of every parameter that has a gradient; those without one are left alone. Each
+  // gradient is read as gradient x grad_scale (f32): the clipping factor of clip_factor()
+  // (framework/optim/clip_grad.h), applied inside the update's pass, with the bits that scaling
+  // the gradients first would give.
+  void step(float grad_scale = 1.0f);
   // Drops every parameter's gradient.
   void zero_grad();
 

@@ -36,11 +36,16 @@ double global_grad_norm(const std::vector<std::pair<std::string, Tensor*>>& para
   return global_grad_norm(tensors_of(params));
 }
 
+float clip_factor(double norm, float max_norm) {
+  if (!(max_norm > 0.0f) || !std::isfinite(norm) || norm <= max_norm) return 1.0f;
+  return static_cast<float>(max_norm / (norm + kClipEpsilon));
+}
+
 float clip_grad_norm(const std::vector<Tensor*>& params, float max_norm) {
   TARN_CHECK(max_norm > 0.0f, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   const double norm = global_grad_norm(params);
   if (!std::isfinite(norm) || norm <= max_norm) return static_cast<float>(norm);
-  const float factor = static_cast<float>(max_norm / (norm + kClipEpsilon));
+  const float factor = clip_factor(norm, max_norm);
   // Leaf gradients may alias one another: autograd hands an add's dy to both inputs without
   // copying. Scale each distinct buffer once, or aliased gradients would be scaled twice.
   std::unordered_set<const float*> scaled;

@@ -17,11 +17,15 @@ const char* step_outcome_name(StepOutcome outcome) {
 TrainStep::TrainStep(Module& module, kernels::Communicator& control, kernels::Communicator& gradients,
                      const TrainStepOptions& options)
     : module_(module), control_(control), options_(options) {
-  if (options_.shard_optimizer && !solo()) {
-    sharded_ = std::make_unique<ShardedAdamW>(module_.named_parameters(), options_.adamw, gradients);
+  const bool shard = options_.shard_optimizer && !solo();
+  // The parameters and gradients live in one arena (framework/parameter_arena.h): buckets and
+  // ZeRO-1 shards are ranges of it. ZeRO-1 splits it into a shard per rank.
+  const ParameterArena& arena = module_.flatten_parameters(shard ? gradients.world() : 1);
+  if (shard) {
+    sharded_ = std::make_unique<ShardedAdamW>(arena, module_.named_parameters(), options_.adamw, gradients);
   } else {
     plain_ = std::make_unique<AdamW>(module_.named_parameters(), options_.adamw);
-    sync_ = std::make_unique<GradientSync>(module_.parameters(), gradients,
+    sync_ = std::make_unique<GradientSync>(arena, module_.parameters(), gradients,
                                            std::max<int64_t>(4, options_.bucket_bytes));
   }
 }
@@ -82,9 +86,15 @@ StepResult TrainStep::run(int64_t count, int64_t global_counted,
     comm_s_ += sharded_->last_comm_seconds();
     finite = std::isfinite(r.grad_norm);
   }
+  // Clipping and AdamW make one pass over the gradients after the norm's: the norm must be
+  // complete before any update, and the update reads each gradient scaled by the clipping
+  // factor instead of a pass that scales them in place first (the same bits).
+  float grad_scale = 1.0f;
   if (finite && !sharded_) {
-    const auto params = module_.parameters();
-    r.grad_norm = options_.clip_norm > 0 ? clip_grad_norm(params, options_.clip_norm) : global_grad_norm(params);
+    const double norm = global_grad_norm(module_.parameters());
+    // As clip_grad_norm() reports it: rounded to f32 when clipping.
+    r.grad_norm = options_.clip_norm > 0 ? static_cast<double>(static_cast<float>(norm)) : norm;
+    grad_scale = clip_factor(norm, options_.clip_norm);
     finite = std::isfinite(r.grad_norm);
   }
   if (!finite) {
@@ -94,7 +104,7 @@ StepResult TrainStep::run(int64_t count, int64_t global_counted,
   }
   if (plain_) {
     plain_->set_lr(lr);
-    plain_->step();
+    plain_->step(grad_scale);
   }
   module_.zero_grad();
   return r;

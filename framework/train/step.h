@@ -10,9 +10,12 @@
 //      loss and NLL sums, the token count, and which parameters any rank has a gradient for;
 //   3. a non-finite or diverged mean loss (over `diverged_loss` nats per token) skips the update
 //      on every rank;
-//   4. the gradient buckets complete; the gradients are clipped to `clip_norm` and AdamW steps,
-//      or, with shard_optimizer on several ranks, ZeRO-1 does reduce-scatter, clipping, the
-//      shard's update and all-gather in one call; a non-finite gradient norm skips too.
+//   4. the gradient buckets complete (in place: they are slices of the module's ParameterArena);
+//      the global norm is taken, and AdamW steps with the clipping factor to `clip_norm` folded
+//      into its one pass, or, with shard_optimizer on several ranks, ZeRO-1 does
+//      reduce-scatter, the norm, the shard's clipped update and all-gather in one call; a
+//      non-finite gradient norm skips too.
+// The constructor flattens the module's parameters into that arena (Module::flatten_parameters).
 // The gradients are zeroed after every step, applied or skipped. Every rank gets the same
 // outcome. One rank communicates nothing.
 //

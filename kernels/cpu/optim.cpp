@@ -14,10 +14,11 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const float step_size = static_cast<float>(h.lr / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), t)));
   const float b1 = h.beta1, b2 = h.beta2, one_b1 = 1.0f - h.beta1, one_b2 = 1.0f - h.beta2, eps = h.eps;
+  const float scale = h.grad_scale;
 
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * scale;
     const float mi = b1 * m[i] + one_b1 * g;
     const float vi = b2 * v[i] + one_b2 * (g * g);
     m[i] = mi;

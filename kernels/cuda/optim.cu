@@ -12,13 +12,13 @@ using namespace device;  // the launch helpers and block reductions of kernels/c
 
 // The update's scalars, folded on the host in double as the CPU kernel (and PyTorch) do.
 struct AdamWScalars {
-  float decay, step_size, bc2_sqrt, b1, b2, one_b1, one_b2, eps;
+  float decay, step_size, bc2_sqrt, b1, b2, one_b1, one_b2, eps, grad_scale;
 };
 
 // param, grad, m, v: (n), updated in place.
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWScalars k) {
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const float g = grad[i];
+    const float g = grad[i] * k.grad_scale;  // the clipping factor, as scale_kernel would store it
     const float mi = k.b1 * m[i] + k.one_b1 * g;
     const float vi = k.b2 * v[i] + k.one_b2 * (g * g);
     m[i] = mi;
@@ -64,6 +64,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   k.one_b1 = 1.0f - h.beta1;
   k.one_b2 = 1.0f - h.beta2;
   k.eps = h.eps;
+  k.grad_scale = h.grad_scale;
   tarn::launch(adamw_kernel, grid_for(n), kBlock, 0, nullptr, param, grad, m, v, n, k);
 }
 

@@ -90,6 +90,32 @@ TEST_P(OptimConformance, ScaleInplaceMatchesCpu) {
   EXPECT_TRUE(BitwiseEqual(dx.host(), x));
 }
 
+// Clipping folded into the update (AdamWHyper::grad_scale) reads g * s where scale_inplace
+// would have stored g * s: the same f32 product, so the same bits as scaling first.
+TEST_P(OptimConformance, AdamWWithAGradScaleHasTheBitsOfScalingTheGradientFirst) {
+  const auto p = Random(kN, -1.0f, 1.0f, 330);
+  const std::vector<float> zeros(kN, 0.0f);
+  auto p_scaled = dev(p), m_scaled = dev(zeros), v_scaled = dev(zeros);
+  auto p_fused = dev(p), m_fused = dev(zeros), v_fused = dev(zeros);
+  kernels::cpu::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.01f;
+  const float factor = 0.3712f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const auto g = Random(kN, -0.1f, 0.1f, 340 + static_cast<uint32_t>(step));
+    h.step = step;
+    auto g_scaled = dev(g), g_fused = dev(g);
+    TARN_ON(target(), scale_inplace, g_scaled.get(), kN, factor);
+    TARN_ON(target(), adamw_step, p_scaled.get(), g_scaled.get(), m_scaled.get(), v_scaled.get(), kN, h);
+    kernels::cpu::AdamWHyper fused = h;
+    fused.grad_scale = factor;
+    TARN_ON(target(), adamw_step, p_fused.get(), g_fused.get(), m_fused.get(), v_fused.get(), kN, fused);
+  }
+  EXPECT_TRUE(BitwiseEqual(p_fused.host(), p_scaled.host()));
+  EXPECT_TRUE(BitwiseEqual(m_fused.host(), m_scaled.host()));
+  EXPECT_TRUE(BitwiseEqual(v_fused.host(), v_scaled.host()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, OptimConformance, ::testing::ValuesIn(kAllTargets), TargetName);
 
 TEST(DevicePhilox, MatchesFrameworkPhiloxAt) {
