@@ -351,16 +351,6 @@ Device training_device(const Recipe& recipe) {
   if (device.index >= count)
     throw ConfigError(where, "training.device",
                       str_cat("\"", name, "\": no CUDA device ", device.index, " (", count, " visible)"));
-  // The gated delta rule has a CPU kernel only.
-  for (const auto& [key, config] : {std::pair<const char*, const AttentionConfig*>{"encoder_self", &recipe.model.attention.encoder_self},
-                                    {"decoder_self", &recipe.model.attention.decoder_self},
-                                    {"cross", &recipe.model.attention.cross}}) {
-    const std::string kind_key = std::string("model.attention.") + key + ".kind";
-    if (config->is_gated_recurrence())
-      throw ConfigError(recipe.where(kind_key), kind_key,
-                        str_cat(attention_kind_name(config->kind),
-                                " runs on the CPU only for now (no CUDA kernel yet): set training.device to cpu"));
-  }
   // A device whose causal scan fixes its chunk (kernels/backend.h: the CUDA kernels) refuses
   // any other chunk the recipe gives.
   const std::string chunk_key = "model.attention.decoder_self.chunk";

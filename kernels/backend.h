@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda_delta_rule.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
@@ -25,7 +26,8 @@
 namespace tarn::kernels {
 
 // The kernels a table carries, as X(name): X is applied to each (kernels/cuda/api.inc and the
-// linear-attention declarations of kernels/cuda_kernels.h, kernels/cuda_softmax_attention.h).
+// linear-attention declarations of kernels/cuda_kernels.h, kernels/cuda_softmax_attention.h,
+// kernels/cuda_delta_rule.h).
 #define TARN_BACKEND_KERNELS(X)                                                                      \
   X(binary)                                                                                          \
   X(binary_row)                                                                                      \
@@ -69,7 +71,13 @@ namespace tarn::kernels {
   X(softmax_attention_forward_workspace_floats)                                                      \
   X(softmax_attention_forward)                                                                       \
   X(softmax_attention_backward_workspace_floats)                                                     \
-  X(softmax_attention_backward)
+  X(softmax_attention_backward)                                                                      \
+  X(delta_rule_forward)                                                                              \
+  X(delta_rule_backward_workspace_floats)                                                            \
+  X(delta_rule_backward)                                                                             \
+  X(delta_rule_step)                                                                                 \
+  X(causal_conv_forward)                                                                             \
+  X(causal_conv_backward)
 
 // The entry points of a bf16 attention kernel, given the function types of its two
 // *_workspace_floats, its forward and its backward, and the largest d and e it takes.

@@ -50,7 +50,7 @@ bool is_device(const std::string& s) {
 void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
   a.enumeration(&AttentionConfig::kind, "kind",
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
-                "O(N); CPU only) or gated (delta without the erase: decayed linear attention, O(N); CPU only)",
+                "O(N)) or gated (delta without the erase: decayed linear attention, O(N))",
                 {{"softmax", AttentionKind::softmax},
                  {"linear", AttentionKind::linear},
                  {"delta", AttentionKind::delta},

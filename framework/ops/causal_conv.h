@@ -1,7 +1,6 @@
 #pragma once
 // The short causal depthwise convolution with autograd (kernels/causal_conv.h): x (B, N, C), w
-// (taps, C), row i of w weighing the token i positions back -> (B, N, C). CPU only (the kinds
-// that use it, delta and gated, have no CUDA kernels yet).
+// (taps, C), row i of w weighing the token i positions back -> (B, N, C). On the CPU and CUDA.
 #include "framework/tensor.h"
 
 namespace tarn {

@@ -11,12 +11,11 @@ namespace kc = kernels::cpu;
 // Checks the operands and returns the kernel's dims; q may be undefined (state only).
 kc::DeltaRuleDims check_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                  const Tensor& alpha) {
-  for (const Tensor* t : {&q, &k, &v, &beta, &alpha}) {
-    if (!t->defined()) continue;
-    ops_internal::check_f32(op, *t);
-    TARN_ASSERT(t->device().is_cpu(), op, ": the gated delta rule has a CPU kernel only, got a tensor on ",
-                t->device().str());
-  }
+  for (const Tensor* t : {&q, &v, &beta, &alpha})
+    if (t->defined()) {
+      ops_internal::check_f32(op, *t);
+      ops_internal::check_same_device(op, k, *t);
+    }
   TARN_ASSERT(k.dim() == 4 && v.dim() == 4 && beta.dim() == 3 && alpha.dim() == 3, op,
               ": expected k, v (B, H, N, dim) and beta, alpha (B, H, N), got k ", k.shape().str(), " v ",
               v.shape().str(), " beta ", beta.shape().str(), " alpha ", alpha.shape().str());
@@ -30,32 +29,39 @@ kc::DeltaRuleDims check_operands(const char* op, const Tensor& q, const Tensor& 
   return {B * H, N, k.size(3), v.size(3)};
 }
 
-const float* data_or_null(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
+const float* data_or_null(const Tensor& t) { return t.defined() ? t.device_f32() : nullptr; }
 
 // The forward of both ops and a backward recorded on `out`: with q the readout, else the state.
 Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
             const DeltaRuleOptions& opt) {
+  const kernels::Backend& kb = ops_internal::kernels_for(op, k);
   const kc::DeltaRuleDims dims = check_operands(op, q, k, v, beta, alpha);
   const kc::DeltaRuleConfig cfg{opt.reverse, opt.chunk, opt.erase};
   TARN_ASSERT(opt.chunk >= 1, op, ": chunk must be >= 1, got ", opt.chunk);
   const bool readout = q.defined();
   const int64_t B = k.size(0), H = k.size(1);
-  Tensor out = readout ? Tensor::empty(v.shape()) : Tensor::empty(Shape{B, H, dims.dk, dims.dv});
-  Tensor checkpoints = Tensor::empty(Shape{dims.slices, kc::delta_rule_checkpoints(dims, cfg), dims.dk, dims.dv});
-  kc::delta_rule_forward(dims, cfg, data_or_null(q), k.f32(), v.f32(), beta.f32(), alpha.f32(),
-                         readout ? out.f32() : nullptr, readout ? nullptr : out.f32(), checkpoints.f32());
+  const Device dev = k.device();
+  Tensor out = readout ? Tensor::empty(v.shape(), dev) : Tensor::empty(Shape{B, H, dims.dk, dims.dv}, dev);
+  Tensor checkpoints =
+      Tensor::empty(Shape{dims.slices, kc::delta_rule_checkpoints(dims, cfg), dims.dk, dims.dv}, dev);
+  kb.delta_rule_forward(dims, cfg, data_or_null(q), k.device_f32(), v.device_f32(), beta.device_f32(),
+                        alpha.device_f32(), readout ? out.device_f32() : nullptr, readout ? nullptr : out.device_f32(),
+                        checkpoints.device_f32());
   std::vector<Tensor> inputs = {k, v, beta, alpha};
   if (readout) inputs.insert(inputs.begin(), q);
   return record(op, out, inputs,
                 [=](const Tensor& dy, const NeedsGrad& needs) -> Grads {
-                  Tensor dq = readout ? Tensor::empty(q.shape()) : Tensor();
-                  Tensor dk = Tensor::empty(k.shape()), dv = Tensor::empty(v.shape());
-                  Tensor dbeta = Tensor::empty(beta.shape()), dalpha = Tensor::empty(alpha.shape());
-                  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(kc::delta_rule_backward_workspace_floats(dims, cfg))});
-                  kc::delta_rule_backward(dims, cfg, data_or_null(q), k.f32(), v.f32(), beta.f32(), alpha.f32(),
-                                          checkpoints.f32(), readout ? dy.f32() : nullptr, readout ? nullptr : dy.f32(),
-                                          readout ? dq.f32() : nullptr, dk.f32(), dv.f32(), dbeta.f32(),
-                                          dalpha.f32(), ws.f32(), static_cast<size_t>(ws.numel()));
+                  const kernels::Backend& kd = ops_internal::kernels_for(op, k, dy);
+                  Tensor dq = readout ? Tensor::empty(q.shape(), dev) : Tensor();
+                  Tensor dk = Tensor::empty(k.shape(), dev), dv = Tensor::empty(v.shape(), dev);
+                  Tensor dbeta = Tensor::empty(beta.shape(), dev), dalpha = Tensor::empty(alpha.shape(), dev);
+                  const size_t ws_floats = kd.delta_rule_backward_workspace_floats(dims, cfg);
+                  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_floats)}, dev);
+                  kd.delta_rule_backward(dims, cfg, data_or_null(q), k.device_f32(), v.device_f32(),
+                                         beta.device_f32(), alpha.device_f32(), checkpoints.device_f32(),
+                                         readout ? dy.device_f32() : nullptr, readout ? nullptr : dy.device_f32(),
+                                         readout ? dq.device_f32() : nullptr, dk.device_f32(), dv.device_f32(),
+                                         dbeta.device_f32(), dalpha.device_f32(), ws.device_f32(), ws_floats);
                   Grads g = {dk, dv, dbeta, dalpha};
                   if (readout) g.insert(g.begin(), dq);
                   for (size_t i = 0; i < g.size(); ++i)
@@ -80,19 +86,21 @@ Tensor delta_rule_state(const Tensor& k, const Tensor& v, const Tensor& beta, co
 Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                        const Tensor& alpha, bool erase) {
   const char* op = "delta_rule_step";
+  const kernels::Backend& kb = ops_internal::kernels_for(op, state);
+  for (const Tensor* t : {&q, &k, &v, &beta, &alpha}) {
+    ops_internal::check_f32(op, *t);
+    ops_internal::check_same_device(op, state, *t);
+  }
   const int64_t B = k.size(0), H = k.size(1), dk = k.shape().back(), dv = v.shape().back();
   TARN_ASSERT(q.numel() == B * H * dk && k.numel() == B * H * dk && v.numel() == B * H * dv &&
                   beta.numel() == B * H && alpha.numel() == B * H,
               op, ": expected q, k (B, H, dk), v (B, H, dv), beta, alpha (B, H); got q ", q.shape().str(), " k ",
               k.shape().str(), " v ", v.shape().str(), " beta ", beta.shape().str());
-  TARN_ASSERT(state.defined() && state.shape() == Shape({B, H, dk, dv}), op, ": state must be (", B, ", ", H, ", ",
-              dk, ", ", dv, ")");
-  for (const Tensor* t : {static_cast<const Tensor*>(&state), &q, &k, &v, &beta, &alpha}) {
-    ops_internal::check_f32(op, *t);
-    TARN_ASSERT(t->device().is_cpu(), op, ": the gated delta rule has a CPU kernel only");
-  }
-  Tensor out = Tensor::empty(Shape{B, H, dv});
-  kc::delta_rule_step(B * H, dk, dv, state.f32(), q.f32(), k.f32(), v.f32(), beta.f32(), alpha.f32(), out.f32(), erase);
+  TARN_ASSERT(state.shape() == Shape({B, H, dk, dv}), op, ": state must be (", B, ", ", H, ", ", dk, ", ", dv,
+              "), got ", state.shape().str());
+  Tensor out = Tensor::empty(Shape{B, H, dv}, state.device());
+  kb.delta_rule_step(B * H, dk, dv, state.device_f32(), q.device_f32(), k.device_f32(), v.device_f32(),
+                     beta.device_f32(), alpha.device_f32(), out.device_f32(), erase);
   return out;
 }
 

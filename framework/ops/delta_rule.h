@@ -2,8 +2,7 @@
 // The gated delta rule with autograd (kernels/delta_rule.h has the recurrence and its memory):
 // the causal scan with a readout at every token (decoder self-attention, and each direction of
 // the encoder's bidirectional layer) and the scan that only writes a state (the cross-attention
-// writer, read by every target position). The CPU kernel runs forward and backward; on other
-// devices these throw (the recipe refuses kind delta there first).
+// writer, read by every target position), on the CPU and CUDA (kernels/cuda_delta_rule.h).
 //
 // Shapes: q, k (B, H, N, dk), unit rows; v (B, H, N, dv); beta, alpha (B, H, N).
 #include <cstdint>

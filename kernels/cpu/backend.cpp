@@ -7,9 +7,11 @@
 #include <limits>
 
 #include "kernels/cast.h"
+#include "kernels/causal_conv.h"
 #include "kernels/check.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda_runtime.h"
+#include "kernels/delta_rule.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"

@@ -47,8 +47,15 @@ void expect_model_matches_on_cuda(const testing::AttentionSetup& setup) {
   // Each result's relative bound from the roundings on its path (tests/cuda_model/emulated_cuda.h):
   // the loss's forward path (7 source, 5 target positions, 10 labels), twice that for a
   // gradient (the backward retraces it), and the decoding steps' forward path.
+  // Delta and gated attentions add their recurrences' roundings (4 taps of convolution).
+  const int64_t head = cfg.d_model / cfg.encoder_attention_heads;
+  auto recurrence = [&](const AttentionConfig& a, int64_t n) {
+    return a.is_gated_recurrence() ? testing::delta_attention_path(head, n, a.conv_size) : 0;
+  };
   const int64_t path = testing::bart_forward_path(cfg.d_model, cfg.encoder_attention_heads, cfg.encoder_ffn_dim,
-                                                  cfg.encoder_layers, cfg.decoder_layers, cfg.vocab_size, 7, 5, 10);
+                                                  cfg.encoder_layers, cfg.decoder_layers, cfg.vocab_size, 7, 5, 10) +
+                       cfg.encoder_layers * recurrence(setup.encoder_self, 7) +
+                       cfg.decoder_layers * (recurrence(setup.decoder_self, 5) + recurrence(setup.cross, 7));
   const int64_t gemms = testing::bart_gemms_on_path(cfg.encoder_layers, cfg.decoder_layers);
   const double forward_tol = testing::bart_tolerance(path, gemms);
   const double gradient_tol = testing::bart_tolerance(2 * path, 2 * gemms);
@@ -88,9 +95,7 @@ void expect_model_matches_on_cuda(const testing::AttentionSetup& setup) {
 }
 
 TEST(BartOnCuda, LossGradientsAndDecodingMatchTheCpuForEveryAttention) {
-  // Delta attention has no CUDA kernel yet (a recipe asking for it on CUDA is refused).
-  for (const testing::AttentionSetup& s : testing::all_attention_setups())
-    if (!s.encoder_self.is_gated_recurrence() && !s.decoder_self.is_gated_recurrence() && !s.cross.is_gated_recurrence()) expect_model_matches_on_cuda(s);
+  for (const testing::AttentionSetup& s : testing::all_attention_setups()) expect_model_matches_on_cuda(s);
 }
 
 TEST(BartOnCuda, ModuleToKeepsTiedWeightsTied) {

@@ -65,6 +65,15 @@ inline int64_t bart_forward_path(int64_t d, int64_t heads, int64_t ffn, int64_t 
   return 2 * (2 * d) + encoder_layers * encoder + decoder_layers * decoder + d + vocab + tokens;
 }
 
+// The roundings a delta or gated attention adds to a result's path (kernels/delta_rule.h,
+// layers/delta_rule_block.h), head dimension `head`, n tokens, `taps` of convolution: the state
+// after n writes went through n updates of head + 4 roundings each (u = S^T k, w, the update),
+// the readout head more; the convolution taps, q and k's unit rows head + 3, beta and alpha's
+// gates about 10, the output's RMS norm head + 4 and its gate 5.
+inline int64_t delta_attention_path(int64_t head, int64_t n, int64_t taps) {
+  return n * (head + 4) + head + taps + (head + 3) + 10 + (head + 4) + 5;
+}
+
 // The GEMMs on that path (each adds 2 * 2^-11 of its terms where device_gemms_in_tf32()):
 // 2 projections and 2 FFN layers per encoder layer, 4 and 2 per decoder layer, the logits.
 inline int64_t bart_gemms_on_path(int64_t encoder_layers, int64_t decoder_layers) {

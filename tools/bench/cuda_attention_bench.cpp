@@ -1,6 +1,7 @@
 // The GPU attention benchmark (issue 7): linear attention (causal and bidirectional, f32 and
-// bf16, elu1 feature map fused) against the FlashAttention-style softmax baseline (f32, and bf16
-// on tensor cores), forward and forward + backward, on the roofline of the device it runs on.
+// bf16, elu1 feature map fused) and the causal gated delta rule (f32, issue 29) against the
+// FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and forward +
+// backward, on the roofline of the device it runs on.
 // `cuda_attention_bench --help` gives the flags and the definition of every figure (kDescription).
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/delta_rule.h"
+#include "kernels/cuda_delta_rule.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/cuda_softmax_attention.h"
@@ -65,11 +68,12 @@ enum class Algo {
   softmax_causal,
   softmax_bidir,
   softmax_causal_bf16,
-  softmax_bidir_bf16
+  softmax_bidir_bf16,
+  delta_causal_f32
 };
 constexpr Algo kAllAlgos[] = {Algo::linear_causal_f32,   Algo::linear_bidir_f32, Algo::linear_causal_bf16,
                               Algo::linear_bidir_bf16,   Algo::softmax_causal,   Algo::softmax_bidir,
-                              Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16};
+                              Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16, Algo::delta_causal_f32};
 
 const char* algo_name(Algo a) {
   switch (a) {
@@ -81,6 +85,7 @@ const char* algo_name(Algo a) {
     case Algo::softmax_bidir: return "softmax_bidir_f32";
     case Algo::softmax_causal_bf16: return "softmax_causal_bf16";
     case Algo::softmax_bidir_bf16: return "softmax_bidir_bf16";
+    case Algo::delta_causal_f32: return "delta_causal_f32";
   }
   return "?";
 }
@@ -92,9 +97,10 @@ bool is_softmax(Algo a) {
   return a == Algo::softmax_causal || a == Algo::softmax_bidir || a == Algo::softmax_causal_bf16 ||
          a == Algo::softmax_bidir_bf16;
 }
+bool is_delta(Algo a) { return a == Algo::delta_causal_f32; }
 bool is_causal(Algo a) {
   return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::softmax_causal ||
-         a == Algo::softmax_causal_bf16;
+         a == Algo::softmax_causal_bf16 || is_delta(a);
 }
 bool available(Algo a) {
 #if defined(TARN_BENCH_BF16)
@@ -190,6 +196,19 @@ std::vector<T> converted(const std::vector<float>& f) {
   return t;
 }
 
+// The pattern's rows of width d scaled to unit length (the pattern's size is a multiple of d).
+std::vector<float> unit_rows(std::vector<float> x, int64_t d) {
+  for (size_t r = 0; r + d <= x.size(); r += d) {
+    double norm = 0;
+    for (int64_t i = 0; i < d; ++i) norm += double(x[r + i]) * x[r + i];
+    for (int64_t i = 0; i < d; ++i) x[r + i] = static_cast<float>(x[r + i] / std::sqrt(norm));
+  }
+  return x;
+}
+// The delta rule's beta in (0.1, 0.9) and alpha in (0.9, 1), a pattern of 4096 values.
+std::vector<float> delta_beta() { return random_floats(4096, 0.1f, 0.9f, 15); }
+std::vector<float> delta_alpha() { return random_floats(4096, 0.9f, 1.0f, 16); }
+
 struct Shape {
   int64_t bh, n, d, e;
 };
@@ -211,6 +230,10 @@ struct Run : RunBase {
   Shape s;
   Buffer<T> q, k, v, out, dout, dq, dk, dv;
   Buffer<float> aux, ws;
+  // The delta rule's gates, its d_alpha (aux holds d_beta) and its checkpoints; empty otherwise.
+  Buffer<float> beta, alpha, d_alpha, checkpoints;
+  cpu::DeltaRuleDims ddims;
+  cpu::DeltaRuleConfig dcfg;
   cpu::LinearAttentionDims ldims;
   cpu::LinearAttentionConfig lcfg;
   cpu::SoftmaxAttentionDims sdims;
@@ -220,19 +243,36 @@ struct Run : RunBase {
       : algo(a), gpu(on_gpu), s(sh), q(on_gpu, sh.bh * sh.n * sh.d), k(on_gpu, sh.bh * sh.n * sh.d),
         v(on_gpu, sh.bh * sh.n * sh.e), out(on_gpu, sh.bh * sh.n * sh.e), dout(on_gpu, sh.bh * sh.n * sh.e),
         dq(on_gpu, sh.bh * sh.n * sh.d), dk(on_gpu, sh.bh * sh.n * sh.d), dv(on_gpu, sh.bh * sh.n * sh.e),
-        aux(on_gpu, sh.bh * sh.n), ws(on_gpu, workspace_floats(a, on_gpu, sh)) {
+        aux(on_gpu, sh.bh * sh.n), ws(on_gpu, workspace_floats(a, on_gpu, sh)),
+        beta(on_gpu, is_delta(a) ? sh.bh * sh.n : 0), alpha(on_gpu, is_delta(a) ? sh.bh * sh.n : 0),
+        d_alpha(on_gpu, is_delta(a) ? sh.bh * sh.n : 0),
+        checkpoints(on_gpu, is_delta(a) ? delta_checkpoint_floats(sh) : 0) {
+    ddims = {sh.bh, sh.n, sh.d, sh.e};
     ldims = {1, sh.bh, sh.n, sh.n, sh.d, sh.e};
     lcfg.causal = is_causal(a);
     lcfg.feature_map = cpu::FeatureMap::elu1;
     sdims = {1, sh.bh, sh.n, sh.n, sh.d, sh.e};
     scfg.causal = is_causal(a);
-    q.fill(converted<T>(data[0]));
-    k.fill(converted<T>(data[1]));
+    // The delta rule takes unit-length q and k rows (its layer normalises them) and gates.
+    q.fill(converted<T>(is_delta(a) ? unit_rows(data[0], sh.d) : data[0]));
+    k.fill(converted<T>(is_delta(a) ? unit_rows(data[1], sh.d) : data[1]));
+    if (is_delta(a)) {
+      beta.fill(delta_beta());
+      alpha.fill(delta_alpha());
+    }
     v.fill(converted<T>(data[2]));
     dout.fill(converted<T>(data[3]));
   }
 
+  static size_t delta_checkpoint_floats(const Shape& sh) {
+    const cpu::DeltaRuleDims dd{sh.bh, sh.n, sh.d, sh.e};
+    return static_cast<size_t>(sh.bh * cpu::delta_rule_checkpoints(dd, cpu::DeltaRuleConfig{}) * sh.d * sh.e);
+  }
+
   static size_t workspace_floats(Algo a, bool on_gpu, const Shape& sh) {
+    if (is_delta(a))
+      return TARN_BENCH_ON(on_gpu, delta_rule_backward_workspace_floats, cpu::DeltaRuleDims{sh.bh, sh.n, sh.d, sh.e},
+                           cpu::DeltaRuleConfig{});
     const cpu::LinearAttentionDims ld{1, sh.bh, sh.n, sh.n, sh.d, sh.e};
     cpu::LinearAttentionConfig lc;
     lc.causal = is_causal(a);
@@ -266,7 +306,10 @@ struct Run : RunBase {
 
 template <>
 void Run<float>::forward() {
-  if (is_softmax(algo))
+  if (is_delta(algo))
+    TARN_BENCH_ON(gpu, delta_rule_forward, ddims, dcfg, q.get(), k.get(), v.get(), beta.get(), alpha.get(), out.get(),
+                  nullptr, checkpoints.get());
+  else if (is_softmax(algo))
     TARN_BENCH_ON(gpu, softmax_attention_forward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
                   ws.get(), ws.size());
   else
@@ -276,7 +319,11 @@ void Run<float>::forward() {
 
 template <>
 void Run<float>::backward() {
-  if (is_softmax(algo))
+  if (is_delta(algo))
+    TARN_BENCH_ON(gpu, delta_rule_backward, ddims, dcfg, q.get(), k.get(), v.get(), beta.get(), alpha.get(),
+                  checkpoints.get(), dout.get(), nullptr, dq.get(), dk.get(), dv.get(), aux.get(), d_alpha.get(),
+                  ws.get(), ws.size());
+  else if (is_softmax(algo))
     TARN_BENCH_ON(gpu, softmax_attention_backward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
                   dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), ws.size());
   else
@@ -358,7 +405,24 @@ bool check(Algo a, bool gpu) {
   const auto q = seen(data[0], s.bh * s.n * s.d), k = seen(data[1], s.bh * s.n * s.d);
   const auto v = seen(data[2], s.bh * s.n * s.e), dout = seen(data[3], s.bh * s.n * s.e);
   std::vector<float> out(s.bh * s.n * s.e), aux(s.bh * s.n), dq(q.size()), dk(k.size()), dv(v.size());
-  if (is_softmax(a)) {
+  if (is_delta(a)) {  // aux is d_beta
+    const cpu::DeltaRuleDims dims{s.bh, s.n, s.d, s.e};
+    const cpu::DeltaRuleConfig cfg;
+    const auto qd = unit_rows(q, s.d), kd = unit_rows(k, s.d);
+    auto repeat = [](const std::vector<float>& p, size_t n) {
+      std::vector<float> r(n);
+      for (size_t i = 0; i < n; ++i) r[i] = p[i % p.size()];
+      return r;
+    };
+    const auto beta = repeat(delta_beta(), s.bh * s.n), alpha = repeat(delta_alpha(), s.bh * s.n);
+    std::vector<float> chk(s.bh * cpu::delta_rule_checkpoints(dims, cfg) * s.d * s.e), d_alpha(s.bh * s.n);
+    std::vector<float> ws(cpu::delta_rule_backward_workspace_floats(dims, cfg));
+    cpu::delta_rule_forward(dims, cfg, qd.data(), kd.data(), v.data(), beta.data(), alpha.data(), out.data(), nullptr,
+                            chk.data());
+    cpu::delta_rule_backward(dims, cfg, qd.data(), kd.data(), v.data(), beta.data(), alpha.data(), chk.data(),
+                             dout.data(), nullptr, dq.data(), dk.data(), dv.data(), aux.data(), d_alpha.data(),
+                             ws.data(), ws.size());
+  } else if (is_softmax(a)) {
     const cpu::SoftmaxAttentionDims dims{1, s.bh, s.n, s.n, s.d, s.e};
     cpu::SoftmaxAttentionConfig cfg;
     cfg.causal = is_causal(a);
@@ -382,7 +446,7 @@ bool check(Algo a, bool gpu) {
   }
   // The GPU's backward starts from its own out (and lse / den): the check covers the pair.
   const std::vector<float>* want[] = {&out, &aux, &dq, &dk, &dv};
-  const char* names[] = {"out", is_softmax(a) ? "lse" : "den", "dq", "dk", "dv"};
+  const char* names[] = {"out", is_delta(a) ? "d_beta" : is_softmax(a) ? "lse" : "den", "dq", "dk", "dv"};
   const double tol = is_bf16(a) ? 3e-2 : 1e-4;
   bool ok = true;
   std::ostringstream detail;
@@ -399,8 +463,11 @@ bool check(Algo a, bool gpu) {
 }
 
 constexpr const char* kDescription = R"(Linear attention (causal and bidirectional, f32 and bf16, elu1 feature map fused)
-against the FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and
+and the causal gated delta rule (f32) against the FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and
 forward + backward, on the roofline of the device it runs on (issue 7).
+
+The delta rule's inputs are unit q, k rows, beta in (0.1, 0.9) and alpha in (0.9, 1); its
+check compares d_beta where the others compare lse or den.
 
 First every kernel is checked against the CPU kernel on one small shape (max |got - want| /
 max |want| of every output and gradient): on the GPU when there is one, else on the CUDA
@@ -416,9 +483,14 @@ algorithm is timed for N = 1K..64K (as far as memory allows), B*H = 4 and 128, d
                       C = 64 rows per chunk, as tools/bench/attention_bench.cpp (per chunk of r
                       rows: forward 4 r d (e+1) + 2 r(r+1)/2 (d + e + 1), backward 10 r d (e+1)
                       + 6 r(r+1)/2 (d + e + 1); bidirectional 2 (Nq + Nk) d (e+1) forward).
+                      Delta rule: the token-by-token recurrence the kernels run (the chunked
+                      WY form is not written), per token 6 d e forward (S^T k, the rank-1
+                      write, the readout) and 21 d e backward (the chunk's states recomputed,
+                      dq, dS, dw, dk, d_alpha and dS's update).
   gbps                compulsory bytes / time: the tensors the API reads and writes, once each
                       (forward q, k, v -> out, lse or den; backward q, k, v, out, lse or den,
-                      dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32).
+                      dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32); the
+                      delta rule's gates and checkpoints are left out.
   of_roofline         max(bytes / HBM bandwidth, FLOP / peak) / time: 1 is the roofline. Peaks
                       from the device (tools/bench/common/gpu_peaks.h): f32 FMA, bf16 dense
                       tensor cores, HBM. of_h100 uses the issue's H100 figures instead: 3.35 TB/s,
@@ -457,6 +529,8 @@ void add_flags(CLI::App& app, Options& o) {
 
 // FLOP and compulsory bytes of one pass (see the header comment).
 double flops_of(Algo a, const Shape& s, bool backward) {
+  if (is_delta(a))  // the token-by-token recurrence (see the description)
+    return (backward ? 21.0 : 6.0) * double(s.bh) * double(s.n) * double(s.d) * double(s.e);
   if (is_softmax(a)) {
     const double pairs = double(s.n) * double(s.n) * (is_causal(a) ? 0.5 : 1.0);
     const double fwd = 2.0 * pairs * double(s.d + s.e) * double(s.bh);
@@ -523,6 +597,8 @@ double time_ms(const std::function<void()>& fn, int repeats, void* flush, size_t
 double run_bytes(Algo a, const Shape& s) {
   const double t = is_bf16(a) ? 2.0 : 4.0;
   const double tensors = t * s.bh * s.n * (4.0 * s.d + 4.0 * s.e);  // q k dq dk, v out dout dv
+  if (is_delta(a))  // + gates, checkpoints every 32 tokens, the backward's 33 states a slice
+    return tensors + 4.0 * s.bh * (4.0 * s.n + (s.n / 32.0 + 1 + 33) * s.d * s.e);
   return tensors + 4.0 * s.bh * s.n * (s.e + 2.0);  // aux + workspace (at most (e+1) per row)
 }
 
