@@ -89,66 +89,72 @@ struct Case {
 
 class DeltaRule : public ::testing::TestWithParam<Case> {};
 
+// Each test runs a small odd shape (the generic loops) and one with dv = 64 (the kernel's
+// fixed-width passes, tarn's head size).
 TEST_P(DeltaRule, ForwardMatchesTheRecurrenceInDouble) {
   const Case c = GetParam();
-  const DeltaRuleDims dims{3, 11, 6, 5};
-  const Inputs in = random_inputs(dims, 1);
-  const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
-  std::vector<float> out(in.v.size()), state(static_cast<size_t>(dims.slices * dims.dk * dims.dv)),
-      checkpoints(static_cast<size_t>(dims.slices * delta_rule_checkpoints(dims, cfg) * dims.dk * dims.dv));
-  delta_rule_forward(dims, cfg, c.readout ? in.q.data() : nullptr, in.k.data(), in.v.data(), in.beta.data(),
-                     in.alpha.data(), c.readout ? out.data() : nullptr, state.data(), checkpoints.data());
-  const Reference ref =
-      reference(dims, c.reverse, c.erase, widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha));
-  EXPECT_LT(max_abs_diff(state, ref.state), 2e-6);
-  if (c.readout) {
-    EXPECT_LT(max_abs_diff(out, ref.out), 2e-6);
+  for (const DeltaRuleDims dims : {DeltaRuleDims{3, 11, 6, 5}, DeltaRuleDims{2, 33, 16, 64}}) {
+    SCOPED_TRACE(dims.dv);
+    const Inputs in = random_inputs(dims, 1);
+    const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
+    std::vector<float> out(in.v.size()), state(static_cast<size_t>(dims.slices * dims.dk * dims.dv)),
+        checkpoints(static_cast<size_t>(dims.slices * delta_rule_checkpoints(dims, cfg) * dims.dk * dims.dv));
+    delta_rule_forward(dims, cfg, c.readout ? in.q.data() : nullptr, in.k.data(), in.v.data(), in.beta.data(),
+                       in.alpha.data(), c.readout ? out.data() : nullptr, state.data(), checkpoints.data());
+    const Reference ref =
+        reference(dims, c.reverse, c.erase, widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha));
+    EXPECT_LT(max_abs_diff(state, ref.state), 2e-6);
+    if (c.readout) {
+      EXPECT_LT(max_abs_diff(out, ref.out), 2e-6);
+    }
   }
 }
 
 TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
   const Case c = GetParam();
-  const DeltaRuleDims dims{2, 7, 4, 3};
-  const Inputs in = random_inputs(dims, 2);
-  const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
-  std::mt19937 gen(3);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> g_out(in.v.size()), g_state(static_cast<size_t>(dims.slices * dims.dk * dims.dv));
-  for (double& x : g_out) x = u(gen);
-  for (double& x : g_state) x = u(gen);
-  // The loss L = <g_out, out> + <g_state, final state>.
-  std::vector<std::vector<double>> x = {widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha)};
-  auto loss = [&] {
-    const Reference r = reference(dims, c.reverse, c.erase, x[0], x[1], x[2], x[3], x[4]);
-    double l = 0;
-    if (c.readout)
-      for (size_t i = 0; i < r.out.size(); ++i) l += g_out[i] * r.out[i];
-    for (size_t i = 0; i < r.state.size(); ++i) l += g_state[i] * r.state[i];
-    return l;
-  };
+  for (const DeltaRuleDims dims : {DeltaRuleDims{2, 7, 4, 3}, DeltaRuleDims{1, 6, 8, 64}}) {
+    SCOPED_TRACE(dims.dv);
+    const Inputs in = random_inputs(dims, 2);
+    const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
+    std::mt19937 gen(3);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<double> g_out(in.v.size()), g_state(static_cast<size_t>(dims.slices * dims.dk * dims.dv));
+    for (double& x : g_out) x = u(gen);
+    for (double& x : g_state) x = u(gen);
+    // The loss L = <g_out, out> + <g_state, final state>.
+    std::vector<std::vector<double>> x = {widen(in.q), widen(in.k), widen(in.v), widen(in.beta), widen(in.alpha)};
+    auto loss = [&] {
+      const Reference r = reference(dims, c.reverse, c.erase, x[0], x[1], x[2], x[3], x[4]);
+      double l = 0;
+      if (c.readout)
+        for (size_t i = 0; i < r.out.size(); ++i) l += g_out[i] * r.out[i];
+      for (size_t i = 0; i < r.state.size(); ++i) l += g_state[i] * r.state[i];
+      return l;
+    };
 
-  std::vector<float> checkpoints(static_cast<size_t>(dims.slices * delta_rule_checkpoints(dims, cfg) * dims.dk * dims.dv));
-  delta_rule_forward(dims, cfg, nullptr, in.k.data(), in.v.data(), in.beta.data(), in.alpha.data(), nullptr,
-                     nullptr, checkpoints.data());
-  const std::vector<float> d_out(g_out.begin(), g_out.end()), d_state(g_state.begin(), g_state.end());
-  std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size()), dbeta(in.beta.size()),
-      dalpha(in.alpha.size()), ws(delta_rule_backward_workspace_floats(dims, cfg));
-  delta_rule_backward(dims, cfg, c.readout ? in.q.data() : nullptr, in.k.data(), in.v.data(), in.beta.data(),
-                      in.alpha.data(), checkpoints.data(), c.readout ? d_out.data() : nullptr, d_state.data(),
-                      c.readout ? dq.data() : nullptr, dk.data(), dv.data(), dbeta.data(), dalpha.data(), ws.data(),
-                      ws.size());
-  const std::vector<std::vector<float>*> got = {&dq, &dk, &dv, &dbeta, &dalpha};
-  const char* names[] = {"dq", "dk", "dv", "dbeta", "dalpha"};
-  for (size_t which = c.readout ? 0 : 1; which < x.size(); ++which) {
-    for (size_t i = 0; i < x[which].size(); ++i) {
-      const double h = 1e-6, keep = x[which][i];
-      x[which][i] = keep + h;
-      const double up = loss();
-      x[which][i] = keep - h;
-      const double down = loss();
-      x[which][i] = keep;
-      const double want = (up - down) / (2 * h);
-      EXPECT_NEAR((*got[which])[i], want, 2e-5 * (1 + std::fabs(want))) << names[which] << "[" << i << "]";
+    std::vector<float> checkpoints(static_cast<size_t>(dims.slices * delta_rule_checkpoints(dims, cfg) * dims.dk * dims.dv));
+    delta_rule_forward(dims, cfg, nullptr, in.k.data(), in.v.data(), in.beta.data(), in.alpha.data(), nullptr,
+                       nullptr, checkpoints.data());
+    const std::vector<float> d_out(g_out.begin(), g_out.end()), d_state(g_state.begin(), g_state.end());
+    std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size()), dbeta(in.beta.size()),
+        dalpha(in.alpha.size()), ws(delta_rule_backward_workspace_floats(dims, cfg));
+    delta_rule_backward(dims, cfg, c.readout ? in.q.data() : nullptr, in.k.data(), in.v.data(), in.beta.data(),
+                        in.alpha.data(), checkpoints.data(), c.readout ? d_out.data() : nullptr, d_state.data(),
+                        c.readout ? dq.data() : nullptr, dk.data(), dv.data(), dbeta.data(), dalpha.data(), ws.data(),
+                        ws.size());
+    const std::vector<std::vector<float>*> got = {&dq, &dk, &dv, &dbeta, &dalpha};
+    const char* names[] = {"dq", "dk", "dv", "dbeta", "dalpha"};
+    for (size_t which = c.readout ? 0 : 1; which < x.size(); ++which) {
+      for (size_t i = 0; i < x[which].size(); ++i) {
+        const double h = 1e-6, keep = x[which][i];
+        x[which][i] = keep + h;
+        const double up = loss();
+        x[which][i] = keep - h;
+        const double down = loss();
+        x[which][i] = keep;
+        const double want = (up - down) / (2 * h);
+        EXPECT_NEAR((*got[which])[i], want, 2e-5 * (1 + std::fabs(want))) << names[which] << "[" << i << "]";
+      }
     }
   }
 }
@@ -164,27 +170,29 @@ INSTANTIATE_TEST_SUITE_P(ReadoutDirectionAndChunk, DeltaRule,
                          });
 
 TEST(DeltaRuleStep, EqualsTheScansRowForEachToken) {
-  const DeltaRuleDims dims{2, 9, 8, 8};
-  const Inputs in = random_inputs(dims, 4);
-  std::vector<float> out(in.v.size());
-  delta_rule_forward(dims, {}, in.q.data(), in.k.data(), in.v.data(), in.beta.data(), in.alpha.data(), out.data(),
-                     nullptr, nullptr);
-  std::vector<float> state(static_cast<size_t>(dims.slices * dims.dk * dims.dv), 0.0f);
-  for (int64_t t = 0; t < dims.n; ++t) {
-    std::vector<float> q, k, v, beta, alpha, step_out(static_cast<size_t>(dims.slices * dims.dv));
-    for (int64_t b = 0; b < dims.slices; ++b) {
-      const int64_t row = b * dims.n + t;
-      q.insert(q.end(), in.q.begin() + row * dims.dk, in.q.begin() + (row + 1) * dims.dk);
-      k.insert(k.end(), in.k.begin() + row * dims.dk, in.k.begin() + (row + 1) * dims.dk);
-      v.insert(v.end(), in.v.begin() + row * dims.dv, in.v.begin() + (row + 1) * dims.dv);
-      beta.push_back(in.beta[row]);
-      alpha.push_back(in.alpha[row]);
+  for (const DeltaRuleDims dims : {DeltaRuleDims{2, 9, 8, 8}, DeltaRuleDims{2, 9, 16, 64}}) {
+    SCOPED_TRACE(dims.dv);
+    const Inputs in = random_inputs(dims, 4);
+    std::vector<float> out(in.v.size());
+    delta_rule_forward(dims, {}, in.q.data(), in.k.data(), in.v.data(), in.beta.data(), in.alpha.data(), out.data(),
+                       nullptr, nullptr);
+    std::vector<float> state(static_cast<size_t>(dims.slices * dims.dk * dims.dv), 0.0f);
+    for (int64_t t = 0; t < dims.n; ++t) {
+      std::vector<float> q, k, v, beta, alpha, step_out(static_cast<size_t>(dims.slices * dims.dv));
+      for (int64_t b = 0; b < dims.slices; ++b) {
+        const int64_t row = b * dims.n + t;
+        q.insert(q.end(), in.q.begin() + row * dims.dk, in.q.begin() + (row + 1) * dims.dk);
+        k.insert(k.end(), in.k.begin() + row * dims.dk, in.k.begin() + (row + 1) * dims.dk);
+        v.insert(v.end(), in.v.begin() + row * dims.dv, in.v.begin() + (row + 1) * dims.dv);
+        beta.push_back(in.beta[row]);
+        alpha.push_back(in.alpha[row]);
+      }
+      delta_rule_step(dims.slices, dims.dk, dims.dv, state.data(), q.data(), k.data(), v.data(), beta.data(),
+                      alpha.data(), step_out.data());
+      for (int64_t b = 0; b < dims.slices; ++b)
+        for (int64_t j = 0; j < dims.dv; ++j)
+          EXPECT_EQ(step_out[b * dims.dv + j], out[(b * dims.n + t) * dims.dv + j]) << "token " << t;
     }
-    delta_rule_step(dims.slices, dims.dk, dims.dv, state.data(), q.data(), k.data(), v.data(), beta.data(),
-                    alpha.data(), step_out.data());
-    for (int64_t b = 0; b < dims.slices; ++b)
-      for (int64_t j = 0; j < dims.dv; ++j)
-        EXPECT_EQ(step_out[b * dims.dv + j], out[(b * dims.n + t) * dims.dv + j]) << "token " << t;
   }
 }
 

@@ -78,12 +78,14 @@ std::vector<Bounded> Exactly(const Rounding& r, const std::vector<float>& x, siz
 
 // The recurrence of kernels/delta_rule.h for one side's rounding: outputs, final states,
 // checkpoints and (given d_out or d_final_state) every gradient, as exact values with bounds.
+// The sides differ in one formula: the device sums dq_t = S_t dout_t, the CPU (cpu_dq) its
+// equal alpha_t (S_{t-1} dout_t) + k_t (w_t . dout_t).
 struct Reference {
   std::vector<Bounded> out, final_state, checkpoints, dq, dk, dv, d_beta, d_alpha;
 };
 
 Reference Recurrence(const Rounding& r, const Case& c, const Inputs& in, const std::vector<float>& d_out,
-                     const std::vector<float>& d_final) {
+                     const std::vector<float>& d_final, bool cpu_dq) {
   const int64_t n = c.n, dk = c.dk, dv = c.dv, state = dk * dv;
   const int64_t per_slice = (n + c.chunk - 1) / c.chunk;
   Reference ref;
@@ -134,16 +136,25 @@ Reference Recurrence(const Rounding& r, const Case& c, const Inputs& in, const s
       const std::vector<Bounded>& prev = states[t];
       const std::vector<Bounded>& cur = states[t + 1];
       const Bounded bt = Exact(r, in.beta[row]), at = Exact(r, in.alpha[row]);
+      std::vector<Bounded> w(dv), du(dv), beta_terms, alpha_terms;
       if (c.readout) {
+        std::vector<Bounded> wd_terms;  // w . dout (the CPU's dq), w as computed below
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> u_terms;
+          for (int64_t i = 0; i < dk; ++i) u_terms.push_back(prev[i * dv + j] * Exact(r, in.k[row * dk + i]));
+          const Bounded u = c.erase ? Sum(u_terms) : Exact(r, 0);
+          wd_terms.push_back(bt * (Exact(r, in.v[row * dv + j]) - at * u) * Exact(r, d_out[row * dv + j]));
+        }
+        const Bounded wd = Sum(wd_terms);
         for (int64_t i = 0; i < dk; ++i) {
           std::vector<Bounded> terms;
-          for (int64_t j = 0; j < dv; ++j) terms.push_back(cur[i * dv + j] * Exact(r, d_out[row * dv + j]));
-          ref.dq[row * dk + i] = Sum(terms);
+          for (int64_t j = 0; j < dv; ++j)
+            terms.push_back((cpu_dq ? prev : cur)[i * dv + j] * Exact(r, d_out[row * dv + j]));
+          ref.dq[row * dk + i] = cpu_dq ? at * Sum(terms) + Exact(r, in.k[row * dk + i]) * wd : Sum(terms);
           for (int64_t j = 0; j < dv; ++j)
             ds[i * dv + j] = ds[i * dv + j] + Exact(r, in.q[row * dk + i]) * Exact(r, d_out[row * dv + j]);
         }
       }
-      std::vector<Bounded> w(dv), du(dv), beta_terms, alpha_terms;
       for (int64_t j = 0; j < dv; ++j) {
         std::vector<Bounded> u_terms, dw_terms;
         for (int64_t i = 0; i < dk; ++i) {
@@ -204,8 +215,8 @@ class DeltaRuleConformance : public Conformance {
     TARN_ON(target(), delta_rule_forward, dims, cfg, c.readout ? q.get() : nullptr, k.get(), v.get(), beta.get(),
             alpha.get(), c.readout ? g_out.get() : nullptr, g_final.get(), g_check.get());
 
-    const Reference on_device = Recurrence(kCudaF32, c, in, d_out, d_final);
-    const Reference on_cpu = Recurrence(kCpuF32, c, in, d_out, d_final);
+    const Reference on_device = Recurrence(kCudaF32, c, in, d_out, d_final, false);
+    const Reference on_cpu = Recurrence(kCpuF32, c, in, d_out, d_final, true);
     if (c.readout) {
       EXPECT_TRUE(WithinBound(g_out.host(), out, Bound(on_device.out, on_cpu.out))) << what << ": out";
     }
@@ -274,8 +285,8 @@ TEST_P(DeltaRuleConformance, DecodingStepsEqualTheScan) {
     ce.erase = erase;
     const std::string what = Describe(ce);
     const Inputs in = MakeInputs(ce, 5);
-    const Reference on_device = Recurrence(kCudaF32, ce, in, {}, {});
-    const Reference on_cpu = Recurrence(kCpuF32, ce, in, {}, {});
+    const Reference on_device = Recurrence(kCudaF32, ce, in, {}, {}, false);
+    const Reference on_cpu = Recurrence(kCpuF32, ce, in, {}, {}, true);
     std::vector<float> want(static_cast<size_t>(c.slices * c.n * c.dv));
     std::vector<float> cpu_state(static_cast<size_t>(c.slices * c.dk * c.dv), 0.0f);
     DeviceArray<float> state = dev(cpu_state);

@@ -14,6 +14,7 @@
 #include "framework/init.h"
 #include "framework/log/log.h"
 #include "framework/ops/attention.h"
+#include "framework/ops/delta_rule.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
 #include "framework/rng.h"
@@ -36,11 +37,14 @@ gradients included) of one attention op, for B x H heads of dimension D:
   linear           bidirectional linear attention, per feature map
   linear_causal    the causal chunked scan, per feature map
   linear_cross     queries attending a source of N keys through a padding mask, per map
+  delta_causal     the gated delta rule's causal scan (kind delta: unit q and k rows, beta
+                   0.5, alpha 0.99; checkpoints every 32 tokens); feature_map "-"
+  gated_causal     the same scan without the erase (kind gated)
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
-const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense",
-                                         "linear",       "linear_causal",  "linear_cross"};
+const std::vector<std::string> kAlgos = {"softmax",       "softmax_causal", "softmax_dense", "linear",
+                                         "linear_causal", "linear_cross",   "delta_causal",  "gated_causal"};
 
 struct Shape4 {
   int64_t batch, heads, n, dim;
@@ -48,6 +52,9 @@ struct Shape4 {
 };
 
 bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0; }
+bool is_recurrent(const std::string& algo) { return algo == "delta_causal" || algo == "gated_causal"; }
+// Algorithms that take no feature map ("-" in the CSV).
+bool takes_no_map(const std::string& algo) { return is_softmax(algo) || is_recurrent(algo); }
 
 // Bytes one configuration holds at its peak: q, k, v, out, dout and three gradients, twice
 // over for favor's features and their gradients, plus the score, probability and gradient
@@ -55,14 +62,26 @@ bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0;
 double bytes_needed(const std::string& algo, const std::string& map, const Shape4& s) {
   double values = 8 * s.values();
   if (map == "favor") values += 4 * s.values();
+  if (is_recurrent(algo))  // checkpoints every 32 tokens, the backward's 34 states a thread
+    values += static_cast<double>(s.batch * s.heads) * (s.n / 32.0 + 1 + 34 * kernels::num_threads()) * s.dim * s.dim;
   if (algo == "softmax_dense") values += 3 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * s.n;
   return 4 * values * 1.25;
 }
 
-Tensor random_input(const Shape& shape, Device device, uint64_t seed, bool grad) {
+// N(0, 1) values, or with `unit_rows` each last-axis row scaled to length 1.
+Tensor random_input(const Shape& shape, Device device, uint64_t seed, bool grad, bool unit_rows = false) {
   Tensor t = Tensor::empty(shape);
   Philox rng(seed);
   init::normal_(t, 0.0f, 1.0f, rng);
+  if (unit_rows) {
+    const int64_t d = shape.back();
+    float* p = t.f32();
+    for (int64_t r = 0; r < t.numel() / d; ++r) {
+      double norm = 0;
+      for (int64_t i = 0; i < d; ++i) norm += double(p[r * d + i]) * p[r * d + i];
+      for (int64_t i = 0; i < d; ++i) p[r * d + i] = static_cast<float>(p[r * d + i] / std::sqrt(norm));
+    }
+  }
   t = t.to(device);
   if (grad) t.set_requires_grad(true);
   return t;
@@ -107,7 +126,7 @@ class AttentionBench {
   // One row of the CSV for (algo, map, n): measured, or skipped with the reason.
   std::vector<std::string> run(const std::string& algo, const std::string& map, int64_t n) {
     const Shape4 s{batch_, heads_, n, dim_};
-    const std::string map_field = is_softmax(algo) ? "-" : map;
+    const std::string map_field = takes_no_map(algo) ? "-" : map;
     std::vector<std::string> row = {device_.str(), algo, map_field, std::to_string(n), std::to_string(batch_),
                                     std::to_string(heads_), std::to_string(dim_)};
     const std::string why = refusal(algo, map, s);
@@ -144,6 +163,7 @@ class AttentionBench {
   }
 
   Tensor op(const std::string& algo, const std::string& map, const Tensor& q, const Tensor& k, const Tensor& v) const {
+    if (is_recurrent(algo)) return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo == "delta_causal"});
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
       o.causal = algo == "softmax_causal";
@@ -165,8 +185,14 @@ class AttentionBench {
 
   Measured measure(const std::string& algo, const std::string& map, const Shape4& s) {
     const Shape shape{s.batch, s.heads, s.n, s.dim};
-    Tensor q = random_input(shape, device_, 1, true), k = random_input(shape, device_, 2, true),
+    const bool unit = is_recurrent(algo);  // the scan takes unit rows (the layer normalises q and k)
+    Tensor q = random_input(shape, device_, 1, true, unit), k = random_input(shape, device_, 2, true, unit),
            v = random_input(shape, device_, 3, true);
+    if (is_recurrent(algo)) {
+      beta_ = Tensor::full({s.batch, s.heads, s.n}, 0.5f, device_);
+      alpha_ = Tensor::full({s.batch, s.heads, s.n}, 0.99f, device_);
+      for (Tensor* t : {&beta_, &alpha_}) t->set_requires_grad(true);
+    }
     const Tensor dout = random_input(shape, device_, 4, false);
     Tensor out_of_last_run;
     auto forward = [&] {
@@ -176,7 +202,8 @@ class AttentionBench {
     auto forward_backward = [&] {
       out_of_last_run = op(algo, map, q, k, v);
       out_of_last_run.backward(dout);
-      for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+      for (Tensor* t : {&q, &k, &v, &beta_, &alpha_})
+        if (t->defined()) t->zero_grad();
     };
     // Device work is asynchronous: reading one value back waits for it.
     auto sync = [&] {
@@ -204,6 +231,7 @@ class AttentionBench {
   int reps_;
   double min_time_, max_seconds_, max_bytes_;
   Tensor projection_;
+  Tensor beta_, alpha_;  // the recurrent algos' gates (B, H, N), made with their inputs
   std::map<std::string, std::pair<int64_t, double>> last_;  // algo/map -> (N, fwd+bwd seconds)
 };
 
@@ -216,7 +244,7 @@ int run(AttentionFlags f) {
   BenchOutput out(f.common.out, "attention",
                   "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status");
   for (const std::string& algo : f.algos)
-    for (const std::string& map : is_softmax(algo) ? std::vector<std::string>{"-"} : f.maps)
+    for (const std::string& map : takes_no_map(algo) ? std::vector<std::string>{"-"} : f.maps)
       for (int64_t n : f.lengths) out.row(bench.run(algo, map, n));
   out.finish(f.common.command_line, device);
   return 0;
