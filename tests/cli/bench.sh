@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tarn bench attention | train | decode at tiny sizes (ctest: cli_bench): each writes its CSV with
-# the promised columns and a row per configuration, and its JSON of the machine; a size that
+# the promised columns and a row per configuration, its JSON of the machine and its PNGs (where
+# Debian's python3 has matplotlib, as tools/setup.sh installs it; else a warning); a size that
 # cannot fit is refused up front (a "skipped" row, or exit 2 for decode); bad flags exit 2.
 #   bench.sh <tarn> <recipe>
 tag=bench
@@ -13,15 +14,28 @@ header_is() {
 # rows <csv> <pattern>: how many data lines match the extended regex.
 rows() { tail -n +2 "$1" | grep -cE "$2"; }
 
-# attention: 2 lengths x (3 softmax + 3 linear algos x 2 maps) = 18 rows, every one measured.
+# pngs_drawn <dir> <name> <log>: the bench's PNGs are there, or (without matplotlib) its log says why not.
+pngs_drawn() {
+  if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    ls "$1/$2"_*.png >/dev/null 2>&1 || fail "$2: no PNG beside $2.csv: $(tail -n 3 "$3")"
+  else
+    grep -q "warning: no PNG" "$3" || fail "$2: no PNG and no warning saying why"
+  fi
+}
+
+# attention: 2 lengths x (3 softmax + 3 linear algos x 2 maps + delta and gated) = 22 rows, every
+# one measured.
 "$tarn" bench attention --n 32,64 --reps 1 --min-time 0 --out "$work/a" >"$work/a.log" 2>&1 ||
   fail "bench attention exited $?: $(tail -n 3 "$work/a.log")"
 header_is "$work/a/attention.csv" \
   "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status"
-[ "$(rows "$work/a/attention.csv" ',ok$')" = 18 ] || fail "attention.csv: expected 18 ok rows: $(cat "$work/a/attention.csv")"
+[ "$(rows "$work/a/attention.csv" ',ok$')" = 22 ] || fail "attention.csv: expected 22 ok rows: $(cat "$work/a/attention.csv")"
 [ "$(rows "$work/a/attention.csv" '^cpu,linear_causal,favor,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
   fail "attention.csv: no complete linear_causal favor row at N=64"
+[ "$(rows "$work/a/attention.csv" '^cpu,delta_causal,-,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
+  fail "attention.csv: no complete delta_causal row at N=64"
 grep -q '"sgemm_gflops"' "$work/a/attention.json" || fail "attention.json lacks sgemm_gflops"
+pngs_drawn "$work/a" attention "$work/a.log"
 
 # A dense softmax over 2^20 positions needs terabytes: refused, the row kept with its reason.
 "$tarn" bench attention --n 1048576 --algos softmax_dense --reps 1 --out "$work/big" >"$work/big.log" 2>&1 ||
@@ -39,6 +53,7 @@ header_is "$work/t/train.csv" \
 "$tarn" bench train "$recipe" --n 16 --attention linear --max-gib 0.001 --out "$work/t2" >"$work/t2.log" 2>&1 ||
   fail "bench train --max-gib exited $?"
 grep -q '^linear,f32,16,.*"skipped: needs' "$work/t2/train.csv" || fail "train: --max-gib did not refuse: $(cat "$work/t2/train.csv")"
+pngs_drawn "$work/t" train "$work/t.log"
 
 # decode: 2 kinds x 4 points; the softmax cache grows with the position, linear state does not.
 "$tarn" bench decode "$recipe" --positions 40 --points 4 --out "$work/d" >"$work/d.log" 2>&1 ||
@@ -50,6 +65,7 @@ state() { awk -F, -v a="$1" -v p="$2" '$1 == a && $2 == p { print $4 }' "$work/d
 awk -v a="$(state softmax 10)" -v b="$(state softmax 40)" 'BEGIN { exit !(b > a) }' ||
   fail "decode: the softmax cache did not grow from position 10 to 40"
 [ "$(state linear 10)" = "$(state linear 40)" ] || fail "decode: the linear state changed size with the position"
+pngs_drawn "$work/d" decode "$work/d.log"
 
 # Refusals and bad flags: exit 2 and a message, before any work.
 expect "decoding needs" "$tarn" bench decode "$recipe" --positions 100000 --attention softmax --max-gib 0.001

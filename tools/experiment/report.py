@@ -5,6 +5,10 @@
 """Usage:
 
   report.py --in DIR --doc docs/experiment.md [--plots-dir DIR] [--plots-only]
+  report.py --in DIR --plots-only --only attention|train|decode [--plots-dir DIR]
+
+The second form draws one bench's PNGs (into DIR unless --plots-dir): what `tarn bench attention
+| train | decode --out DIR` runs after writing its CSV.
 
 Every input file is optional: a section whose data is missing says "not run". Every number in the
 markdown comes from the input files.
@@ -411,7 +415,11 @@ def attention_key(row):
 def attention_series(rows):
     """A colour per feature map (softmax: its own), a line style per algo, a marker per device."""
     devices = list(group(rows, lambda r: r["device"]))
-    maps = list(group(rows, lambda r: r["feature_map"]))
+
+    def colour_key(r):  # the feature map; without one (softmax, delta, gated), the algo's family
+        return r["feature_map"] if r["feature_map"] != "-" else r["algo"].split("_")[0]
+
+    maps = list(group(rows, colour_key))
     series = []
     for (device, algo, fmap), group_rows in group(rows, attention_key).items():
         style = ("--" if "causal" in algo else ":" if "cross" in algo
@@ -419,7 +427,8 @@ def attention_series(rows):
         label = algo if fmap == "-" else f"{algo} {fmap}"
         if len(devices) > 1:
             label = f"{device}: {label}"
-        series.append(Series(label, group_rows, COLORS[maps.index(fmap) % len(COLORS)], style,
+        series.append(Series(label, group_rows, COLORS[maps.index(colour_key(group_rows[0])) % len(COLORS)],
+                             style,
                              DEVICE_MARKERS[devices.index(device) % len(DEVICE_MARKERS)]))
     return series
 
@@ -922,14 +931,21 @@ def draw_long(runs, plots_dir):
 # The report
 # ---------------------------------------------------------------------------------------------
 
-def draw_all(in_dir, plots_dir):
-    """Every plot whose data exists; {section: [png file names]}."""
+BENCH_DRAWERS = (("attention", draw_attention), ("train", draw_train), ("decode", draw_decode))
+
+
+def draw_all(in_dir, plots_dir, only=None):
+    """Every plot whose data exists (only the bench `only`'s when given); {section: [png
+    file names]}."""
     os.makedirs(plots_dir, exist_ok=True)
     drawn = {}
-    for name, draw in (("attention", draw_attention), ("train", draw_train),
-                       ("decode", draw_decode)):
+    for name, draw in BENCH_DRAWERS:
+        if only is not None and name != only:
+            continue
         rows = read_csv(os.path.join(in_dir, f"{name}.csv"))
         drawn[name] = draw(rows, plots_dir) if rows else []
+    if only is not None:
+        return drawn
     for name, draw in (("quality", draw_quality), ("long", draw_long)):
         runs = read_runs(os.path.join(in_dir, name))
         drawn[name] = draw(runs, plots_dir) if runs else []
@@ -1007,19 +1023,34 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--in", dest="in_dir", required=True, help="experiment folder")
-    parser.add_argument("--doc", required=True, help="markdown report to write")
-    parser.add_argument("--plots-dir", help="PNG folder (default: <dir of --doc>/experiment)")
+    parser.add_argument("--doc", help="markdown report to write (required without --plots-only)")
+    parser.add_argument("--plots-dir", help="PNG folder (default: <dir of --doc>/experiment, or "
+                        "--in with --only)")
     parser.add_argument("--plots-only", action="store_true", help="draw the plots, no markdown")
+    parser.add_argument("--only", choices=[name for name, _ in BENCH_DRAWERS],
+                        help="draw this bench's plots only (implies --plots-only)")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.in_dir):
         parser.error(f"--in {args.in_dir}: not a folder")
-    doc_dir = os.path.dirname(os.path.abspath(args.doc))
-    plots_dir = args.plots_dir or os.path.join(doc_dir, "experiment")
-    os.makedirs(doc_dir, exist_ok=True)
-    drawn = draw_all(args.in_dir, plots_dir)
-    print(f"[report] {sum(map(len, drawn.values()))} plots in {plots_dir}")
+    if args.only:
+        args.plots_only = True
+        if not os.path.isfile(os.path.join(args.in_dir, f"{args.only}.csv")):
+            parser.error(f"--only {args.only}: no {args.only}.csv in {args.in_dir}")
+    if args.doc is None and not args.plots_only:
+        parser.error("--doc is required unless --plots-only or --only")
+    if args.plots_dir:
+        plots_dir = args.plots_dir
+    elif args.doc:
+        plots_dir = os.path.join(os.path.dirname(os.path.abspath(args.doc)), "experiment")
+    else:
+        plots_dir = args.in_dir
+    drawn = draw_all(args.in_dir, plots_dir, args.only)
+    pngs = [os.path.join(plots_dir, p) for names in drawn.values() for p in names]
+    print(f"[report] {len(pngs)} plots in {plots_dir}" + (": " + ", ".join(pngs) if args.only else ""))
     if args.plots_only:
         return 0
+    doc_dir = os.path.dirname(os.path.abspath(args.doc))
+    os.makedirs(doc_dir, exist_ok=True)
     plots_rel = os.path.relpath(os.path.abspath(plots_dir), doc_dir).replace(os.sep, "/")
     with open(args.doc, "w") as f:
         f.write(build_markdown(args.in_dir, drawn, plots_rel))

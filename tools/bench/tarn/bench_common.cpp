@@ -11,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "framework/io/json.h"
 #include "framework/log/log.h"
 #include "kernels/backend.h"
@@ -21,6 +24,38 @@
 #include "app/session.h"
 
 namespace tarn::app {
+namespace {
+
+// The bench's PNGs beside its CSV, drawn by tools/experiment/report.py --only NAME with Debian's
+// /usr/bin/python3 (where tools/setup.sh installs python3-matplotlib; another python3 on the PATH
+// need not have it), else the PATH's python3. Drawing is a convenience: a machine without them
+// keeps the CSV and JSON and gets a warning, and the bench still succeeds.
+void draw_plots(const std::string& dir, const std::string& name) {
+  const char* env = std::getenv("TARN_REPORT_SCRIPT");
+  const std::string script = env != nullptr && *env != '\0' ? env : TARN_SOURCE_DIR "/tools/experiment/report.py";
+  if (!std::filesystem::exists(script)) {
+    log::warn("bench", str_cat("no PNG: ", script, " not found (set TARN_REPORT_SCRIPT to tools/experiment/report.py)"));
+    return;
+  }
+  const char* python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  std::fflush(nullptr);  // the child must not write this process's buffered output again
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execlp(python, python, script.c_str(), "--in", dir.c_str(), "--only", name.c_str(), static_cast<char*>(nullptr));
+    _exit(127);  // no python3
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+    log::warn("bench", str_cat("no PNG: cannot start python3: ", std::strerror(errno)));
+    return;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    log::warn("bench", str_cat("no PNG: ", python, " ", short_path(script), " exited with ",
+                               WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                               " (127: no python3; otherwise see above; tools/setup.sh installs python3-matplotlib)"));
+}
+
+}  // namespace
 
 double load_average() {
   std::ifstream in("/proc/loadavg");
@@ -34,7 +69,9 @@ CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std:
   CLI::App* app = bench.add_subcommand(name, description);
   cli::add_real(*app, "--max-gib", common.max_gib, 0.001, 1e6, "memory " + budget_of + " may need, in GiB", "G")
       ->default_str("80% of this machine's memory, or of the GPU's free memory on cuda");
-  app->add_option("--out", common.out, "write DIR/" + name + ".csv and DIR/" + name + ".json")
+  app->add_option("--out", common.out,
+                  "write DIR/" + name + ".csv and DIR/" + name + ".json, and draw DIR/" + name +
+                      "_*.png (tools/experiment/report.py; needs python3-matplotlib)")
       ->type_name("DIR")
       ->default_str("the CSV on stdout");
   return app;
@@ -150,6 +187,7 @@ void BenchOutput::finish(const std::string& command_line, Device device) {
   out << meta.dump(2) << "\n";
   TARN_CHECK(static_cast<bool>(out), "--out: cannot write ", short_path(json_path));
   log::info("bench", "wrote ", csv_path_, " and ", json_path);
+  draw_plots(dir_, name_);
 }
 
 std::string cpu_model_name() {

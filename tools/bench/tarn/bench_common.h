@@ -62,7 +62,7 @@ class BenchOutput {
   // One CSV line (fields already formatted), flushed at once: a long sweep keeps what it measured.
   void row(const std::vector<std::string>& fields);
   // Writes the JSON beside the CSV (the command, device, CPU, threads, BLAS, sgemm GFLOP/s, date,
-  // load) and logs where both went.
+  // load), logs where both went and draws the bench's PNGs beside them (tools/experiment/report.py).
   void finish(const std::string& command_line, Device device);
 
  private:
