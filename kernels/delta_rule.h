@@ -16,8 +16,9 @@
 // state (dk, dv). With erase off the write is w_t = beta_t v_t (see DeltaRuleConfig). `reverse` scans from position n-1 down to 0 (the backward half of a
 // bidirectional layer); out stays in position order.
 //
-// Memory: the forward keeps the state at the start of every chunk of `chunk` tokens
-// (checkpoints, ceil(n / chunk) states a slice); the backward recomputes a chunk's states from
+// Memory: the forward keeps the state at the start of every chunk of `chunk` tokens but the first
+// (checkpoints, ceil(n / chunk) - 1 states a slice: the first chunk starts from zero, so a
+// sequence of at most `chunk` tokens keeps none); the backward recomputes a chunk's states from
 // its checkpoint, so activation memory is O(n dk dv / chunk + chunk dk dv), linear in n.
 // Parallel over slices (OpenMP); the workspace holds one share per thread.
 #include <cstddef>
@@ -42,7 +43,8 @@ struct DeltaRuleConfig {
   bool erase = true;
 };
 
-int64_t delta_rule_checkpoints(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg);  // a slice's
+// A slice's checkpoints: the states before tokens chunk, 2 chunk, ... (in scan order).
+int64_t delta_rule_checkpoints(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg);
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg);
 
 // q and out may both be null (no readout: the cross-attention writer); final_state (slices,

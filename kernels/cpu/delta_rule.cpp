@@ -225,7 +225,7 @@ int64_t backward_share(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
 }  // namespace
 
 int64_t delta_rule_checkpoints(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  return (dims.n + cfg.chunk - 1) / cfg.chunk;
+  return std::max<int64_t>(0, (dims.n + cfg.chunk - 1) / cfg.chunk - 1);
 }
 
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
@@ -248,8 +248,8 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
       float *u_cur = u.data(), *u_next = u.data() + dv;
       std::fill(u_cur, u_cur + dv, 0.0f);  // S_0^T k_0 with S_0 = 0
       for (int64_t t = 0; t < n; ++t) {
-        if (checkpoints != nullptr && t % cfg.chunk == 0)
-          std::memcpy(checkpoints + (b * per_slice_checkpoints + t / cfg.chunk) * state, s.data(),
+        if (checkpoints != nullptr && t > 0 && t % cfg.chunk == 0)
+          std::memcpy(checkpoints + (b * per_slice_checkpoints + t / cfg.chunk - 1) * state, s.data(),
                       sizeof(float) * static_cast<size_t>(state));
         const int64_t row = b * n + position(cfg, n, t);
         write_vector(v + row * dv, u_cur, beta[row], alpha[row], w.data(), dv, cfg.erase);
@@ -292,11 +292,14 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
         std::memcpy(ds, d_final_state + b * state, sizeof(float) * static_cast<size_t>(state));
       else
         std::fill(ds, ds + state, 0.0f);
-      for (int64_t c = per_slice_checkpoints - 1; c >= 0; --c) {
+      for (int64_t c = (n + chunk - 1) / chunk - 1; c >= 0; --c) {
         const int64_t t0 = c * chunk, t1 = std::min(n, t0 + chunk);
         // Recompute the chunk's states (states[s] is S before token t0 + s) and their S^T k.
-        std::memcpy(states, checkpoints + (b * per_slice_checkpoints + c) * state,
-                    sizeof(float) * static_cast<size_t>(state));
+        if (c == 0)
+          std::fill(states, states + state, 0.0f);
+        else
+          std::memcpy(states, checkpoints + (b * per_slice_checkpoints + c - 1) * state,
+                      sizeof(float) * static_cast<size_t>(state));
         const int64_t first = b * n + position(cfg, n, t0);
         if (cfg.erase) state_times_key(states, k + first * dk, us, dk, dv);
         for (int64_t t = t0; t < t1; ++t) {

@@ -51,8 +51,8 @@ __global__ void delta_rule_forward_kernel(DeltaRuleDims dims, DeltaRuleConfig cf
   const int64_t stride = blockDim.x;
   for (int64_t i = 0; i < dk; ++i) s[i * stride] = 0.0f;
   for (int64_t t = 0; t < n; ++t) {
-    if (checkpoints != nullptr && t % cfg.chunk == 0) {
-      float* c = checkpoints + (b * per_slice_checkpoints + t / cfg.chunk) * state + j;
+    if (checkpoints != nullptr && t > 0 && t % cfg.chunk == 0) {
+      float* c = checkpoints + (b * per_slice_checkpoints + t / cfg.chunk - 1) * state + j;
       for (int64_t i = 0; i < dk; ++i) c[i * dv] = s[i * stride];
     }
     const int64_t row = b * n + position(cfg.reverse, n, t);
@@ -87,11 +87,11 @@ __global__ void delta_rule_backward_kernel(DeltaRuleDims dims, DeltaRuleConfig c
   if (column)
     for (int64_t i = 0; i < dk; ++i)
       ds[i * threads] = d_final_state != nullptr ? d_final_state[b * state + i * dv + j] : 0.0f;
-  for (int64_t c = per_slice_checkpoints - 1; c >= 0; --c) {
+  for (int64_t c = (n + chunk - 1) / chunk - 1; c >= 0; --c) {
     const int64_t t0 = c * chunk, t1 = t0 + chunk < n ? t0 + chunk : n;
     if (column) {  // recompute the chunk's states: states[s] is S before token t0 + s
-      const float* from = checkpoints + (b * per_slice_checkpoints + c) * state + j;
-      for (int64_t i = 0; i < dk; ++i) states[i * dv] = from[i * dv];
+      const float* from = c == 0 ? nullptr : checkpoints + (b * per_slice_checkpoints + c - 1) * state + j;
+      for (int64_t i = 0; i < dk; ++i) states[i * dv] = from != nullptr ? from[i * dv] : 0.0f;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t row = b * n + position(cfg.reverse, n, t);
         float* next = states + (t - t0 + 1) * state;
@@ -169,8 +169,11 @@ void check_dims(const char* op, const DeltaRuleDims& d, const DeltaRuleConfig& c
   TARN_CHECK(d.slices <= kMaxGridX, op, ": ", d.slices, " slices exceed one grid");
 }
 
-// kernels/delta_rule.h's delta_rule_checkpoints (the CPU library is not linked here).
-int64_t checkpoints_per_slice(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) { return (d.n + cfg.chunk - 1) / cfg.chunk; }
+// kernels/delta_rule.h's delta_rule_checkpoints (the CPU library is not linked here): the states
+// before tokens chunk, 2 chunk, ... (the first chunk starts from zero).
+int64_t checkpoints_per_slice(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
+  return std::max<int64_t>(0, (d.n + cfg.chunk - 1) / cfg.chunk - 1);
+}
 
 unsigned column_tiles(int64_t dv) { return static_cast<unsigned>((dv + kColumnsPerWarp - 1) / kColumnsPerWarp); }
 

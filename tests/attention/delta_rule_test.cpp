@@ -199,7 +199,11 @@ TEST(DeltaRuleStep, EqualsTheScansRowForEachToken) {
 TEST(DeltaRuleMemory, CheckpointsAndWorkspaceGrowLinearlyWithTokens) {
   const DeltaRuleConfig cfg{false, 32};
   const DeltaRuleDims short_seq{4, 1024, 64, 64}, long_seq{4, 4096, 64, 64};
-  EXPECT_EQ(delta_rule_checkpoints(long_seq, cfg), 4 * delta_rule_checkpoints(short_seq, cfg));
+  // ceil(n / chunk) - 1: the first chunk starts from zero.
+  EXPECT_EQ(delta_rule_checkpoints(short_seq, cfg), 31);
+  EXPECT_EQ(delta_rule_checkpoints(long_seq, cfg), 127);
+  EXPECT_EQ(delta_rule_checkpoints({4, 32, 64, 64}, cfg), 0);
+  EXPECT_EQ(delta_rule_checkpoints({4, 33, 64, 64}, cfg), 1);
   EXPECT_EQ(delta_rule_backward_workspace_floats(long_seq, cfg), delta_rule_backward_workspace_floats(short_seq, cfg));
 }
 

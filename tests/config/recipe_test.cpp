@@ -81,6 +81,13 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
     EXPECT_TRUE(r.warnings.empty()) << path;
   }
 
+  const Recipe delta_taylor = load_recipe(source_path("recipes/small-delta-taylor.yaml"));
+  EXPECT_EQ(delta_taylor.model.attention.encoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(delta_taylor.model.attention.decoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(delta_taylor.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_EQ(delta_taylor.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
+  EXPECT_TRUE(delta_taylor.warnings.empty());
+
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
   EXPECT_EQ(base.model.d_model, 768);
   EXPECT_EQ(base.model.heads, 12);
@@ -93,7 +100,7 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
-                            "recipes/small-gated.yaml"}) {
+                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;

@@ -17,6 +17,7 @@
 // read partials not yet written, without the second a fast thread overwrites them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -87,7 +88,7 @@ struct Reference {
 Reference Recurrence(const Rounding& r, const Case& c, const Inputs& in, const std::vector<float>& d_out,
                      const std::vector<float>& d_final, bool cpu_dq) {
   const int64_t n = c.n, dk = c.dk, dv = c.dv, state = dk * dv;
-  const int64_t per_slice = (n + c.chunk - 1) / c.chunk;
+  const int64_t per_slice = std::max<int64_t>(0, (n + c.chunk - 1) / c.chunk - 1);  // chunk 0 starts from zero
   Reference ref;
   ref.out.assign(static_cast<size_t>(c.slices * n * dv), Exact(r, 0));
   ref.final_state.assign(static_cast<size_t>(c.slices * state), Exact(r, 0));
@@ -105,8 +106,9 @@ Reference Recurrence(const Rounding& r, const Case& c, const Inputs& in, const s
     for (int64_t t = 0; t < n; ++t) {
       const int64_t row = b * n + (c.reverse ? n - 1 - t : t);
       rows[t] = row;
-      if (t % c.chunk == 0)
-        std::copy(states[t].begin(), states[t].end(), ref.checkpoints.begin() + (b * per_slice + t / c.chunk) * state);
+      if (t > 0 && t % c.chunk == 0)
+        std::copy(states[t].begin(), states[t].end(),
+                  ref.checkpoints.begin() + (b * per_slice + t / c.chunk - 1) * state);
       const std::vector<Bounded>& s = states[t];
       std::vector<Bounded>& next = states[t + 1];
       next = s;
