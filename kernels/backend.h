@@ -45,6 +45,8 @@ namespace tarn::kernels {
   X(cross_entropy_backward)                                                                          \
   X(layer_norm_forward)                                                                              \
   X(layer_norm_backward)                                                                             \
+  X(rms_norm_forward)                                                                                \
+  X(rms_norm_backward)                                                                               \
   X(gelu_forward)                                                                                    \
   X(gelu_backward)                                                                                   \
   X(dropout_apply)                                                                                   \

@@ -17,6 +17,7 @@
 #include "kernels/layout.h"
 #include "kernels/linear_attention.h"
 #include "kernels/optim.h"
+#include "kernels/rms_norm.h"
 
 namespace tarn::kernels::cuda {
 #include "kernels/cuda/api.inc"

@@ -4,6 +4,7 @@
 
 #include "framework/ops/causal_conv.h"
 #include "framework/ops/elementwise.h"
+#include "framework/ops/nn.h"
 #include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
 
@@ -65,9 +66,7 @@ DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size
 
 Tensor DeltaRuleBlock::conv(const Tensor& x, const Tensor& w) const { return silu(causal_depthwise_conv(x, w)); }
 
-Tensor DeltaRuleBlock::unit_rows(const Tensor& x) {
-  return div(x, sqrt(add_scalar(sum(mul(x, x), -1, true), kUnitRowEps)));
-}
+Tensor DeltaRuleBlock::unit_rows(const Tensor& x) { return rms_norm(x, Tensor(), 1.0f, kUnitRowEps); }
 
 Tensor DeltaRuleBlock::beta(const Tensor& x, const Tensor& pad) const {
   Tensor b = heads_first(sigmoid(beta_proj.forward(x)));
@@ -81,8 +80,7 @@ Tensor DeltaRuleBlock::alpha(const Tensor& x, const Tensor& pad) const {
 }
 
 Tensor DeltaRuleBlock::finish(const Tensor& o, const Tensor& query) const {
-  const Tensor rms = sqrt(add_scalar(mean(mul(o, o), -1, true), norm_eps_));
-  const Tensor normed = mul(div(o, rms), output_norm_weight);  // (B, H, N, dh)
+  const Tensor normed = rms_norm(o, output_norm_weight, static_cast<float>(head_dim_), norm_eps_);  // (B, H, N, dh)
   const int64_t b = o.size(0), n = o.size(2);
   const Tensor merged = reshape(permute(normed, {0, 2, 1, 3}), {b, n, heads_ * head_dim_});
   return mul(merged, silu(gate_proj.forward(query)));

@@ -27,6 +27,11 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets,
 // Layer norm over the last axis, statistics in f32: y = (x - mean) / sqrt(var + eps) * gamma + beta.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f);
 
+// RMS norm over the last axis (kernels/rms_norm.h): y = x / sqrt(sum x^2 / divisor + eps) * gamma,
+// gamma (last axis) or undefined (1). divisor = the last axis' size is RMSNorm; 1 scales each row
+// to unit length.
+Tensor rms_norm(const Tensor& x, const Tensor& gamma, float divisor, float eps);
+
 // GELU: exact (0.5 x (1 + erf(x / sqrt 2)), as BART uses) or the tanh approximation.
 enum class GeluKind { exact, tanh };
 Tensor gelu(const Tensor& x, GeluKind kind = GeluKind::exact);

@@ -23,6 +23,7 @@
 #include "kernels/memory.h"
 #include "kernels/optim.h"
 #include "kernels/reduce.h"
+#include "kernels/rms_norm.h"
 #include "kernels/softmax.h"
 #include "kernels/softmax_attention.h"
 

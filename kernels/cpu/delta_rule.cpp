@@ -214,12 +214,12 @@ int threads_for(int64_t slices) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), slices)));
 }
 
-// A thread's share of the backward's workspace: the chunk's chunk + 1 states, dS, the chunk's
-// S^T k rows (chunk + 1 of them), w, dw and du (dv each), S_{t-1} dout_t (dk) and the row
-// sums' lanes (kLanes x dk).
+// A thread's share of the backward's workspace: a chunk's states (L + 1 of them, L = the chunk's
+// tokens, at most n), dS, the chunk's S^T k rows (L + 1), w, dw and du (dv each), S_{t-1} dout_t
+// (dk) and the row sums' lanes (kLanes x dk).
 int64_t backward_share(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
-  const int64_t state = d.dk * d.dv;
-  return (cfg.chunk + 2) * state + (cfg.chunk + 4) * d.dv + (1 + kLanes) * d.dk;
+  const int64_t state = d.dk * d.dv, longest = std::max<int64_t>(1, std::min(cfg.chunk, d.n));
+  return (longest + 2) * state + (longest + 4) * d.dv + (1 + kLanes) * d.dk;
 }
 
 }  // namespace
@@ -275,13 +275,13 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
              "delta rule backward: workspace too small");
   const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = cfg.chunk;
   const int64_t per_slice_checkpoints = delta_rule_checkpoints(dims, cfg);
-  const int64_t share = backward_share(dims, cfg);
+  const int64_t share = backward_share(dims, cfg), longest = std::max<int64_t>(1, std::min(chunk, n));
 #pragma omp parallel num_threads(threads_for(dims.slices))
   {
-    float* states = workspace + static_cast<int64_t>(omp_get_thread_num()) * share;  // chunk + 1 states
-    float* ds = states + (chunk + 1) * state;
+    float* states = workspace + static_cast<int64_t>(omp_get_thread_num()) * share;  // longest + 1 states
+    float* ds = states + (longest + 1) * state;
     float* us = ds + state;  // us[s]: S_{t0+s-1}^T k_{t0+s}, the S^T k of token t0 + s
-    float* w = us + (chunk + 1) * dv;
+    float* w = us + (longest + 1) * dv;
     float* dw = w + dv;
     float* du = dw + dv;
     float* prev_dout = du + dv;  // S_{t-1} dout_t (dk)
@@ -301,7 +301,10 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
           std::memcpy(states, checkpoints + (b * per_slice_checkpoints + c - 1) * state,
                       sizeof(float) * static_cast<size_t>(state));
         const int64_t first = b * n + position(cfg, n, t0);
-        if (cfg.erase) state_times_key(states, k + first * dk, us, dk, dv);
+        if (cfg.erase && c == 0)
+          std::fill(us, us + dv, 0.0f);  // S^T k of the zero state
+        else if (cfg.erase)
+          state_times_key(states, k + first * dk, us, dk, dv);
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t row = b * n + position(cfg, n, t);
           const int64_t s_index = t - t0;

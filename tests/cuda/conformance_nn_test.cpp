@@ -10,6 +10,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layer_norm.h"
+#include "kernels/rms_norm.h"
 #include "kernels/softmax.h"
 #include "tests/cuda/conformance_util.h"
 #include "tests/cuda/tolerance.h"
@@ -151,6 +152,40 @@ LayerNormBound LayerNorm(const Rounding& side, const std::vector<float>& x, cons
       b.dx.push_back(rsr * (g[c] - mean_g - (xs[c] - mr) * rsr * mean_gx));
   }
   for (int64_t c = 0; c < cols; ++c) b.dg.push_back(Sum(dg[c])), b.db.push_back(Sum(db[c]));
+  return b;
+}
+
+// RMS norm (kernels/cuda/rms_norm.cu, kernels/cpu/rms_norm.cpp): rstd = 1 / sqrt(sum x^2 / divisor
+// + eps), y = x rstd gamma; backward from the CPU's rstd: dx = rstd g - x rstd^3 (sum g x) / divisor,
+// g = dy gamma, and the column sums dgamma = sum dy x rstd. The CPU sums x^2 in double: its bound
+// is the f32 one's, an over-estimate.
+struct RmsNormBound {
+  std::vector<Bounded> y, rstd, dx, dg;
+};
+
+RmsNormBound RmsNorm(const Rounding& side, const std::vector<float>& x, const std::vector<float>& dy,
+                     const float* gamma, const std::vector<float>& rstd, int64_t rows, int64_t cols, float divisor,
+                     float eps) {
+  RmsNormBound b;
+  std::vector<std::vector<Bounded>> dg(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<Bounded> xs(cols), sq(cols), gx(cols);
+    for (int64_t c = 0; c < cols; ++c) xs[c] = Exact(side, x[r * cols + c]), sq[c] = xs[c] * xs[c];
+    const Bounded rs = 1.0 / Sqrt(Sum(sq) / divisor + eps);
+    b.rstd.push_back(rs);
+    for (int64_t c = 0; c < cols; ++c) b.y.push_back(gamma ? xs[c] * rs * gamma[c] : xs[c] * rs);
+    const double rsr = rstd[r];
+    std::vector<Bounded> g(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const Bounded dyc = Exact(side, dy[r * cols + c]);
+      g[c] = gamma ? dyc * gamma[c] : dyc;
+      gx[c] = g[c] * xs[c];
+      dg[c].push_back(dyc * xs[c] * rsr);
+    }
+    const Bounded k = Exact(side, rsr) * rsr * rsr * Sum(gx) / divisor;
+    for (int64_t c = 0; c < cols; ++c) b.dx.push_back(g[c] * rsr - xs[c] * k);
+  }
+  for (int64_t c = 0; c < cols; ++c) b.dg.push_back(Sum(dg[c]));
   return b;
 }
 
@@ -312,6 +347,45 @@ TEST_P(NnConformance, LayerNormForwardAndBackwardMatchCpu) {
     TARN_ON(target(), layer_norm_backward, dx_in.get(), ddy.get(), c.affine ? dgam.get() : nullptr, mean_ref.get(),
             rstd_ref.get(), nullptr, dg_only.get(), nullptr, c.rows, c.cols);
     EXPECT_TRUE(BitwiseEqual(dg_only.host(), dg.host())) << "case " << index;
+    ++index;
+  }
+}
+
+TEST_P(NnConformance, RmsNormForwardAndBackwardMatchCpu) {
+  struct Case {
+    int64_t rows, cols;
+    bool rms;  // divisor cols with gamma (RMSNorm), or divisor 1 without (unit rows)
+  };
+  const Case cases[] = {{kRows, kCols, true}, {200, 64, true}, {200, 64, false}, {3, 1000, false}};
+  int index = 0;
+  for (const Case& c : cases) {
+    const int64_t n = c.rows * c.cols;
+    const float divisor = c.rms ? static_cast<float>(c.cols) : 1.0f, eps = 1e-6f;
+    const auto x = Random(n, -3.0f, 5.0f, 220 + index);
+    const auto dy = Random(n, -1.0f, 1.0f, 230 + index);
+    const auto gamma = Random(c.cols, 0.5f, 1.5f, 240 + index);
+    const float* g = c.rms ? gamma.data() : nullptr;
+    std::vector<float> want_y(n), want_rstd(c.rows), want_dx(n), want_dg(c.cols);
+    kernels::cpu::rms_norm_forward(x.data(), g, want_y.data(), want_rstd.data(), c.rows, c.cols, divisor, eps);
+    kernels::cpu::rms_norm_backward(x.data(), dy.data(), g, want_rstd.data(), want_dx.data(), want_dg.data(), c.rows,
+                                    c.cols, divisor);
+    auto dx_in = dev(x), ddy = dev(dy), dgam = dev(gamma);
+    auto y = out(n), rstd = out(c.rows);
+    TARN_ON(target(), rms_norm_forward, dx_in.get(), c.rms ? dgam.get() : nullptr, y.get(), rstd.get(), c.rows,
+            c.cols, divisor, eps);
+    const RmsNormBound dev_bound = RmsNorm(kCudaF32, x, dy, g, want_rstd, c.rows, c.cols, divisor, eps);
+    const RmsNormBound cpu_bound = RmsNorm(kCpuF32, x, dy, g, want_rstd, c.rows, c.cols, divisor, eps);
+    auto bound = [&](std::vector<Bounded> RmsNormBound::*field) {
+      return Plus(Errors(dev_bound.*field), Errors(cpu_bound.*field));
+    };
+    EXPECT_TRUE(WithinBound(y.host(), want_y, bound(&RmsNormBound::y))) << "case " << index;
+    EXPECT_TRUE(WithinBound(rstd.host(), want_rstd, bound(&RmsNormBound::rstd))) << "case " << index;
+    auto rstd_ref = dev(want_rstd);
+    auto dx = out(n), dg = out(c.cols);
+    TARN_ON(target(), rms_norm_backward, dx_in.get(), ddy.get(), c.rms ? dgam.get() : nullptr, rstd_ref.get(),
+            dx.get(), dg.get(), c.rows, c.cols, divisor);
+    EXPECT_TRUE(WithinBound(dx.host(), want_dx, bound(&RmsNormBound::dx))) << "case " << index;
+    EXPECT_TRUE(WithinBound(dg.host(), want_dg, bound(&RmsNormBound::dg))) << "case " << index;
     ++index;
   }
 }
