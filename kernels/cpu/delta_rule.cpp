@@ -202,6 +202,29 @@ inline void read_gradient(float* ds, const float* prev, const float* k, const fl
   }
 }
 
+// The backward's second pass for any width: returns dS : S_{t-1} and writes dk (see
+// write_gradient_fixed).
+inline float write_gradient(float* ds, const float* prev, const float* k, const float* w, const float* du, float alpha,
+                            float* dk_out, int64_t dk, int64_t dv, float* lanes) {
+  if (dv == 64) return write_gradient_fixed<64>(ds, prev, k, w, du, alpha, dk_out, dk, lanes);
+  float total = 0.0f;
+  for (int64_t i = 0; i < dk; ++i) {
+    const float* prow = prev + i * dv;
+    float* dsrow = ds + i * dv;
+    float dk_i = 0.0f, da = 0.0f;
+    const float ki = k[i];
+#pragma omp simd reduction(+ : dk_i, da)
+    for (int64_t j = 0; j < dv; ++j) {
+      dk_i += dsrow[j] * w[j] + prow[j] * du[j];
+      da += dsrow[j] * prow[j];
+      dsrow[j] = alpha * dsrow[j] + ki * du[j];
+    }
+    dk_out[i] = dk_i;
+    total += da;
+  }
+  return total;
+}
+
 inline int64_t position(const DeltaRuleConfig& cfg, int64_t n, int64_t t) { return cfg.reverse ? n - 1 - t : t; }
 
 void check_dims(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
@@ -345,24 +368,7 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
           }
           // Pass 2: dk_t = dS_t w + S_{t-1} du, d_alpha's sum dS_t : S_{t-1}, and
           // dS_{t-1} = alpha dS_t + k_t du^T.
-          if (dv == 64) {
-            d_alpha_t += write_gradient_fixed<64>(ds, prev, kt, w, du, at, dk_out + row * dk, dk, lanes);
-          } else {
-            for (int64_t i = 0; i < dk; ++i) {
-            const float* prow = prev + i * dv;
-            float* dsrow = ds + i * dv;
-            float dk_i = 0.0f, da = 0.0f;
-            const float ki = kt[i];
-#pragma omp simd reduction(+ : dk_i, da)
-            for (int64_t j = 0; j < dv; ++j) {
-              dk_i += dsrow[j] * w[j] + prow[j] * du[j];
-              da += dsrow[j] * prow[j];
-              dsrow[j] = at * dsrow[j] + ki * du[j];
-            }
-              dk_out[row * dk + i] = dk_i;
-              d_alpha_t += da;
-            }
-          }
+          d_alpha_t += write_gradient(ds, prev, kt, w, du, at, dk_out + row * dk, dk, dv, lanes);
           d_beta[row] = d_beta_t;
           d_alpha[row] = d_alpha_t;
         }
