@@ -13,7 +13,8 @@
 // results are the same bits on every run. The chunked WY form on tensor cores is not written.
 //
 // Workspace of the backward (device memory): delta_rule_backward_workspace_floats(dims, cfg),
-// slices * (chunk + 1) * dk * dv floats: independent of n, so memory stays linear in n.
+// slices * (min(chunk, n) + 1) * dk * dv floats: at most chunk + 1 states a slice whatever n, so
+// memory stays linear in n.
 // Limits: dv <= 1024 (one block holds a slice's columns); the backward's shared memory,
 // 4 (3 dk + 3) bytes a column, columns rounded up to whole warps, must fit the device's opt-in
 // limit (dk = dv = 64: 49,920 bytes, above the default 48 KiB: the kernel opts in).

@@ -69,7 +69,8 @@ __host__ __device__ __forceinline__ int64_t reduction_stride(int64_t dk) { retur
 
 // One block per slice, a thread per column (blockDim.x >= dv, whole warps). Shared memory: ds
 // (dk entries a thread, at i * blockDim.x + x) and the reduction rows (blockDim.x of them).
-// Workspace: (chunk + 1) states a slice, the chunk's states recomputed from its checkpoint.
+// Workspace: L + 1 states a slice (L = min(chunk, n)), a chunk's states recomputed from its
+// checkpoint.
 __global__ void delta_rule_backward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, const float* q, const float* k,
                                            const float* v, const float* beta, const float* alpha,
                                            const float* checkpoints, const float* d_out, const float* d_final_state,
@@ -83,7 +84,8 @@ __global__ void delta_rule_backward_kernel(DeltaRuleDims dims, DeltaRuleConfig c
   float* ds = smem + j;  // ds[i * threads]
   float* red = smem + dk * threads;
   float* mine = red + j * R;
-  float* states = workspace + b * (chunk + 1) * state + j;  // states[(s * dk + i) * dv]
+  const int64_t longest = chunk < n ? chunk : n;
+  float* states = workspace + b * (longest + 1) * state + j;  // states[(s * dk + i) * dv]
   if (column)
     for (int64_t i = 0; i < dk; ++i)
       ds[i * threads] = d_final_state != nullptr ? d_final_state[b * state + i * dv + j] : 0.0f;
@@ -191,7 +193,8 @@ void reserve_shared(const char* op, Kernel kernel, size_t bytes, const DeltaRule
 }  // namespace
 
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  return static_cast<size_t>(dims.slices * (cfg.chunk + 1) * dims.dk * dims.dv);
+  const int64_t longest = std::min(cfg.chunk, dims.n);  // tokens of the longest chunk
+  return static_cast<size_t>(dims.slices * (longest + 1) * dims.dk * dims.dv);
 }
 
 void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k,
