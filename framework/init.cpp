@@ -111,9 +111,7 @@ void bart_embedding_(Tensor& weight, Philox& rng, int64_t padding_idx, float std
 
 void bart_init_(const Module& model, Philox& rng, const BartInitOptions& opt) {
   for (const auto& [name, p] : model.named_parameters()) {
-    // Delta attention's decay rates, convolutions and norm (layers/delta_rule_block.h) keep the
-    // values their layer gives them; only its projections are drawn, as every Linear.
-    if (contains(name, ".delta.") && !contains(name, "_proj.")) continue;
+    if (model.keeps_initial_value(p)) continue;  // its layer set it (Module::Init)
     if (contains(name, "layer_norm") || contains(name, "layernorm") || contains(name, "LayerNorm")) {
       if (ends_with(name, "weight")) {
         ones_(*p);

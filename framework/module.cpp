@@ -1,5 +1,6 @@
 #include "framework/module.h"
 
+#include <algorithm>
 #include <map>
 
 namespace tarn {
@@ -9,11 +10,19 @@ std::string join(const std::string& prefix, const std::string& name) {
 }
 }  // namespace
 
-Tensor& Module::register_parameter(const std::string& name, Tensor& t) {
+Tensor& Module::register_parameter(const std::string& name, Tensor& t, Init init) {
   TARN_ASSERT(t.defined(), "register_parameter: ", name, " is undefined");
   t.set_requires_grad(true);
   params_.emplace_back(name, &t);
+  if (init == Init::kept_initial_value) kept_.push_back(&t);
   return t;
+}
+
+bool Module::keeps_initial_value(const Tensor* t) const {
+  if (std::find(kept_.begin(), kept_.end(), t) != kept_.end()) return true;
+  for (const auto& [name, m] : children_)
+    if (m->keeps_initial_value(t)) return true;
+  return false;
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor& t) {

@@ -47,8 +47,11 @@ class Module {
   const ParameterArena* arena() const { return arena_.get(); }
 
  protected:
-  // Registers `t` (made a leaf that requires grad) under `name`.
-  Tensor& register_parameter(const std::string& name, Tensor& t);
+  // Registers `t` (made a leaf that requires grad) under `name`. A parameter registered with
+  // kept_initial_value holds the value its layer gave it through model-wide initialisers
+  // (framework/init.h: decay rates, convolutions, norms that a layer sets by construction).
+  enum class Init { drawn, kept_initial_value };
+  Tensor& register_parameter(const std::string& name, Tensor& t, Init init = Init::drawn);
   // A tensor saved in checkpoints that is not trained (e.g. a FAVOR+ projection).
   Tensor& register_buffer(const std::string& name, Tensor& t);
   template <typename M>
@@ -58,11 +61,15 @@ class Module {
   }
 
  public:
+  // Whether `t`, a parameter of this module or one below it, was registered with
+  // Init::kept_initial_value.
+  bool keeps_initial_value(const Tensor* t) const;
   // Buffers are listed apart from parameters: checkpoints keep both, optimizers only the first.
   std::vector<std::pair<std::string, Tensor*>> named_buffers(const std::string& prefix = "") const;
 
  private:
   std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<const Tensor*> kept_;  // of params_, those registered with Init::kept_initial_value
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;

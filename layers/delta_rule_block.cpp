@@ -56,12 +56,15 @@ DeltaRuleBlock::DeltaRuleBlock(int64_t d_model, int64_t heads, int64_t conv_size
   register_module("beta_proj", beta_proj);
   register_module("alpha_proj", alpha_proj);
   register_module("gate_proj", gate_proj);
-  register_parameter("A_log", A_log);
-  register_parameter("dt_bias", dt_bias);
-  if (!cross) register_parameter("q_conv", q_conv);
-  register_parameter("k_conv", k_conv);
-  register_parameter("v_conv", v_conv);
-  register_parameter("output_norm.weight", output_norm_weight);
+  // Decay rates, convolutions and the norm keep the values set above through the model's
+  // initialiser; the projections are drawn as every Linear.
+  constexpr Init kKept = Init::kept_initial_value;
+  register_parameter("A_log", A_log, kKept);
+  register_parameter("dt_bias", dt_bias, kKept);
+  if (!cross) register_parameter("q_conv", q_conv, kKept);
+  register_parameter("k_conv", k_conv, kKept);
+  register_parameter("v_conv", v_conv, kKept);
+  register_parameter("output_norm.weight", output_norm_weight, kKept);
 }
 
 Tensor DeltaRuleBlock::conv(const Tensor& x, const Tensor& w) const { return silu(causal_depthwise_conv(x, w)); }

@@ -16,9 +16,9 @@
 // heads local, some global. Cross-attention writes a whole source that every target position
 // may need, so its dt spans [0.0001, 0.001] (alpha >= 0.984): every head starts global.
 // output_norm.weight = 1. A_log, dt_bias and output_norm get no weight decay
-// (framework/optim/adamw.h). The model's
-// by-name initialiser (framework/init.h) leaves these as constructed and draws the *_proj
-// weights like every Linear.
+// (framework/optim/adamw.h). They are registered with Module::Init::kept_initial_value, so the
+// model's initialiser (framework/init.h) leaves them as constructed and draws the *_proj weights
+// like every Linear's.
 #include <cstdint>
 
 #include "framework/module.h"

@@ -129,6 +129,41 @@ TEST(BartParameters, InitialisationFollowsHuggingFace) {
   EXPECT_EQ(again.model.decoder.layers[1]->fc2.weight.to_vector(), model.model.decoder.layers[1]->fc2.weight.to_vector());
 }
 
+TEST(BartParameters, DeltaAttentionKeepsItsLayersInitialValues) {
+  // Registered with Module::Init::kept_initial_value: the model's initialiser leaves the decay
+  // rates, the convolutions (identity: row 0 ones, the rest zeros) and the norm as the layer set
+  // them, and draws the projections as every Linear.
+  BartConfig c = BartConfig::tiny();
+  AttentionConfig delta;
+  delta.kind = AttentionKind::delta;
+  c.encoder_self_attention = c.decoder_self_attention = c.cross_attention = delta;
+  BartForConditionalGeneration model(c, /*seed=*/3);
+  int kept = 0, drawn = 0;
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (name.find(".delta.") == std::string::npos) continue;
+    const std::vector<float> v = t->to_vector();
+    const bool projection = name.find("_proj.weight") != std::string::npos;
+    EXPECT_EQ(model.keeps_initial_value(t), !projection && name.find("_proj.") == std::string::npos) << name;
+    if (name.find("A_log") != std::string::npos) {
+      EXPECT_FLOAT_EQ(v.front(), 0.0f) << name;                   // log 1
+      EXPECT_FLOAT_EQ(v.back(), std::log(16.0f)) << name;         // log 16
+    } else if (name.find("_conv") != std::string::npos) {
+      for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], i < 64 ? 1.0f : 0.0f) << name << "[" << i << "]";
+    } else if (name.find("output_norm") != std::string::npos) {
+      for (float x : v) ASSERT_EQ(x, 1.0f) << name;
+    } else if (projection) {
+      double s2 = 0;
+      for (float x : v) s2 += double(x) * x;
+      EXPECT_NEAR(std::sqrt(s2 / v.size()), c.init_std, 0.25 * c.init_std) << name;
+      ++drawn;
+      continue;
+    }
+    kept += model.keeps_initial_value(t);
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(drawn, 0);
+}
+
 TEST(BartConfigTest, PresetsHaveTheStatedDimensions) {
   const BartConfig small = BartConfig::preset("small");
   EXPECT_EQ(small.d_model, 256);
