@@ -5,7 +5,6 @@
 #include "framework/ops/causal_conv.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/nn.h"
-#include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
 
 namespace tarn {

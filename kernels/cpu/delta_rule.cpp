@@ -2,9 +2,10 @@
 // which at tarn's sizes (dk = dv = 64, 16 KiB) stays in L1. Each token costs one pass over the
 // state forward (the write, the readout and the next token's S^T k fused: every row of S is
 // loaded and stored once) and three backward (the chunk's recomputation, then two fused passes
-// for the gradients), each pass vectorised over dv. Loads and stores bound these passes, so
-// fusing them is what makes the kernel fast; the chunked (WY) form, which would trade them for
-// matrix products, is not written.
+// for the gradients), each pass vectorised over dv. What bounded the passes was their sums: kept
+// in memory, each row waited on the previous row's store, and per-row horizontal sums ran as
+// scalar chains; the fixed-width (dv = 64) paths below keep them in registers and lanes. The
+// chunked (WY) form, which would trade the passes for matrix products, is not written.
 #include "kernels/delta_rule.h"
 
 #include <omp.h>
@@ -122,7 +123,6 @@ inline void read_gradient_fixed(float* ds, const float* prev, const float* k, co
   for (int64_t i = 0; i < dk; ++i) {
     float* dsrow = ds + i * DV;
     const float ki = k[i];
-    float* a = acc;
     if (q != nullptr) {
       const float qi = q[i];
       const float* prow = prev + i * DV;
@@ -132,14 +132,14 @@ inline void read_gradient_fixed(float* ds, const float* prev, const float* k, co
         for (int l = 0; l < kLanes; ++l) {
           const float x = dsrow[c + l] + qi * g[c + l];
           dsrow[c + l] = x;
-          a[c + l] += ki * x;
+          acc[c + l] += ki * x;
           part[l] += prow[c + l] * g[c + l];
         }
       }
       scatter_lanes(part, lanes, i, dk);
     } else {
 #pragma omp simd
-      for (int j = 0; j < DV; ++j) a[j] += ki * dsrow[j];
+      for (int j = 0; j < DV; ++j) acc[j] += ki * dsrow[j];
     }
   }
   std::copy(acc, acc + DV, dw);

@@ -185,18 +185,12 @@ void unary_loop(const float* x, float* y, int64_t n, float s) {
   });
 }
 
-// kernels/unary_backward.h's derivatives, with the vectorised math::exp where the shared
-// (CUDA and CPU) formula calls libm's scalar expf (silu's and softplus'): delta attention runs
-// silu on q, k, v and its output gate, and the scalar calls were a visible share of a step.
-template <Unary Op>
-inline float backward_of(float x, float y, float dy, float s) {
-  if constexpr (Op == Unary::silu || Op == Unary::softplus) {
-    const float sig = 1.0f / (1.0f + math::exp(-x));
-    if constexpr (Op == Unary::silu) return dy * sig * (1.0f + x * (1.0f - sig));
-    return dy * sig;
-  }
-  return unary_backward_of<Op>(x, y, dy, s);
-}
+// kernels/unary_backward.h's derivatives with the vectorised math::exp for silu's and softplus'
+// (delta attention runs silu on q, k, v and its output gate: scalar expf calls were a visible
+// share of a step).
+struct VectorExp {
+  float operator()(float x) const { return math::exp(x); }
+};
 
 template <Unary Op>
 void unary_backward_loop(const float* x, const float* y, const float* dy, float* dx, int64_t n, float s) {
@@ -204,7 +198,7 @@ void unary_backward_loop(const float* x, const float* y, const float* dy, float*
   parallel_chunks(n, [=](int64_t begin, int64_t end) {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i)
-      dx[i] = backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s);
+      dx[i] = unary_backward_of<Op>(kReadsX ? x[i] : 0.0f, kReadsY ? y[i] : 0.0f, dy[i], s, VectorExp{});
   });
 }
 

@@ -409,12 +409,7 @@ bool check(Algo a, bool gpu) {
     const cpu::DeltaRuleDims dims{s.bh, s.n, s.d, s.e};
     const cpu::DeltaRuleConfig cfg;
     const auto qd = unit_rows(q, s.d), kd = unit_rows(k, s.d);
-    auto repeat = [](const std::vector<float>& p, size_t n) {
-      std::vector<float> r(n);
-      for (size_t i = 0; i < n; ++i) r[i] = p[i % p.size()];
-      return r;
-    };
-    const auto beta = repeat(delta_beta(), s.bh * s.n), alpha = repeat(delta_alpha(), s.bh * s.n);
+    const auto beta = seen(delta_beta(), s.bh * s.n), alpha = seen(delta_alpha(), s.bh * s.n);  // f32: repeated
     std::vector<float> chk(s.bh * cpu::delta_rule_checkpoints(dims, cfg) * s.d * s.e), d_alpha(s.bh * s.n);
     std::vector<float> ws(cpu::delta_rule_backward_workspace_floats(dims, cfg));
     cpu::delta_rule_forward(dims, cfg, qd.data(), kd.data(), v.data(), beta.data(), alpha.data(), out.data(), nullptr,
