@@ -6,17 +6,22 @@
 //
 //   out_i = sum_j softmax_j(scale * q_i . k_j over visible j) v_j,  scale = 1/sqrt(d) by default
 //
-// Visible: not padded (mask == 0) and, when causal (Nq == Nk), j <= i. A query that sees no
-// key gets out = 0 and lse = +inf (so that backward's exp(s - lse) is 0 for it).
+// Visible: not padded (mask == 0), when causal (Nq == Nk) j <= i, and with a window w > 0
+// (sliding-window attention, Nq == Nk) j in (i - w, i] when causal, |i - j| <= w / 2 when not
+// (visible_keys below). A query that sees no key gets out = 0 and lse = +inf (so that
+// backward's exp(s - lse) is 0 for it).
 //
 // Blocked as FlashAttention (Dao et al. 2022): the forward streams key blocks past a block
 // of queries with an online softmax and keeps only lse = m + log(l) per query; backward
 // recomputes the probabilities block by block from lse. No N x N matrix is ever stored:
 // memory is the tensors plus O(block^2 + block (d + e)) per thread (and Nq floats per thread
 // in backward), so N = 8192 with B*H = 8 runs anywhere the tensors fit.
-// Forward is parallel over (batch, head, query block), backward over (batch, head).
+// Forward is parallel over (batch, head, query block), backward over (batch, head). A window
+// skips the key blocks no query of a block can see: time O(N w) instead of O(N^2).
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace tarn::kernels::cpu {
 
@@ -37,7 +42,35 @@ struct SoftmaxAttentionConfig {
   float scale = 0.0f;                       // 0 means 1 / sqrt(d)
   int block_q = kDefaultSoftmaxBlock;       // query rows per block
   int block_k = kDefaultSoftmaxBlock;       // key rows per block
+  // Sliding window: 0 = every key; w > 0 (needs Nq == Nk): causal, the w keys j in (i - w, i];
+  // bidirectional, the keys with |i - j| <= w / 2.
+  int64_t window = 0;
 };
+
+// The keys query i may see before padding: [begin, end). One definition for the CPU and CUDA
+// kernels and for the references the tests hold them to.
+struct KeyRange {
+  int64_t begin, end;
+};
+TARN_HOST_DEVICE KeyRange visible_keys(int64_t i, int64_t n_k, bool causal, int64_t window) {
+  int64_t begin = 0, end = n_k;
+  if (causal) end = i + 1;
+  if (window > 0) {
+    begin = causal ? i - window + 1 : i - window / 2;
+    if (!causal) end = i + window / 2 + 1;
+  }
+  return {begin < 0 ? 0 : begin, end > n_k ? n_k : end};
+}
+// The queries that may see key j: [begin, end), the inverse of visible_keys (Nq == Nk when
+// causal or windowed).
+TARN_HOST_DEVICE KeyRange queries_seeing(int64_t j, int64_t n_q, bool causal, int64_t window) {
+  int64_t begin = causal ? j : 0, end = n_q;
+  if (window > 0) {
+    begin = causal ? j : j - window / 2;
+    end = causal ? j + window : j + window / 2 + 1;
+  }
+  return {begin < 0 ? 0 : begin, end > n_q ? n_q : end};
+}
 
 size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                   const SoftmaxAttentionConfig& cfg);
@@ -55,8 +88,9 @@ void softmax_attention_backward(const SoftmaxAttentionDims& dims,
                                 const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv, float* workspace, size_t workspace_floats);
 
-// 2 x multiply-adds of the visible score blocks: forward 2 Nq Nk (d + e) (halved when causal),
-// backward 2.5x that (S recomputed, dP, dV, dQ, dK).
+// 2 x multiply-adds of the visible (query, key) pairs: forward 2 pairs (d + e) (pairs = Nq Nk,
+// about half when causal, about N w with a window), backward 2.5x that (S recomputed, dP, dV,
+// dQ, dK).
 double softmax_attention_flops(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,
                                bool backward);
 

@@ -371,6 +371,9 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     check_f32(op, opt.key_padding_mask);
     check_same_device(op, q, opt.key_padding_mask);
   }
+  TARN_ASSERT(opt.window >= 0, op, ": window must be >= 0, got ", opt.window);
+  TARN_ASSERT(opt.window == 0 || q.size(2) == k.size(2), op, ": a window needs as many queries as keys, got ",
+              q.size(2), " and ", k.size(2));
   const kernels::Backend& kt = backend_for(q.device());
   // Head dimensions beyond what the device's blocked kernel tiles: matmul + softmax instead.
   if (q.size(3) > kt.softmax_attention_max_dim || v.size(3) > kt.softmax_attention_max_dim)
@@ -379,6 +382,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const auto dims = attention_dims<kc::SoftmaxAttentionDims>(q, k, v);
   auto cfg = masked_config<kc::SoftmaxAttentionConfig>(op, opt, dims, q);
   cfg.scale = opt.scale;
+  cfg.window = opt.window;
   if (opt.precision == Precision::bf16 && softmax_attention_runs_in_bf16(dev, dims.d, dims.e))
     return attention_in_bf16("softmax_attention (bf16)", &kernels::Backend::softmax_attention_bf16, q, k, v,
                              opt.key_padding_mask, dims, cfg);

@@ -9,6 +9,7 @@
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
 #include "framework/ops/shape_ops.h"
+#include "kernels/softmax_attention.h"
 
 namespace tarn::ops_internal {
 
@@ -44,7 +45,7 @@ Tensor softmax_attention_composed(const Tensor& q, const Tensor& k, const Tensor
   const int64_t batch = q.size(0), n_q = q.size(2), n_k = k.size(2);
   const float s = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(q.size(3)));
   Tensor scores = scale(matmul(q, k, false, true), s);  // (B, H, Nq, Nk)
-  if (!opt.key_padding_mask.defined() && !opt.causal) return matmul(softmax(scores), v);
+  if (!opt.key_padding_mask.defined() && !opt.causal && opt.window == 0) return matmul(softmax(scores), v);
   // Masked scores get a large negative bias: exp() of it is 0 in f32 and, unlike -inf, keeps a
   // fully masked row finite (it is zeroed afterwards, as the kernel does).
   constexpr float kMaskedScore = -1e9f;
@@ -59,7 +60,8 @@ Tensor softmax_attention_composed(const Tensor& q, const Tensor& k, const Tensor
     for (int64_t i = 0; i < n_q; ++i) {
       bool any = false;
       for (int64_t j = 0; j < n_k; ++j) {
-        const bool masked = (opt.causal && j > i) || (!pad.empty() && pad[b * n_k + j] != 0.0f);
+        const kernels::cpu::KeyRange keys = kernels::cpu::visible_keys(i, n_k, opt.causal, opt.window);
+        const bool masked = j < keys.begin || j >= keys.end || (!pad.empty() && pad[b * n_k + j] != 0.0f);
         pb[(b * n_q + i) * n_k + j] = masked ? kMaskedScore : 0.0f;
         any = any || !masked;
       }

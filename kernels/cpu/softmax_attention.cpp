@@ -32,6 +32,10 @@ struct Geometry {
   int64_t bq, bk;            // block rows, clamped to the sequence lengths
   int64_t dp, ep, bqp, bkp;  // padded to the SIMD width
   float scale;
+  bool causal;
+  int64_t window;
+  KeyRange keys_of(int64_t i) const { return visible_keys(i, n_k, causal, window); }
+  KeyRange queries_of(int64_t j) const { return queries_seeing(j, n_q, causal, window); }
 };
 
 Geometry make_geometry(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
@@ -42,6 +46,8 @@ Geometry make_geometry(const SoftmaxAttentionDims& dims, const SoftmaxAttentionC
   g.bk = std::max<int64_t>(1, std::min<int64_t>(cfg.block_k, dims.n_k));
   g.dp = padded(g.d), g.ep = padded(g.e), g.bqp = padded(g.bq), g.bkp = padded(g.bk);
   g.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
+  g.causal = cfg.causal;
+  g.window = cfg.window;
   return g;
 }
 
@@ -56,6 +62,9 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims,
               ": causal attention needs Nq == Nk, got Nq=", dims.n_q, " Nk=", dims.n_k);
   TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ",
               cfg.block_q, " x ", cfg.block_k);
+  TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
+  TARN_ASSERT(cfg.window == 0 || dims.n_q == dims.n_k, op,
+              ": a window needs Nq == Nk (self-attention), got Nq=", dims.n_q, " Nk=", dims.n_k);
 }
 
 enum class Pass { forward, backward };
@@ -90,25 +99,28 @@ int64_t per_thread_floats(const Geometry& g, Pass pass) {
 }
 
 // s (r x bkp) = scale * q_blk k_blk^T with invisible entries at -inf: padded keys, columns
-// past the block, and (causal) keys after the query.
-void scores(const Geometry& g, bool causal, const float* q, const float* pad, int64_t i0,
-            int64_t r, int64_t j0, int64_t c, const float* kt, float* s) {
+// past the block, and keys outside the query's causal or window range.
+void scores(const Geometry& g, const float* q, const float* pad, int64_t i0, int64_t r, int64_t j0,
+            int64_t c, const float* kt, float* s) {
   const int64_t cp = padded(c);
   gemm(r, cp, g.d, rows_of(q + i0 * g.d, g.d), kt, g.bkp, s, g.bkp, false);
   for (int64_t i = 0; i < r; ++i) {
     float* row = s + i * g.bkp;
-    // Causal: key j0 + j is visible to query i0 + i iff j <= i0 + i - j0.
-    const int64_t visible = causal ? std::clamp<int64_t>(i0 + i - j0 + 1, 0, c) : c;
-    for (int64_t j = 0; j < visible; ++j)
+    const KeyRange keys = g.keys_of(i0 + i);  // block columns [lo, hi) are visible
+    const int64_t lo = std::clamp<int64_t>(keys.begin - j0, 0, c);
+    const int64_t hi = std::clamp<int64_t>(keys.end - j0, lo, c);
+    std::fill(row, row + lo, -kInf);
+    for (int64_t j = lo; j < hi; ++j)
       row[j] = (pad && pad[j0 + j] != 0.0f) ? -kInf : row[j] * g.scale;
-    std::fill(row + visible, row + cp, -kInf);
+    std::fill(row + hi, row + cp, -kInf);
   }
 }
 
-// The key blocks a query block [i0, i0 + r) can see.
-int64_t key_blocks_for(const Geometry& g, bool causal, int64_t i0, int64_t r) {
-  const int64_t last_key = causal ? std::min(g.n_k, i0 + r) : g.n_k;
-  return (last_key + g.bk - 1) / g.bk;
+// The key blocks [first, end) a query block [i0, i0 + r) can see.
+KeyRange key_blocks_for(const Geometry& g, int64_t i0, int64_t r) {
+  const int64_t first_key = g.keys_of(i0).begin, end_key = g.keys_of(i0 + r - 1).end;
+  if (end_key <= first_key) return {0, 0};
+  return {first_key / g.bk, (end_key + g.bk - 1) / g.bk};
 }
 
 void forward_block(const Geometry& g, const SoftmaxAttentionConfig& cfg, const float* q,
@@ -118,11 +130,11 @@ void forward_block(const Geometry& g, const SoftmaxAttentionConfig& cfg, const f
   std::fill(w.m, w.m + r, -kInf);
   std::fill(w.l, w.l + r, 0.0f);
   std::fill(w.acc, w.acc + r * g.ep, 0.0f);
-  const int64_t blocks = key_blocks_for(g, cfg.causal, i0, r);
-  for (int64_t kb = 0; kb < blocks; ++kb) {
+  const KeyRange blocks = key_blocks_for(g, i0, r);
+  for (int64_t kb = blocks.begin; kb < blocks.end; ++kb) {
     const int64_t j0 = kb * g.bk, c = std::min(g.bk, g.n_k - j0), cp = padded(c);
     simd::transpose(k + j0 * g.d, c, g.d, g.d, w.kt, g.bkp, cp);
-    scores(g, cfg.causal, q, pad, i0, r, j0, c, w.kt, w.s);
+    scores(g, q, pad, i0, r, j0, c, w.kt, w.s);
     // Online softmax: rescale what was accumulated under the old row max.
     for (int64_t i = 0; i < r; ++i) {
       float* row = w.s + i * g.bkp;
@@ -175,10 +187,11 @@ void backward_slice(const Geometry& g, const SoftmaxAttentionConfig& cfg, const 
     simd::copy_padded(k + j0 * g.d, c, g.d, g.d, w.kp, g.dp, g.dp);
     std::fill(w.dk, w.dk + c * g.dp, 0.0f);
     std::fill(w.dv, w.dv + c * g.ep, 0.0f);
-    const int64_t first_qb = cfg.causal ? j0 / g.bq : 0;  // earlier queries see none of it
-    for (int64_t i0 = first_qb * g.bq; i0 < g.n_q; i0 += g.bq) {
+    // Only the query blocks that see some key of this block (causal, window).
+    const int64_t first_query = g.queries_of(j0).begin, end_query = g.queries_of(j0 + c - 1).end;
+    for (int64_t i0 = first_query / g.bq * g.bq; i0 < end_query; i0 += g.bq) {
       const int64_t r = std::min(g.bq, g.n_q - i0);
-      scores(g, cfg.causal, q, pad, i0, r, j0, c, w.kt, w.s);
+      scores(g, q, pad, i0, r, j0, c, w.kt, w.s);
       for (int64_t i = 0; i < r; ++i) {  // P = exp(S - lse): 0 where invisible or lse = inf
         float* row = w.s + i * g.bkp;
         simd::exp_shifted(row, lse[i0 + i], row, cp);
@@ -300,8 +313,11 @@ void softmax_attention_backward(const SoftmaxAttentionDims& dims,
 
 double softmax_attention_flops(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,
                                bool backward) {
-  double pairs = double(dims.n_q) * double(dims.n_k);
-  if (cfg.causal) pairs = double(dims.n_q) * double(dims.n_q + 1) / 2;
+  double pairs = 0;
+  for (int64_t i = 0; i < dims.n_q; ++i) {
+    const KeyRange keys = visible_keys(i, dims.n_k, cfg.causal, cfg.window);
+    pairs += double(std::max<int64_t>(0, keys.end - keys.begin));
+  }
   const double fwd = 2.0 * pairs * double(dims.d + dims.e) * double(dims.batch * dims.heads);
   return backward ? 2.5 * fwd : fwd;
 }

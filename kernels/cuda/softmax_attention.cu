@@ -39,6 +39,9 @@ namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
 using cpu::SoftmaxAttentionConfig;
+using cpu::KeyRange;
+using cpu::queries_seeing;
+using cpu::visible_keys;
 using cpu::SoftmaxAttentionDims;
 
 constexpr int kGrid = 16;                  // threads along each side of a block's output tile
@@ -55,6 +58,7 @@ struct Shape {
   int d4, e4;       // d and e rounded up to 4: the reduction lengths of the NT products
   float scale;
   int causal;
+  int64_t window;    // sliding window, 0 = none (kernels/softmax_attention.h)
   const float* pad;  // (batch, n_k) key padding flags or null
   int64_t tiles;     // tiles per slice of the launched kernel
 };
@@ -170,16 +174,33 @@ __device__ __forceinline__ float row_reduce(float v, Op op) {
   return v;
 }
 
-// Whether query i sees key j (causal: j <= i; padded keys and keys past n_k are invisible).
+// Whether query i sees key j (causal: j <= i; the window; padded keys and keys past n_k are
+// invisible).
 __device__ __forceinline__ bool visible(const Shape& sh, const float* pad, int64_t i, int64_t j) {
-  return i < sh.n_q && j < sh.n_k && !(pad && pad[j] != 0.0f) && !(sh.causal && j > i);
+  if (i >= sh.n_q || (pad && j < sh.n_k && pad[j] != 0.0f)) return false;
+  const KeyRange keys = visible_keys(i, sh.n_k, sh.causal != 0, sh.window);
+  return j >= keys.begin && j < keys.end;
 }
 
-// Whether every key of [j0, j0 + keys) is visible to every query from i0 on: then a tile step
-// skips the per-element mask. Block-uniform. Query rows past n_q need no mask either: they are
-// zero rows whose results are never stored (forward), or have lse = +inf and so P = 0 (backward).
-__device__ __forceinline__ bool tile_unmasked(const Shape& sh, const float* pad, int64_t i0, int64_t j0, int keys) {
-  return !pad && j0 + keys <= sh.n_k && !(sh.causal && j0 + keys - 1 > i0);
+// Whether every key of [j0, j0 + keys) is visible to every query of [i0, i0 + rows): then a
+// tile step skips the per-element mask. Block-uniform. Query rows past n_q need no mask: they
+// are zero rows whose results are never stored (forward), or have lse = +inf and so P = 0
+// (backward). A query's first and last visible keys never decrease with i, so the first query
+// bounds the end and the last real one the beginning.
+__device__ __forceinline__ bool tile_unmasked(const Shape& sh, const float* pad, int64_t i0, int rows, int64_t j0,
+                                              int keys) {
+  if (pad || j0 + keys > sh.n_k) return false;
+  const int64_t last = min64(i0 + rows, sh.n_q) - 1;
+  return visible_keys(i0, sh.n_k, sh.causal != 0, sh.window).end >= j0 + keys &&
+         visible_keys(last, sh.n_k, sh.causal != 0, sh.window).begin <= j0;
+}
+
+// The key tiles a query tile [i0, i0 + kTile) reads: [begin, end) in keys, begin a multiple of
+// kTile (causal and window skip the rest).
+__device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
+  const int64_t last = min64(i0 + kTile, sh.n_q) - 1;
+  const int64_t begin = visible_keys(i0, sh.n_k, sh.causal != 0, sh.window).begin;
+  return {begin / kTile * kTile, visible_keys(last, sh.n_k, sh.causal != 0, sh.window).end};
 }
 
 // Output columns per thread / 16 for max(d, e) of a problem: the kC template argument.
@@ -238,8 +259,8 @@ __global__ void __launch_bounds__(kThreads, forward_min_blocks(kC))
 #pragma unroll
     for (int c = 0; c < kC; ++c) acc[r][c] = 0.0f;
   }
-  const int64_t key_end = sh.causal ? min64(sh.n_k, i0 + kTile) : sh.n_k;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const KeyRange span = key_span(sh, i0);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
     load_rows(ks, ld, kTile, cols, kb, j0, sh.n_k, sh.d);
     load_rows(vs, ld, kTile, cols, vb, j0, sh.n_k, sh.e);
     __syncthreads();
@@ -249,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, forward_min_blocks(kC))
 #pragma unroll
       for (int c = 0; c < kRows; ++c) s[r][c] = 0.0f;
     tile_nt(qs, ld, ks, ld, sh.d4, ty, tx, s);
-    const bool unmasked = tile_unmasked(sh, pad, i0, j0, kTile);
+    const bool unmasked = tile_unmasked(sh, pad, i0, kTile, j0, kTile);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t i = i0 + ty + kGrid * r;
@@ -340,8 +361,10 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int c = 0; c < kC; ++c) dk_acc[r][c] = dv_acc[r][c] = 0.0f;
-  // Causal: queries before j0 see none of these keys (j0 is a multiple of kTq).
-  for (int64_t i0 = sh.causal ? j0 : 0; i0 < sh.n_q; i0 += kTq) {
+  // Only the query tiles that see some key of this tile (causal: none before j0; window).
+  const int64_t query_begin = queries_seeing(j0, sh.n_q, sh.causal != 0, sh.window).begin;
+  const int64_t query_end = queries_seeing(min64(j0 + kTile, sh.n_k) - 1, sh.n_q, sh.causal != 0, sh.window).end;
+  for (int64_t i0 = query_begin / kTq * kTq; i0 < query_end; i0 += kTq) {
     load_rows(qs, ld, kTq, cols, qb, i0, sh.n_q, sh.d);
     load_rows(dos, ld, kTq, cols, dob, i0, sh.n_q, sh.e);
     for (int t = threadIdx.x; t < kTq; t += blockDim.x) {
@@ -357,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
       for (int c = 0; c < kQCols; ++c) st[r][c] = dpt[r][c] = 0.0f;
     tile_nt(ks, ld, qs, ld, sh.d4, ty, tx, st);
     tile_nt(vs, ld, dos, ld, sh.e4, ty, tx, dpt);
-    const bool unmasked = tile_unmasked(sh, pad, i0, j0, kTile);
+    const bool unmasked = tile_unmasked(sh, pad, i0, kTq, j0, kTile);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -420,8 +443,8 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
 #pragma unroll
     for (int c = 0; c < kC; ++c) dq_acc[r][c] = 0.0f;
   }
-  const int64_t key_end = sh.causal ? min64(sh.n_k, i0 + kTile) : sh.n_k;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const KeyRange span = key_span(sh, i0);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
     load_rows(ks, ld, kTile, cols, kb, j0, sh.n_k, sh.d);
     load_rows(vs, ld, kTile, cols, vb, j0, sh.n_k, sh.e);
     __syncthreads();
@@ -432,7 +455,7 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
       for (int c = 0; c < kRows; ++c) s[r][c] = dp[r][c] = 0.0f;
     tile_nt(qs, ld, ks, ld, sh.d4, ty, tx, s);
     tile_nt(dos, ld, vs, ld, sh.e4, ty, tx, dp);
-    const bool unmasked = tile_unmasked(sh, pad, i0, j0, kTile);
+    const bool unmasked = tile_unmasked(sh, pad, i0, kTile, j0, kTile);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -466,6 +489,9 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxA
               " Nk=", dims.n_k);
   TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ", cfg.block_q, " x ",
               cfg.block_k);
+  TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
+  TARN_ASSERT(cfg.window == 0 || dims.n_q == dims.n_k, op, ": a window needs Nq == Nk (self-attention), got Nq=",
+              dims.n_q, " Nk=", dims.n_k);
 }
 
 Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg, int64_t tiles) {
@@ -475,6 +501,7 @@ Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig&
   sh.d4 = (sh.d + 3) / 4 * 4, sh.e4 = (sh.e + 3) / 4 * 4;
   sh.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
   sh.causal = cfg.causal ? 1 : 0;
+  sh.window = cfg.window;
   sh.pad = cfg.key_padding_mask;
   sh.tiles = tiles;
   return sh;

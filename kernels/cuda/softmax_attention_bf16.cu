@@ -40,6 +40,9 @@ namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
 using cpu::SoftmaxAttentionConfig;
+using cpu::KeyRange;
+using cpu::queries_seeing;
+using cpu::visible_keys;
 using cpu::SoftmaxAttentionDims;
 using mma::bf16;
 
@@ -64,6 +67,7 @@ struct Shape {
   int pd, pe;        // the same rounded up to 16: the tiles' widths
   float scale;
   int causal;
+  int64_t window;    // sliding window, 0 = none (kernels/softmax_attention.h)
   const float* pad;  // (batch, n_k) key padding flags or null
   int64_t tiles;     // tiles per slice of the launched kernel
 };
@@ -140,9 +144,25 @@ __device__ __forceinline__ void load_key_ok(float* ok, const Shape& sh, const fl
   }
 }
 
-// Whether causal masking hides every pair of the 16 queries from i and the 16 keys from j.
+// Whether query i sees key j under the causal mask and the window (padding aside).
+__device__ __forceinline__ bool sees(const Shape& sh, int64_t i, int64_t j) {
+  const KeyRange keys = visible_keys(i, sh.n_k, sh.causal != 0, sh.window);
+  return j >= keys.begin && j < keys.end;
+}
+
+// Whether the causal mask and the window hide every pair of the 16 queries from i and the 16
+// keys from j. A query's first and last visible keys never decrease with i: the keys must all
+// end before the first query's range or start after the last query's.
 __device__ __forceinline__ bool hidden(const Shape& sh, int64_t i, int64_t j) {
-  return sh.causal && j > i + kT - 1;
+  return j + kT - 1 < visible_keys(i, sh.n_k, sh.causal != 0, sh.window).begin ||
+         j >= visible_keys(i + kT - 1, sh.n_k, sh.causal != 0, sh.window).end;
+}
+
+// The keys a query tile [i0, i0 + kTile) reads: [begin, end), begin a multiple of kTile.
+__device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
+  const int64_t last = (i0 + kTile < sh.n_q ? i0 + kTile : sh.n_q) - 1;
+  const int64_t begin = visible_keys(i0, sh.n_k, sh.causal != 0, sh.window).begin;
+  return {begin / kTile * kTile, visible_keys(last, sh.n_k, sh.causal != 0, sh.window).end};
 }
 
 // The two lanes of a row combine their halves.
@@ -223,8 +243,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = half; c < sh.pe; c += 2) orow[c] = 0.0f;
 
   float m = -INFINITY, l = 0.0f;
-  const int64_t key_end = sh.causal ? (sh.n_k < i0 + kTile ? sh.n_k : i0 + kTile) : sh.n_k;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const KeyRange span = key_span(sh, i0);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
     load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
     load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
     load_key_ok(key_ok, sh, pad, j0);
@@ -236,13 +256,13 @@ __global__ void __launch_bounds__(kThreads)
     // nothing (m_new = -inf) any finite shift gives p = 0, alpha = 0 and keeps l = O = 0.
     float tile_max = -INFINITY;
     for (int c = half; c < kTile; c += 2)
-      if (key_ok[c] != 0.0f && (!sh.causal || j0 + c <= i)) tile_max = fmaxf(tile_max, srow[c] * sh.scale);
+      if (key_ok[c] != 0.0f && sees(sh, i, j0 + c)) tile_max = fmaxf(tile_max, srow[c] * sh.scale);
     const float m_new = fmaxf(m, pair_max(tile_max));
     const float shift = m_new == -INFINITY ? 0.0f : m_new;
     const float alpha = expf(m - shift);
     float sum = 0.0f;
     for (int c = half; c < kTile; c += 2) {
-      const bool seen = key_ok[c] != 0.0f && (!sh.causal || j0 + c <= i);
+      const bool seen = key_ok[c] != 0.0f && sees(sh, i, j0 + c);
       const bf16 p = mma::to_bf16(seen ? expf(srow[c] * sh.scale - shift) : 0.0f);
       prow[c] = p;
       sum += mma::to_float(p);  // the weights P V multiplies: out stays their weighted mean
@@ -330,8 +350,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int t = 0; t < kCT; ++t) mma::zero(dk_acc[t]), mma::zero(dv_acc[t]);
   float* srow = st + (wr + row) * kLdScore;
   float* dprow = dpt + (wr + row) * kLdScore;
-  // Causal: queries before j0 see none of these keys (j0 is a multiple of the query tile).
-  for (int64_t i0 = sh.causal ? j0 : 0; i0 < sh.n_q; i0 += kTile) {
+  // Only the query tiles that see some key of this tile (causal: none before j0; window).
+  const int64_t last_key = (j0 + kTile < sh.n_k ? j0 + kTile : sh.n_k) - 1;
+  const int64_t query_begin = queries_seeing(j0, sh.n_q, sh.causal != 0, sh.window).begin;
+  const int64_t query_end = queries_seeing(last_key, sh.n_q, sh.causal != 0, sh.window).end;
+  for (int64_t i0 = query_begin / kTile * kTile; i0 < query_end; i0 += kTile) {
     load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
     load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
     for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
@@ -348,7 +371,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t i = i0 + c;
       // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf). Hidden
       // tiles were not computed: their S and dP are never read.
-      const bool seen = key_seen && i < sh.n_q && (!sh.causal || j <= i);
+      const bool seen = key_seen && i < sh.n_q && sees(sh, i, j);
       const float p = seen ? expf(srow[c] * sh.scale - lse_s[c]) : 0.0f;
       ptb[(wr + row) * kLdProb + c] = mma::to_bf16(p);
       dstb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_s[c]) * sh.scale : 0.0f);
@@ -416,8 +439,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int t = 0; t < kCT; ++t) mma::zero(dq_acc[t]);
   float* srow = sf + (wr + row) * kLdScore;
   float* dprow = dpf + (wr + row) * kLdScore;
-  const int64_t key_end = sh.causal ? (sh.n_k < i0 + kTile ? sh.n_k : i0 + kTile) : sh.n_k;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const KeyRange span = key_span(sh, i0);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
     load_rows(ks, L.ldd, sh.pd, kb, j0, sh.n_k, sh.d);
     load_rows(vs, L.lde, sh.pe, vb, j0, sh.n_k, sh.e);
     load_key_ok(key_ok, sh, pad, j0);
@@ -426,7 +449,7 @@ __global__ void __launch_bounds__(kThreads)
     scores_nt(dpf + wr * kLdScore, dos + wr * L.lde, vs, L.lde, sh.pe, sh, i0 + wr, j0, true);
     __syncwarp();
     for (int c = half; c < kTile; c += 2) {
-      const bool seen = key_ok[c] != 0.0f && i < sh.n_q && (!sh.causal || j0 + c <= i);
+      const bool seen = key_ok[c] != 0.0f && i < sh.n_q && sees(sh, i, j0 + c);
       const float p = seen ? expf(srow[c] * sh.scale - lse_i) : 0.0f;
       dsb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_i) * sh.scale : 0.0f);
     }
@@ -455,6 +478,9 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxA
               " and value dim e=", dims.e, " must be in [1, ", kMaxDim, "] for the bf16 kernels");
   TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
               " Nk=", dims.n_k);
+  TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
+  TARN_ASSERT(cfg.window == 0 || dims.n_q == dims.n_k, op, ": a window needs Nq == Nk (self-attention), got Nq=",
+              dims.n_q, " Nk=", dims.n_k);
 }
 
 int round16(int64_t n) { return static_cast<int>((n + kT - 1) / kT * kT); }
@@ -466,6 +492,7 @@ Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig&
   sh.pd = round16(dims.d), sh.pe = round16(dims.e);
   sh.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
   sh.causal = cfg.causal ? 1 : 0;
+  sh.window = cfg.window;
   sh.pad = cfg.key_padding_mask;
   sh.tiles = (rows + kTile - 1) / kTile;
   return sh;

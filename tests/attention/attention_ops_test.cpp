@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "framework/allocator.h"
@@ -266,6 +267,41 @@ TEST(SoftmaxAttentionOp, GradientsMatchFiniteDifferencesWithMasks) {
     opt.key_padding_mask = padding(6);
     auto fn = [&](const std::vector<Tensor>& in) { return softmax_attention(in[0], in[1], in[2], opt); };
     EXPECT_TRUE(gradients_match(fn, {q, k, v})) << "causal " << causal;
+  }
+}
+
+TEST(SoftmaxAttentionOp, SlidingWindowGradientsMatchFiniteDifferences) {
+  for (bool causal : {true, false}) {
+    Tensor q = leaf({2, 2, 9, 4}, 22), k = leaf({2, 2, 9, 4}, 23), v = leaf({2, 2, 9, 5}, 24);
+    SoftmaxAttentionOptions opt;
+    opt.causal = causal;
+    opt.window = 3;
+    opt.key_padding_mask = padding(9);
+    auto fn = [&](const std::vector<Tensor>& in) { return softmax_attention(in[0], in[1], in[2], opt); };
+    EXPECT_TRUE(gradients_match(fn, {q, k, v})) << "causal " << causal;
+  }
+}
+
+TEST(SoftmaxAttentionOp, SlidingWindowWiderThanTheSequenceIsFullAttention) {
+  for (int64_t dh : {8, 40}) {
+    Tensor q = leaf({1, 2, 7, dh}, 25), k = leaf({1, 2, 7, dh}, 26), v = leaf({1, 2, 7, 5}, 27);
+    for (bool causal : {true, false}) {
+      SoftmaxAttentionOptions full, wide, narrow;
+      full.causal = wide.causal = narrow.causal = causal;
+      wide.window = 64;
+      narrow.window = 2;
+      const std::vector<float> a = softmax_attention(q, k, v, full).to_vector();
+      const std::vector<float> b = softmax_attention(q, k, v, wide).to_vector();
+      const std::vector<float> c = softmax_attention(q, k, v, narrow).to_vector();
+      ASSERT_EQ(a.size(), b.size());
+      double diff_wide = 0, diff_narrow = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        diff_wide = std::max(diff_wide, double(std::fabs(a[i] - b[i])));
+        diff_narrow = std::max(diff_narrow, double(std::fabs(a[i] - c[i])));
+      }
+      EXPECT_LE(diff_wide, 1e-6) << "dh " << dh << " causal " << causal;
+      EXPECT_GT(diff_narrow, 1e-3) << "dh " << dh << " causal " << causal << ": a window of 2 changed nothing";
+    }
   }
 }
 

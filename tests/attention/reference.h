@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -197,9 +198,11 @@ struct SoftmaxRef {
   Doubles out, dq, dk, dv;
 };
 
+// window > 0: sliding-window attention, written out independently of the kernels' helper:
+// causal, query i sees keys i - window < j <= i; bidirectional, |i - j| <= window / 2.
 inline SoftmaxRef softmax_reference(const LinearShape& s, bool causal, const float* pad,
                                     double scale, const Floats& q, const Floats& k,
-                                    const Floats& v, const Floats& dout) {
+                                    const Floats& v, const Floats& dout, int64_t window = 0) {
   SoftmaxRef r;
   const int64_t d = s.d, e = s.e;
   r.out.assign(s.batch * s.heads * s.n_q * e, 0.0);
@@ -218,6 +221,7 @@ inline SoftmaxRef softmax_reference(const LinearShape& s, bool causal, const flo
       for (int64_t j = 0; j < s.n_k; ++j) {
         p[j] = -INFINITY;
         if ((causal && j > i) || (P && P[j] != 0)) continue;
+        if (window > 0 && (causal ? j <= i - window : std::abs(i - j) > window / 2)) continue;
         double dot = 0.0;
         for (int64_t x = 0; x < d; ++x) dot += double(Q[i * d + x]) * K[j * d + x];
         p[j] = dot * scale;

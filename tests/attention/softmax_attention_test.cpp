@@ -21,6 +21,7 @@ struct Case {
   bool causal, mask;
   int block_q, block_k;
   float magnitude;  // input scale: large values stress the online max
+  int64_t window = 0;
 };
 
 struct Outputs {
@@ -35,6 +36,7 @@ Outputs run_kernel(const Case& c, const Floats& q, const Floats& kk, const Float
   cfg.key_padding_mask = c.mask ? pad.data() : nullptr;
   cfg.block_q = c.block_q;
   cfg.block_k = c.block_k;
+  cfg.window = c.window;
   Outputs o;
   o.out.assign(c.batch * c.heads * c.n_q * c.e, NAN);
   o.lse.assign(c.batch * c.heads * c.n_q, NAN);
@@ -67,7 +69,7 @@ TEST_P(SoftmaxAttentionMatchesReference, OutputsAndAllGradientsWithin1e5) {
 
   const LinearShape s{c.batch, c.heads, c.n_q, c.n_k, c.d, c.e};
   const SoftmaxRef ref = softmax_reference(s, c.causal, c.mask ? pad.data() : nullptr,
-                                           1.0 / std::sqrt(double(c.d)), q, kk, v, dout);
+                                           1.0 / std::sqrt(double(c.d)), q, kk, v, dout, c.window);
   for (bool avx512 : isa_settings()) {
     SCOPED_TRACE(avx512 ? "AVX-512 tiles" : "build ISA tiles");
     const Avx512Tiles isa(avx512);
@@ -93,6 +95,14 @@ std::vector<Case> cases() {
   cs.push_back({"uneven_blocks", 1, 2, 150, 150, 20, 36, true, false, 48, 80, 1.0f});
   cs.push_back({"small_blocks", 1, 1, 100, 100, 16, 16, true, true, 7, 13, 1.0f});
   cs.push_back({"large_scores", 1, 2, 120, 120, 32, 32, true, false, 64, 64, 4.0f});
+  // Sliding windows: narrower than a block, spanning blocks, odd and wider than the sequence.
+  cs.push_back({"window_causal_w16", 1, 2, 300, 300, 32, 24, true, false, 64, 64, 1.0f, 16});
+  cs.push_back({"window_causal_w100_mask", 2, 2, 300, 300, 32, 24, true, true, 32, 48, 1.0f, 100});
+  cs.push_back({"window_causal_w1", 1, 1, 70, 70, 16, 16, true, false, 16, 16, 1.0f, 1});
+  cs.push_back({"window_bidirectional_w16", 1, 2, 300, 300, 32, 24, false, false, 64, 64, 1.0f, 16});
+  cs.push_back({"window_bidirectional_w65_mask", 2, 1, 200, 200, 16, 40, false, true, 24, 40, 1.0f, 65});
+  cs.push_back({"window_wider_than_sequence", 1, 2, 50, 50, 32, 32, false, true, 64, 64, 1.0f, 512});
+  cs.push_back({"window_causal_wider_than_sequence", 1, 2, 50, 50, 32, 32, true, false, 16, 16, 1.0f, 512});
   return cs;
 }
 

@@ -65,9 +65,10 @@ const std::vector<Rounding> kSides = {kCudaBf16, kCpuF32};
 
 class SoftmaxAttentionBf16Conformance : public Conformance {
  protected:
-  void Check(const Dims& s, bool causal, Keys keys, uint32_t seed) {
+  void Check(const Dims& s, bool causal, Keys keys, uint32_t seed, int64_t window = 0) {
     std::ostringstream what_os;
-    what_os << (causal ? "causal" : "bidirectional") << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
+    what_os << (causal ? "causal" : "bidirectional") << (window > 0 ? " window " + std::to_string(window) : "")
+            << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
             << " Nk=" << s.n_k << " d=" << s.d << " e=" << s.e << (keys != Keys::all ? " padded" : "");
     const std::string what = what_os.str();
     const int64_t bh = s.batch * s.heads;
@@ -80,6 +81,7 @@ class SoftmaxAttentionBf16Conformance : public Conformance {
     const cpu::SoftmaxAttentionDims dims{s.batch, s.heads, s.n_q, s.n_k, s.d, s.e};
     cpu::SoftmaxAttentionConfig cfg;
     cfg.causal = causal;
+    cfg.window = window;
     cfg.key_padding_mask = keys != Keys::all ? pad.data() : nullptr;
 
     // The reference: forward, then backward from out rounded to bf16 (what the kernel hands on).
@@ -103,7 +105,7 @@ class SoftmaxAttentionBf16Conformance : public Conformance {
     TARN_ON(target(), softmax_attention_bf16_forward, dims, dcfg, dq_in.get(), dk_in.get(), dv_in.get(),
             got_out.get(), got_lse.get(), nullptr, 0);
     const SoftmaxAttentionBounds bound = SoftmaxAttentionErrorBounds(
-        dims, causal, keys != Keys::all ? pad : std::vector<float>{}, q, k, v, dout, out16, want_lse, kSides);
+        dims, causal, keys != Keys::all ? pad : std::vector<float>{}, q, k, v, dout, out16, want_lse, kSides, window);
     EXPECT_TRUE(WithinBound(ToFloat(got_out.host()), want_out, bound.out)) << "out, " << what;
     EXPECT_TRUE(WithinBound(got_lse.host(), want_lse, bound.lse)) << "lse, " << what;
 
@@ -135,6 +137,14 @@ TEST_P(SoftmaxAttentionBf16Conformance, BidirectionalForwardAndBackwardMatchCpuA
   uint32_t seed = 2300;
   for (int64_t n : kLengths)
     for (Keys keys : {Keys::all, Keys::some_padded}) Check({2, 1, n, n, 32, 32}, false, keys, seed += 4);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, SlidingWindowForwardAndBackwardMatchCpu) {
+  // Windows inside one 16-row tile, spanning 64-row tiles, odd, and wider than the sequence.
+  uint32_t seed = 2700;
+  for (bool causal : {true, false})
+    for (int64_t window : {1, 16, 65, 512})
+      for (Keys keys : {Keys::all, Keys::some_padded}) Check({2, 1, 150, 150, 32, 32}, causal, keys, seed += 4, window);
 }
 
 TEST_P(SoftmaxAttentionBf16Conformance, ValueDimDifferentFromHeadDimMatchesCpu) {

@@ -38,9 +38,9 @@ struct Shape {
 
 enum class Mask { none, some, all_of_batch1 };
 
-std::string Describe(const Shape& s, bool causal, Mask mask) {
+std::string Describe(const Shape& s, bool causal, Mask mask, int64_t window) {
   std::ostringstream os;
-  os << (causal ? "causal" : "bidirectional") << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
+  os << (causal ? "causal" : "bidirectional") << (window > 0 ? " window " + std::to_string(window) : "") << " B=" << s.batch << " H=" << s.heads << " Nq=" << s.n_q
      << " Nk=" << s.n_k << " d=" << s.d << " e=" << s.e
      << (mask == Mask::some ? " masked" : mask == Mask::all_of_batch1 ? " batch 1 fully masked" : "");
   return os.str();
@@ -69,8 +69,8 @@ class SoftmaxAttentionConformance : public Conformance {
  protected:
   // Runs forward and backward on the CPU and on the target and compares every output; the
   // target's backward starts from the CPU's out and lse, so each gradient is checked on its own.
-  void Check(const Shape& s, bool causal, Mask mask, uint32_t seed) {
-    const std::string what = Describe(s, causal, mask);
+  void Check(const Shape& s, bool causal, Mask mask, uint32_t seed, int64_t window = 0) {
+    const std::string what = Describe(s, causal, mask, window);
     const int64_t bh = s.batch * s.heads;
     // Scores of a few units (|q . k| / sqrt(d) up to ~3): far from a uniform softmax.
     const auto q = Random(bh * s.n_q * s.d, -1.5f, 1.5f, seed);
@@ -81,6 +81,7 @@ class SoftmaxAttentionConformance : public Conformance {
     const cpu::SoftmaxAttentionDims dims{s.batch, s.heads, s.n_q, s.n_k, s.d, s.e};
     cpu::SoftmaxAttentionConfig cfg;
     cfg.causal = causal;
+    cfg.window = window;
     cfg.key_padding_mask = mask != Mask::none ? pad.data() : nullptr;
 
     std::vector<float> want_out(bh * s.n_q * s.e), want_lse(bh * s.n_q);
@@ -107,7 +108,7 @@ class SoftmaxAttentionConformance : public Conformance {
     }
     const SoftmaxAttentionBounds bound =
         SoftmaxAttentionErrorBounds(dims, causal, mask != Mask::none ? pad : std::vector<float>{}, q, k, v, dout,
-                                    want_out, want_lse, kSides);
+                                    want_out, want_lse, kSides, window);
     EXPECT_TRUE(WithinBound(got_out.host(), want_out, bound.out)) << "out, " << what;
     EXPECT_TRUE(WithinBound(got_lse.host(), want_lse, bound.lse)) << "lse, " << what;
 
@@ -142,6 +143,16 @@ TEST_P(SoftmaxAttentionConformance, BidirectionalForwardAndBackwardMatchCpuAtTil
   for (int64_t d : kHeadDims)
     for (int64_t n : kLengths)
       for (Mask mask : {Mask::none, Mask::some}) Check({2, 1, n, n, d, d}, false, mask, seed += 4);
+}
+
+TEST_P(SoftmaxAttentionConformance, SlidingWindowForwardAndBackwardMatchCpu) {
+  // Windows inside one tile, spanning tiles (the tiles a query tile reads start past 0, and the
+  // dK/dV kernel's query tiles end before Nq), odd, and one wider than the sequence.
+  uint32_t seed = 1700;
+  for (bool causal : {true, false})
+    for (int64_t window : {1, 16, 65, 100, 512})
+      for (Mask mask : {Mask::none, Mask::some}) Check({2, 1, 200, 200, 32, 32}, causal, mask, seed += 4, window);
+  Check({1, 2, 150, 150, 48, 24}, true, Mask::some, 1800, 40);
 }
 
 TEST_P(SoftmaxAttentionConformance, ValueDimDifferentFromHeadDimMatchesCpu) {

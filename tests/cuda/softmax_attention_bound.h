@@ -24,6 +24,7 @@
 // 1 + 2 (operand + store) for the products of two bf16 roundings.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <vector>
 
@@ -38,14 +39,15 @@ struct SoftmaxAttentionBounds {
 
 // The bound on |device - CPU| for each output: forward from q, k, v; backward from q, k, v,
 // dout and the given out_in, lse_in (what both sides' backward read). pad: (batch, n_k),
-// nonzero = padded, or empty.
+// nonzero = padded, or empty. window > 0: sliding-window attention, written out here apart from
+// the kernels' helper (causal: i - window < j <= i; bidirectional: |i - j| <= window / 2).
 inline SoftmaxAttentionBounds SoftmaxAttentionErrorBounds(const kernels::cpu::SoftmaxAttentionDims& dims,
                                                           bool causal, const std::vector<float>& pad,
                                                           const std::vector<float>& q, const std::vector<float>& k,
                                                           const std::vector<float>& v, const std::vector<float>& dout,
                                                           const std::vector<float>& out_in,
                                                           const std::vector<float>& lse_in,
-                                                          const std::vector<Rounding>& sides) {
+                                                          const std::vector<Rounding>& sides, int64_t window = 0) {
   // Here Rounding::operand is the rounding of P and dS before the products that take them.
   const int64_t nq = dims.n_q, nk = dims.n_k, d = dims.d, e = dims.e;
   const double scale = 1.0f / std::sqrt(static_cast<float>(d));  // the kernels' float scale
@@ -81,7 +83,8 @@ inline SoftmaxAttentionBounds SoftmaxAttentionErrorBounds(const kernels::cpu::So
         }
         s[i * nk + j] = scale * dot;
         S[i * nk + j] = scale * mag;
-        seen[i * nk + j] = !(pad_b && pad_b[j] != 0.0f) && !(causal && j > i);
+        const bool outside = window > 0 && (causal ? j <= i - window : std::abs(i - j) > window / 2);
+        seen[i * nk + j] = !(pad_b && pad_b[j] != 0.0f) && !(causal && j > i) && !outside;
         if (seen[i * nk + j]) m = std::max(m, s[i * nk + j]), lo = std::min(lo, s[i * nk + j]);
       }
       double sum = 0.0;
