@@ -19,7 +19,8 @@ namespace {
 json::Value attention_json(const AttentionConfig& a) {
   json::Value o = json::Value::object();
   o.set("kind", json::Value::string(attention_kind_name(a.kind)));
-  if (a.is_linear()) {
+  if (a.is_hybrid()) o.set("window", json::Value::number(a.window));
+  if (a.uses_feature_map()) {
     o.set("feature_map", json::Value::string(kernels::cpu::feature_map_name(a.feature_map)));
     o.set("chunk", json::Value::number(a.chunk));
     o.set("favor_features", json::Value::number(a.favor_features));

@@ -162,7 +162,10 @@ double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d,
   const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
   if (a.is_gated_recurrence()) return f * static_cast<double>(heads) * head * head;  // S (the convolutions' tails aside)
   const double features = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head;
-  return f * static_cast<double>(heads) * features * (head + 1);  // S and the normaliser's z
+  const double state = f * static_cast<double>(heads) * features * (head + 1);  // S and the normaliser's z
+  if (!a.is_hybrid()) return state;
+  // Hybrid: the linear state and the keys and values of the last `window` positions.
+  return state + 2 * f * static_cast<double>(std::min(tokens, a.window)) * static_cast<double>(d);
 }
 
 }  // namespace
@@ -184,8 +187,9 @@ double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_l
   const double layers = static_cast<double>(c.decoder_layers);
   const int64_t heads = c.decoder_attention_heads;
   const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
-  // A softmax cache grows by concatenation: the old and the new cache live at once.
-  const double self = (c.decoder_self_attention.is_softmax() ? 2.0 : 1.0) *
+  // A softmax cache (and hybrid's window) grows by concatenation: the old and the new cache live at once.
+  const AttentionConfig& sa = c.decoder_self_attention;
+  const double self = (sa.is_softmax() || sa.is_hybrid() ? 2.0 : 1.0) *
                       attention_state_bytes(c.decoder_self_attention, heads, c.d_model, steps);
   const double cross = attention_state_bytes(c.cross_attention, heads, c.d_model, source_len);
   const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs

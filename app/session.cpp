@@ -206,7 +206,8 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
                                                                     : data.max_source_len);
     const double target = static_cast<double>(data.max_target_len);
     auto pairs = [&](const AttentionConfig& a, double layers, double heads, double keys) {
-      return a.is_softmax() ? 8.0 * layers * heads * micro_batch * keys : 0.0;
+      // Hybrid's window under attention dropout takes the dense path too (layers/attention.cpp).
+      return a.is_softmax() || a.is_hybrid() ? 8.0 * layers * heads * micro_batch * keys : 0.0;
     };
     const double enc_heads = static_cast<double>(c.encoder_attention_heads);
     const double dec_heads = static_cast<double>(c.decoder_attention_heads);
@@ -355,7 +356,7 @@ Device training_device(const Recipe& recipe) {
   // any other chunk the recipe gives.
   const std::string chunk_key = "model.attention.decoder_self.chunk";
   const AttentionConfig& causal = recipe.model.attention.decoder_self;
-  if (causal.is_linear() && recipe.origins.count(chunk_key) > 0) {
+  if (causal.uses_feature_map() && recipe.origins.count(chunk_key) > 0) {
     const kernels::Backend& k = kernels::cuda_backend();
     const kernels::LinearAttentionBf16Kernels* bf16_scan = k.linear_attention_bf16;
     const bool bf16 = parse_precision(recipe.training.precision) == Precision::bf16 && bf16_scan &&

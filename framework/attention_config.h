@@ -16,16 +16,18 @@ namespace tarn {
 // al.), a sum of phi(k) v^T. delta: the gated delta rule (Gated DeltaNet), a state that
 // overwrites what it stores under a key and decays (layers/attention.h, docs/design.md). gated:
 // the same layer without the delta rule's erase, S_t = alpha_t S_{t-1} + beta_t k_t v_t^T
-// (Mamba-2's per-head scalar decay).
-enum class AttentionKind { softmax, linear, delta, gated };
-const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated"
+// (Mamba-2's per-head scalar decay). hybrid: softmax over a sliding window of `window` keys plus
+// linear attention over the whole sequence on the same q, k, v, mixed per head and position by a
+// learned gate (self-attention only; layers/attention.h).
+enum class AttentionKind { softmax, linear, delta, gated, hybrid };
+const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated", "hybrid"
 
 struct AttentionConfig {
   using Kind = AttentionKind;
   using FeatureMap = kernels::cpu::FeatureMap;
 
   Kind kind = Kind::softmax;
-  // Linear attention only.
+  // Linear attention and hybrid's global part.
   FeatureMap feature_map = FeatureMap::elu1;
   // Rows per chunk of the causal scan on the CPU. The CUDA kernels use fixed chunks (32 rows in
   // f32, 64 in bf16): a run on CUDA refuses any other value given in a recipe.
@@ -35,8 +37,14 @@ struct AttentionConfig {
   double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
   // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
+  // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
+  int64_t window = kDefaultHybridWindow;
+  static constexpr int64_t kDefaultHybridWindow = 64;
 
   bool is_linear() const { return kind == Kind::linear; }
+  bool is_hybrid() const { return kind == Kind::hybrid; }
+  // linear and hybrid: a feature map's settings (feature_map, favor_*, eps, chunk) apply.
+  bool uses_feature_map() const { return kind == Kind::linear || kind == Kind::hybrid; }
   bool is_delta() const { return kind == Kind::delta; }
   // delta and gated: a state written through learned gates (layers/delta_rule_block.h).
   bool is_gated_recurrence() const { return kind == Kind::delta || kind == Kind::gated; }
@@ -48,7 +56,7 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  std::string str() const;  // "softmax", "linear(elu1)", "delta(conv 4)" or "gated(conv 4)"
+  std::string str() const;  // "softmax", "linear(elu1)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)"
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
   // the same ranges earlier, with the file and line).
   void validate(const std::string& key) const;

@@ -9,6 +9,7 @@
 #include "framework/ops/nn.h"
 #include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
+#include "kernels/softmax_attention.h"
 
 namespace tarn {
 namespace {
@@ -38,16 +39,17 @@ void check_padding(const char* what, const PaddingMask& pad, int64_t batch, int6
 }
 
 // Additive softmax mask broadcastable to scores (B, H, Nq, Nk): (B or 1, 1, Nq or 1, Nk);
-// undefined when nothing is masked.
-Tensor softmax_mask_bias(int64_t batch, int64_t nq, int64_t nk, const PaddingMask& pad, bool causal) {
-  if (pad.empty() && !causal) return Tensor();
-  const int64_t rows_b = pad.empty() ? 1 : batch, rows_q = causal ? nq : 1;
+// undefined when nothing is masked. window > 0: the sliding window's mask as well.
+Tensor softmax_mask_bias(int64_t batch, int64_t nq, int64_t nk, const PaddingMask& pad, bool causal, int64_t window) {
+  if (pad.empty() && !causal && window == 0) return Tensor();
+  const int64_t rows_b = pad.empty() ? 1 : batch, rows_q = causal || window > 0 ? nq : 1;
   Tensor bias = Tensor::zeros({rows_b, 1, rows_q, nk});
   float* p = bias.f32();
   for (int64_t b = 0; b < rows_b; ++b)
     for (int64_t i = 0; i < rows_q; ++i)
       for (int64_t j = 0; j < nk; ++j) {
-        const bool masked = (causal && j > i) || (!pad.empty() && pad[b * nk + j]);
+        const kernels::cpu::KeyRange keys = kernels::cpu::visible_keys(i, nk, causal, window);
+        const bool masked = j < keys.begin || j >= keys.end || (!pad.empty() && pad[b * nk + j]);
         p[(b * rows_q + i) * nk + j] = masked ? kMaskedScore : 0.0f;
       }
   return bias;
@@ -154,7 +156,13 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
     delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, cross, kDeltaNormEps, init);
     register_module("delta", *delta_);
   }
-  if (config_.is_linear()) {
+  if (config_.is_hybrid()) {
+    TARN_ASSERT(!cross, "attention: hybrid attention is self-attention only (its window has no meaning across "
+                "two sequences)");
+    hybrid_gate_ = std::make_unique<Linear>(d_model, heads, init);
+    register_module("hybrid_gate", *hybrid_gate_);
+  }
+  if (config_.uses_feature_map()) {
     map_ = config_.feature_map;
     if (map_ == FeatureMap::taylor) {
       taylor_proj_ = std::make_unique<Linear>(head_dim_, kTaylorDim, init, /*with_bias=*/false);
@@ -219,9 +227,9 @@ Tensor MultiHeadAttention::key_features(const Tensor& k) const {
 
 // HF's path, kept for attention dropout: it needs the probabilities themselves.
 Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                const PaddingMask& pad) const {
+                                                const PaddingMask& pad, int64_t window) const {
   Tensor scores = matmul(scale(q, scaling_), k, false, true, precision());  // (B, H, Nq, Nk)
-  const Tensor bias = softmax_mask_bias(q.size(0), q.size(2), k.size(2), pad, causal_);
+  const Tensor bias = softmax_mask_bias(q.size(0), q.size(2), k.size(2), pad, causal_, window);
   if (bias.defined()) scores = add(scores, bias.to(scores.device()));
   return matmul(dropout_->apply(softmax(scores), attention_dropout_, true), v, false, false, precision());
 }
@@ -240,31 +248,45 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
   const Tensor k = split_heads(k_proj.forward(key_value));
   const Tensor v = split_heads(v_proj.forward(key_value));
   Tensor ctx;
-  if (!config_.is_linear()) {
-    if (training() && attention_dropout_ > 0.0f) {
-      ctx = softmax_with_dropout(q, k, v, pad);
-    } else {
-      SoftmaxAttentionOptions opt;
-      opt.causal = causal_;
-      opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
-      opt.scale = scaling_;
-      opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
-      ctx = softmax_attention(q, k, v, opt);
-    }
-  } else {
-    LinearAttentionOptions opt;
-    opt.causal = causal_;
-    opt.key_padding_mask = padding_tensor(pad, batch, nk, q.device());
-    opt.eps = static_cast<float>(config_.eps);
-    opt.chunk = static_cast<int>(config_.chunk);
-    opt.fused_feature_map = fused_map();
-    opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
-    if (materialises_features())
-      ctx = linear_attention(query_features(q), key_features(k), v, opt);
-    else
-      ctx = linear_attention(q, k, v, opt);  // φ applied inside the kernel
-  }
+  if (config_.is_softmax())
+    ctx = softmax_context(q, k, v, pad, 0);
+  else if (config_.is_linear())
+    ctx = linear_context(q, k, v, pad);
+  else  // hybrid
+    ctx = hybrid_mix(softmax_context(q, k, v, pad, config_.window), linear_context(q, k, v, pad), query);
   return out_proj.forward(merge_heads(ctx));
+}
+
+Tensor MultiHeadAttention::softmax_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
+                                           int64_t window) const {
+  if (training() && attention_dropout_ > 0.0f) return softmax_with_dropout(q, k, v, pad, window);
+  SoftmaxAttentionOptions opt;
+  opt.causal = causal_;
+  opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
+  opt.scale = scaling_;
+  opt.window = window;
+  opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
+  return softmax_attention(q, k, v, opt);
+}
+
+Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const PaddingMask& pad) const {
+  LinearAttentionOptions opt;
+  opt.causal = causal_;
+  opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
+  opt.eps = static_cast<float>(config_.eps);
+  opt.chunk = static_cast<int>(config_.chunk);
+  opt.fused_feature_map = fused_map();
+  opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
+  if (materialises_features()) return linear_attention(query_features(q), key_features(k), v, opt);
+  return linear_attention(q, k, v, opt);  // φ applied inside the kernel
+}
+
+Tensor MultiHeadAttention::hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const {
+  // g = σ(x W_g^T + b_g): (B, N, H) -> (B, H, N, 1), one weight per head and position.
+  const Tensor g = sigmoid(hybrid_gate_->forward(x));
+  const Tensor gate = reshape(permute(g, {0, 2, 1}), {x.size(0), heads_, x.size(1), 1});
+  return add(global, mul(gate, sub(local, global)));  // g local + (1 - g) global
 }
 
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
@@ -274,9 +296,11 @@ AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
     const int64_t d = heads_ * head_dim_, taps = delta_->conv_size();
     c.state = Tensor::zeros({batch, heads_, head_dim_, head_dim_}, dev);
     for (Tensor* tail : {&c.q_tail, &c.k_tail, &c.v_tail}) *tail = Tensor::zeros({batch, taps - 1, d}, dev);
-  } else if (config_.is_linear()) {
+    return c;
+  }
+  if (config_.uses_feature_map())
     c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s.to(q_proj.weight.device());
-  } else {
+  if (!config_.is_linear()) {  // softmax, and hybrid's window
     c.key = Tensor::zeros({batch, heads_, 0, head_dim_}, q_proj.weight.device());
     c.value = Tensor::zeros({batch, heads_, 0, head_dim_}, q_proj.weight.device());
   }
@@ -294,25 +318,33 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
   const Tensor k = split_heads(k_proj.forward(query));
   const Tensor v = split_heads(v_proj.forward(query));
   const int64_t batch = query.size(0);
-  Tensor ctx;
+  Tensor local, global;
   if (!config_.is_linear()) {
     cache.key = concat({cache.key, k}, 2);
     cache.value = concat({cache.value, v}, 2);
-    // The newest query sees every cached key: the causal mask has nothing to hide.
+    // Hybrid keeps the last `window` keys and values: its state is O(window), not O(position).
+    if (config_.is_hybrid() && cache.key.size(2) > config_.window) {
+      const int64_t n = cache.key.size(2);
+      cache.key = slice(cache.key, 2, n - config_.window, n);
+      cache.value = slice(cache.value, 2, n - config_.window, n);
+    }
+    // The newest query sees every cached key: the causal mask and the window hide none.
     SoftmaxAttentionOptions opt;
     opt.scale = scaling_;
-    ctx = softmax_attention(q, cache.key, cache.value, opt);
-  } else {
+    local = softmax_attention(q, cache.key, cache.value, opt);
+  }
+  if (config_.uses_feature_map()) {
     // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (docs/design.md section 2, recurrent mode).
     LinearAttentionState st{cache.state, cache.length};
     LinearAttentionStepOptions opt;
     opt.eps = static_cast<float>(config_.eps);
     opt.fused_feature_map = fused_map();
     const bool features = materialises_features();
-    ctx = linear_attention_step(st, features ? query_features(q) : q, features ? key_features(k) : k, v, opt)
-              .view({batch, heads_, 1, head_dim_});
+    global = linear_attention_step(st, features ? query_features(q) : q, features ? key_features(k) : k, v, opt)
+                 .view({batch, heads_, 1, head_dim_});
   }
   ++cache.length;
+  const Tensor ctx = config_.is_hybrid() ? hybrid_mix(local, global, query) : local.defined() ? local : global;
   return out_proj.forward(merge_heads(ctx));
 }
 

@@ -31,6 +31,14 @@
 //                            self-attention the last conv_size - 1 projected inputs of q, k
 //                            and v for the convolutions (q_tail, k_tail, v_tail, (B, taps-1, D)).
 //
+// Hybrid attention (the linear-attention seed's hybrid layer; self-attention only): the same q,
+// k, v feed softmax attention over a sliding window (framework/ops/attention.h: causal, the last
+// `window` keys; bidirectional, |i - j| <= window / 2) and linear attention with the feature map
+// over the whole sequence; per head and position a gate g = σ(x W_g^T + b_g) ("hybrid_gate", a
+// (H, D) weight and an H bias, on the layer's input x) mixes them before out_proj:
+// ctx = g local + (1 - g) global. Decoding keeps the last `window` keys and values and the
+// linear state: O(window + f dh) per token, whatever the position.
+//
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
 // read by both); cross-attention writes the encoder output into one state per (batch, head)
@@ -117,7 +125,14 @@ class MultiHeadAttention : public Module {
   // Based's map: [1, p / r^(1/4), vec(p p^T) / (sqrt(2) sqrt(r))] of p = x taylor_proj^T (r = 16),
   // so that phi(q).phi(k) = 1 + q'.k'/sqrt(r) + (q'.k')^2 / (2 r), exp's Taylor series to order 2.
   Tensor taylor_features(const Tensor& x) const;
-  Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
+                              int64_t window) const;
+  // Per-head contexts (B, H, Nq, dh) from split q, k, v: softmax (window 0 = every key) and linear.
+  Tensor softmax_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
+                         int64_t window) const;
+  Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
+  Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
   Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
   Tensor delta_step_self(const Tensor& query, AttentionCache& cache) const;
   // The writer's convolved, normalised k and v (B, H, N, dh), with beta and alpha (B, H, N).
@@ -133,6 +148,7 @@ class MultiHeadAttention : public Module {
   int64_t heads_, head_dim_;
   bool causal_, cross_;
   std::unique_ptr<DeltaRuleBlock> delta_;  // kind delta only, registered as "delta"
+  std::unique_ptr<Linear> hybrid_gate_;    // kind hybrid only: (H, D) and (H), registered as "hybrid_gate"
   float attention_dropout_;
   float scaling_;
   DropoutStreams* dropout_;

@@ -100,7 +100,7 @@ BartConfig::Footprint BartConfig::footprint() const {
   f.decoder_parameters = static_cast<double>(decoder_layers) * (2 * (attention + norm) + dec_ffn + norm);
   // FAVOR+ projections: features x head_dim per attention module; the output bias, V.
   auto favor = [&](const AttentionConfig& a, double heads, double layers) {
-    if (!a.is_linear() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
+    if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
     const double head_dim = d / std::max(1.0, heads);
     const double m = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head_dim;
     return layers * m * head_dim;

@@ -50,11 +50,13 @@ bool is_device(const std::string& s) {
 void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
   a.enumeration(&AttentionConfig::kind, "kind",
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
-                "O(N)) or gated (delta without the erase: decayed linear attention, O(N))",
+                "O(N)), gated (delta without the erase: decayed linear attention, O(N)) or hybrid (softmax over a "
+                "sliding window plus linear attention, mixed by a learned gate, O(N window); self-attention only)",
                 {{"softmax", AttentionKind::softmax},
                  {"linear", AttentionKind::linear},
                  {"delta", AttentionKind::delta},
-                 {"gated", AttentionKind::gated}});
+                 {"gated", AttentionKind::gated},
+                 {"hybrid", AttentionKind::hybrid}});
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
             "decoder self-attention is always causal");
@@ -65,7 +67,7 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
                        FeatureMap::identity})
     maps.emplace_back(kernels::cpu::feature_map_name(m), m);
   a.enumeration(&AttentionConfig::feature_map, "feature_map",
-                "linear attention's feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
+                "linear attention's (and hybrid's global part's) feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
                 "16-dimensional projection of each head, 273 features; identity: ablations only, warns)",
                 maps);
   a.integer(&AttentionConfig::chunk, "chunk",
@@ -75,6 +77,10 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
       .min(1);
   a.integer(&AttentionConfig::conv_size, "conv_size",
             "delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none)")
+      .min(1);
+  a.integer(&AttentionConfig::window, "window",
+            "hybrid: keys the softmax part sees (causal: the last `window`; bidirectional: within window / 2 either "
+            "side)")
       .min(1);
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
@@ -384,7 +390,15 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     const AttentionConfig& a = m.attention.*stack.member;
     if (!a.is_gated_recurrence() && loader.given(prefix + ".conv_size"))
       loader.warn(prefix + ".conv_size", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
-    if (!a.is_linear()) {
+    if (!a.is_hybrid() && loader.given(prefix + ".window"))
+      loader.warn(prefix + ".window", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+    if (a.is_hybrid() && stack.member == &AttentionStacksRecipe::cross) {
+      loader.error(prefix + ".kind",
+                   "hybrid is self-attention only: its window is over positions of the sequence that attends, "
+                   "which cross-attention does not share; use linear, delta, gated or softmax here");
+      continue;
+    }
+    if (!a.uses_feature_map()) {
       for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {
         if (loader.given(prefix + "." + key))
           loader.warn(prefix + "." + key, str_cat("ignored: kind is ", attention_kind_name(a.kind)));

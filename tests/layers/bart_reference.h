@@ -3,6 +3,7 @@
 // modeling_bart.py with plain loops and no tarn ops: the reference the layers are checked
 // against. It reads the weights by their HF names from a BartForConditionalGeneration.
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -287,21 +288,28 @@ class BartReference {
     Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");
     Mat ctx(static_cast<size_t>(nq * d));
     auto allowed = [&](int64_t i, int64_t j) { return !(causal && j > i) && !(j < (int64_t)pad.size() && pad[j]); };
+    // Hybrid's window: causal, i - window < j; bidirectional, |i - j| <= window / 2.
+    auto in_window = [&](int64_t i, int64_t j) {
+      if (!cfg.is_hybrid()) return true;
+      return causal ? j > i - cfg.window : std::abs(i - j) <= cfg.window / 2;
+    };
+    // Hybrid's gate per position and head: sigmoid(x_i . W_g[h] + b_g[h]).
+    const Mat gate = cfg.is_hybrid() ? linear(xq, d, name + ".hybrid_gate") : Mat();
     for (int64_t h = 0; h < heads; ++h) {
       Mat fq, fk;
       int64_t f = dh;
-      if (cfg.is_linear()) {
+      if (cfg.uses_feature_map()) {
         fq = features(q, nq, h * dh, dh, cfg, false, causal, name);
         fk = features(k, nk, h * dh, dh, cfg, true, causal, name);
         f = static_cast<int64_t>(fq.size()) / nq;
       }
       for (int64_t i = 0; i < nq; ++i) {
-        std::vector<double> w(static_cast<size_t>(nk), 0.0);
+        std::vector<double> w(static_cast<size_t>(nk), 0.0), lw(static_cast<size_t>(nk), 0.0);
         if (!cfg.is_linear()) {
           const double scaling = 1.0 / std::sqrt(static_cast<double>(dh));
           double mx = -1e300;
           for (int64_t j = 0; j < nk; ++j) {
-            if (!allowed(i, j)) continue;
+            if (!allowed(i, j) || !in_window(i, j)) continue;
             double s = 0;
             for (int64_t e = 0; e < dh; ++e) s += q[i * d + h * dh + e] * scaling * k[j * d + h * dh + e];
             w[j] = s;
@@ -309,21 +317,29 @@ class BartReference {
           }
           double z = 0;
           for (int64_t j = 0; j < nk; ++j) {
-            w[j] = allowed(i, j) ? std::exp(w[j] - mx) : 0.0;
+            w[j] = allowed(i, j) && in_window(i, j) ? std::exp(w[j] - mx) : 0.0;
             z += w[j];
           }
-          for (double& x : w) x /= z;
-        } else {
+          // A query whose window holds only padding sees no key: zeros, as the kernels give.
+          if (z > 0)
+            for (double& x : w) x /= z;
+        }
+        if (cfg.uses_feature_map()) {
           // out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + eps)   (docs/design.md section 2)
           double den = 0;
           for (int64_t j = 0; j < nk; ++j) {
             if (!allowed(i, j)) continue;
             double s = 0;
             for (int64_t e = 0; e < f; ++e) s += fq[i * f + e] * fk[j * f + e];
-            w[j] = s;
+            lw[j] = s;
             den += s;
           }
-          for (double& x : w) x /= (den + cfg.eps);
+          for (double& x : lw) x /= (den + cfg.eps);
+        }
+        if (cfg.is_linear()) w = lw;
+        if (cfg.is_hybrid()) {  // g softmax + (1 - g) linear: both are weighted sums of the same v
+          const double g = 1.0 / (1.0 + std::exp(-gate[i * heads + h]));
+          for (int64_t j = 0; j < nk; ++j) w[j] = g * w[j] + (1 - g) * lw[j];
         }
         for (int64_t e = 0; e < dh; ++e) {
           double s = 0;

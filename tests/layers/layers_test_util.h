@@ -57,10 +57,22 @@ inline std::vector<AttentionSetup> delta_setups() {
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
   return {{"delta", delta, delta, delta}, {"delta_cross", elu, elu, plain}, {"gated", gated, gated, gated}};
 }
+// Hybrid self-attention (window softmax + linear, gated) in both stacks: windows shorter than the
+// test sequences, the encoder's with elu1, the decoder's with the Taylor map; linear cross.
+inline std::vector<AttentionSetup> hybrid_setups() {
+  AttentionConfig enc = AttentionConfig::linear_attention(FeatureMap::elu1);
+  enc.kind = AttentionKind::hybrid;
+  enc.window = 4;
+  AttentionConfig dec = AttentionConfig::linear_attention(FeatureMap::taylor);
+  dec.kind = AttentionKind::hybrid;
+  dec.window = 3;
+  return {{"hybrid", enc, dec, AttentionConfig::linear_attention(FeatureMap::elu1)}};
+}
 inline std::vector<AttentionSetup> all_attention_setups() {
   std::vector<AttentionSetup> all = attention_setups();
   for (const AttentionSetup& s : other_feature_map_setups()) all.push_back(s);
   for (const AttentionSetup& s : delta_setups()) all.push_back(s);
+  for (const AttentionSetup& s : hybrid_setups()) all.push_back(s);
   return all;
 }
 inline BartConfig config_for(const AttentionSetup& s, int64_t vocab = 48) {
