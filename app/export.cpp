@@ -33,6 +33,16 @@ json::Value attention_json(const AttentionConfig& a) {
   return o;
 }
 
+// A stack's settings, with "layers": one object per layer when the recipe chose them per layer.
+json::Value stack_json(const AttentionStackRecipe& stack) {
+  json::Value o = attention_json(stack);
+  if (stack.per_layer.empty()) return o;
+  std::vector<json::Value> layers;
+  for (const AttentionConfig& a : stack.per_layer) layers.push_back(attention_json(a));
+  o.set("layers", json::Value::array(layers));
+  return o;
+}
+
 // HF's BartConfig fields (transformers/models/bart/configuration_bart.py), so that
 // BartForConditionalGeneration.from_pretrained() reads the folder; attention settings that HF
 // does not know go under "tarn" (an HF loader ignores them and builds softmax attention).
@@ -69,9 +79,9 @@ std::string config_json(const BartConfig& c, const Recipe& r) {
   o.set("forced_eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
   o.set("torch_dtype", Value::string("float32"));
   Value t = Value::object();
-  t.set("encoder_self_attention", attention_json(r.model.attention.encoder_self));
-  t.set("decoder_self_attention", attention_json(r.model.attention.decoder_self));
-  t.set("cross_attention", attention_json(r.model.attention.cross));
+  t.set("encoder_self_attention", stack_json(r.model.attention.encoder_self));
+  t.set("decoder_self_attention", stack_json(r.model.attention.decoder_self));
+  t.set("cross_attention", stack_json(r.model.attention.cross));
   t.set("layer_norm_eps", Value::number(static_cast<double>(c.layer_norm_eps)));
   t.set("tokenizer", Value::string("spm.model"));
   o.set("tarn", t);

@@ -49,6 +49,9 @@ BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
   c.encoder_self_attention = m.attention.encoder_self;
   c.decoder_self_attention = m.attention.decoder_self;
   c.cross_attention = m.attention.cross;
+  c.encoder_self_layers = m.attention.encoder_self.per_layer;
+  c.decoder_self_layers = m.attention.decoder_self.per_layer;
+  c.cross_layers = m.attention.cross.per_layer;
   return c;
 }
 

@@ -40,7 +40,7 @@ BartStack<Layer>::BartStack(const BartConfig& c, int64_t layer_count, const Embe
       dropout_(&dropout) {
   this->register_module("embed_positions", embed_positions);
   for (int64_t i = 0; i < layer_count; ++i) {
-    layers.push_back(std::make_unique<Layer>(c, init, dropout));
+    layers.push_back(std::make_unique<Layer>(c, i, init, dropout));
     this->register_module("layers." + std::to_string(i), *layers.back());
   }
   this->register_module("layernorm_embedding", layernorm_embedding);

@@ -29,7 +29,45 @@ BartConfig BartConfig::base() { return preset("base"); }
 
 BartConfig& BartConfig::with_attention(const AttentionConfig& a) {
   encoder_self_attention = decoder_self_attention = cross_attention = a;
+  encoder_self_layers.clear();
+  decoder_self_layers.clear();
+  cross_layers.clear();
   return *this;
+}
+
+namespace {
+
+const AttentionConfig& layer_attention(const std::vector<AttentionConfig>& per_layer, const AttentionConfig& stack,
+                                       int64_t layer) {
+  if (per_layer.empty()) return stack;
+  TARN_ASSERT(layer >= 0 && layer < static_cast<int64_t>(per_layer.size()), "attention of layer ", layer, ": the stack has ",
+              per_layer.size(), " per-layer entries");
+  return per_layer[static_cast<size_t>(layer)];
+}
+
+void validate_layers(const std::vector<AttentionConfig>& per_layer, int64_t layers, const std::string& key) {
+  TARN_CHECK(per_layer.empty() || static_cast<int64_t>(per_layer.size()) == layers, key, ": ", per_layer.size(),
+             " entries for ", layers, " layers");
+  for (size_t i = 0; i < per_layer.size(); ++i) per_layer[i].validate(str_cat(key, "[", i, "]"));
+}
+
+std::string layers_str(const std::vector<AttentionConfig>& per_layer, const AttentionConfig& stack) {
+  if (per_layer.empty()) return stack.str();
+  std::string s = "[";
+  for (size_t i = 0; i < per_layer.size(); ++i) s += (i ? ", " : "") + per_layer[i].str();
+  return s + "]";
+}
+
+}  // namespace
+
+const AttentionConfig& BartConfig::encoder_self_attention_of(int64_t layer) const {
+  return layer_attention(encoder_self_layers, encoder_self_attention, layer);
+}
+const AttentionConfig& BartConfig::decoder_self_attention_of(int64_t layer) const {
+  return layer_attention(decoder_self_layers, decoder_self_attention, layer);
+}
+const AttentionConfig& BartConfig::cross_attention_of(int64_t layer) const {
+  return layer_attention(cross_layers, cross_attention, layer);
 }
 
 namespace {
@@ -72,6 +110,13 @@ void BartConfig::validate(const std::string& prefix) const {
   encoder_self_attention.validate(prefix + "encoder_self_attention");
   decoder_self_attention.validate(prefix + "decoder_self_attention");
   cross_attention.validate(prefix + "cross_attention");
+  validate_layers(encoder_self_layers, encoder_layers, prefix + "encoder_self_layers");
+  validate_layers(decoder_self_layers, decoder_layers, prefix + "decoder_self_layers");
+  validate_layers(cross_layers, decoder_layers, prefix + "cross_layers");
+  for (size_t i = 0; i < cross_layers.size(); ++i)
+    TARN_CHECK(!cross_layers[i].is_hybrid(), prefix, "cross_layers[", i, "]: hybrid is self-attention only");
+  TARN_CHECK(!cross_attention.is_hybrid() || !cross_layers.empty(), prefix,
+             "cross_attention: hybrid is self-attention only");
 }
 
 std::string BartConfig::str() const {
@@ -79,8 +124,10 @@ std::string BartConfig::str() const {
   os << "bart(vocab " << vocab_size << ", d " << d_model << ", layers " << encoder_layers << "+" << decoder_layers
      << ", heads " << encoder_attention_heads << "/" << decoder_attention_heads << ", ffn " << encoder_ffn_dim << "/"
      << decoder_ffn_dim << ", max_pos " << max_position_embeddings << ", dropout " << dropout << "/"
-     << attention_dropout << "/" << activation_dropout << ", attention enc " << encoder_self_attention.str()
-     << " dec " << decoder_self_attention.str() << " cross " << cross_attention.str() << ")";
+     << attention_dropout << "/" << activation_dropout << ", attention enc "
+     << layers_str(encoder_self_layers, encoder_self_attention) << " dec "
+     << layers_str(decoder_self_layers, decoder_self_attention) << " cross " << layers_str(cross_layers, cross_attention)
+     << ")";
   return os.str();
 }
 

@@ -5,6 +5,7 @@
 // encoder_attention_heads, encoder_ffn_dim, max_position_embeddings, ...).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "framework/attention_config.h"
 
@@ -36,6 +37,12 @@ struct BartConfig {
   AttentionConfig encoder_self_attention;
   AttentionConfig decoder_self_attention;  // always causal
   AttentionConfig cross_attention;
+  // Attention chosen per layer: empty = every layer of the stack uses the stack's setting above;
+  // else one entry per layer of the stack (encoder_layers, decoder_layers, decoder_layers).
+  std::vector<AttentionConfig> encoder_self_layers, decoder_self_layers, cross_layers;
+  const AttentionConfig& encoder_self_attention_of(int64_t layer) const;
+  const AttentionConfig& decoder_self_attention_of(int64_t layer) const;
+  const AttentionConfig& cross_attention_of(int64_t layer) const;
 
   // Presets. tiny: tests; small: the CPU default; base: BART-base dimensions (GPUs).
   static BartConfig tiny();
@@ -43,7 +50,7 @@ struct BartConfig {
   static BartConfig base();
   static BartConfig preset(const std::string& name);  // "tiny" | "small" | "base"
 
-  // Sets all three attention stacks at once.
+  // Sets all three attention stacks at once (and clears any per-layer choice).
   BartConfig& with_attention(const AttentionConfig& a);
 
   // Throws tarn::Error naming the offending field (e.g. "model.d_model: 100 is not divisible

@@ -6,8 +6,8 @@
 
 namespace tarn {
 
-EncoderLayer::EncoderLayer(const BartConfig& c, ParamInit& init, DropoutStreams& dropout)
-    : self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention, /*causal=*/false,
+EncoderLayer::EncoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
+    : self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention_of(index), /*causal=*/false,
                 c.attention_dropout, init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
       fc1(c.d_model, c.encoder_ffn_dim, init),
@@ -32,11 +32,11 @@ Tensor EncoderLayer::forward(const Tensor& x, const PaddingMask& padding) const 
   return final_layer_norm.forward(add(h, f));
 }
 
-DecoderLayer::DecoderLayer(const BartConfig& c, ParamInit& init, DropoutStreams& dropout)
-    : self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention, /*causal=*/true,
+DecoderLayer::DecoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
+    : self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention_of(index), /*causal=*/true,
                 c.attention_dropout, init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
-      encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention, /*causal=*/false,
+      encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention_of(index), /*causal=*/false,
                    c.attention_dropout, init, dropout, /*cross=*/true),
       encoder_attn_layer_norm(c.d_model, c.layer_norm_eps),
       fc1(c.d_model, c.decoder_ffn_dim, init),

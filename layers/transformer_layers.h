@@ -18,7 +18,8 @@ namespace tarn {
 
 class EncoderLayer : public Module {
  public:
-  EncoderLayer(const BartConfig& config, ParamInit& init, DropoutStreams& dropout);
+  // `index`: the layer's place in its stack, which picks its attention (BartConfig::*_of).
+  EncoderLayer(const BartConfig& config, int64_t index, ParamInit& init, DropoutStreams& dropout);
 
   // x: (B, S, D); padding: (B, S) flags or empty -> (B, S, D).
   Tensor forward(const Tensor& x, const PaddingMask& padding) const;
@@ -41,7 +42,7 @@ struct DecoderLayerCache {
 
 class DecoderLayer : public Module {
  public:
-  DecoderLayer(const BartConfig& config, ParamInit& init, DropoutStreams& dropout);
+  DecoderLayer(const BartConfig& config, int64_t index, ParamInit& init, DropoutStreams& dropout);
 
   // x: (B, T, D); self_padding: (B, T) flags or empty (the causal mask already hides what
   // follows a position, so right-padding needs none); encoder_out (B, S, D) with its padding.

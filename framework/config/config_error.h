@@ -22,6 +22,16 @@ struct ConfigOrigin {
   std::string str() const;  // "recipes/tiny.yaml:14", "recipes/tiny.yaml" (no line), "--set"
 };
 
+// One element of an `entries` list, kept as flow YAML ("linear", "{kind: hybrid, window: 128}")
+// with where it was given: the caller parses each entry against a schema of its own once every
+// source is applied (an entry may inherit settings given after it), and reports its issues at
+// `origin`.
+struct YamlEntry {
+  std::string text;
+  ConfigOrigin origin;
+  bool operator==(const YamlEntry& o) const { return text == o.text; }
+};
+
 struct ConfigIssue {
   ConfigOrigin origin;
   std::string key;      // dotted path ("optimizer.lr", "optimizer.betas[1]"); empty for the whole file

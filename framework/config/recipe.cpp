@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <iterator>
+#include <memory>
 
 #include "framework/config/schema.h"
 #include "framework/model_presets.h"
@@ -33,12 +35,14 @@ constexpr SizeField kSizeFields[] = {
 
 struct StackField {
   const char* key;
-  AttentionConfig AttentionStacksRecipe::*member;
+  AttentionStackRecipe AttentionStacksRecipe::*member;
+  int64_t ModelRecipe::*layers;  // the stack's layer count
+  bool causal, cross;
 };
 constexpr StackField kAttentionStacks[] = {
-    {"encoder_self", &AttentionStacksRecipe::encoder_self},
-    {"decoder_self", &AttentionStacksRecipe::decoder_self},
-    {"cross", &AttentionStacksRecipe::cross},
+    {"encoder_self", &AttentionStacksRecipe::encoder_self, &ModelRecipe::encoder_layers, false, false},
+    {"decoder_self", &AttentionStacksRecipe::decoder_self, &ModelRecipe::decoder_layers, true, false},
+    {"cross", &AttentionStacksRecipe::cross, &ModelRecipe::decoder_layers, false, true},
 };
 
 bool is_device(const std::string& s) {
@@ -47,8 +51,10 @@ bool is_device(const std::string& s) {
   return s.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
-void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
-  a.enumeration(&AttentionConfig::kind, "kind",
+// A stack's keys (S = AttentionStackRecipe) or one per-layer entry's (S = AttentionConfig).
+template <class S>
+void declare_attention(SectionBuilder<S> a, bool causal) {
+  a.template enumeration<AttentionKind>(&AttentionConfig::kind, "kind",
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
                 "O(N)), gated (delta without the erase: decayed linear attention, O(N)) or hybrid (softmax over a "
                 "sliding window plus linear attention, mixed by a learned gate, O(N window); self-attention only)",
@@ -66,7 +72,7 @@ void declare_attention(SectionBuilder<AttentionConfig> a, bool causal) {
   for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor, FeatureMap::taylor,
                        FeatureMap::identity})
     maps.emplace_back(kernels::cpu::feature_map_name(m), m);
-  a.enumeration(&AttentionConfig::feature_map, "feature_map",
+  a.template enumeration<FeatureMap>(&AttentionConfig::feature_map, "feature_map",
                 "linear attention's (and hybrid's global part's) feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
                 "16-dimensional projection of each head, 273 features; identity: ablations only, warns)",
                 maps);
@@ -120,14 +126,17 @@ config::Schema build_schema() {
   model.boolean(&ModelRecipe::scale_embedding, "scale_embedding", "multiply token embeddings by sqrt(d_model)");
   model.number(&ModelRecipe::init_std, "init_std", "standard deviation of the normal weight init").positive();
   auto attention = model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)");
-  declare_attention(attention.section(&AttentionStacksRecipe::encoder_self, "encoder_self",
-                                      "encoder self-attention (bidirectional)"),
-                    false);
-  declare_attention(attention.section(&AttentionStacksRecipe::decoder_self, "decoder_self",
-                                      "decoder self-attention (causal)"),
-                    true);
-  declare_attention(attention.section(&AttentionStacksRecipe::cross, "cross", "decoder-to-encoder attention"),
-                    false);
+  const char* const descriptions[] = {"encoder self-attention (bidirectional)", "decoder self-attention (causal)",
+                                      "decoder-to-encoder attention"};
+  for (size_t i = 0; i < std::size(kAttentionStacks); ++i) {
+    const StackField& stack = kAttentionStacks[i];
+    auto section = attention.section(stack.member, stack.key, descriptions[i]);
+    declare_attention(section, stack.causal);
+    section.entries(&AttentionStackRecipe::layers, "layers",
+                    "attention per layer, one entry per layer of the stack: a kind name or a map of this section's "
+                    "keys, over the settings given beside `layers` (e.g. [linear, linear, linear, {kind: hybrid, "
+                    "window: 128}]); [] = every layer as above");
+  }
 
   auto data = root.section(&Recipe::data, "data", "corpora, tokenizer, lengths and noise");
   data.choice(&DataRecipe::kind, "kind", "denoising: BART pre-training on plain text; pairs: source<TAB>target lines",
@@ -267,7 +276,9 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
-// Resolution (see recipe.h): presets, "{recipe}", derived paths.
+void resolve_layers(Recipe& r, Loader& loader);
+
+// Resolution (see recipe.h): presets, "{recipe}", derived paths, per-layer attention.
 void resolve(Recipe& r, Loader& loader, const std::string& source) {
   if (r.model.preset == "custom") {
     for (const SizeField& f : kSizeFields) {
@@ -292,6 +303,51 @@ void resolve(Recipe& r, Loader& loader, const std::string& source) {
   if (r.data.tokenizer.model.empty() && tok.model_prefix.empty()) {
     const std::filesystem::path folder = std::filesystem::path(r.data.train).parent_path();
     tok.model_prefix = (folder / ("spm" + std::to_string(tok.vocab_size))).string();
+  }
+  resolve_layers(r, loader);
+}
+
+// The schema of one per-layer entry: the keys of a stack, minus `layers`.
+std::unique_ptr<config::Schema> make_layer_schema(bool causal) {
+  auto schema = std::make_unique<config::Schema>("attention layer");
+  declare_attention(schema->root<AttentionConfig>(), causal);
+  return schema;
+}
+const config::Schema& layer_schema(bool causal) {
+  static const std::unique_ptr<config::Schema> plain = make_layer_schema(false), causal_stack = make_layer_schema(true);
+  return causal ? *causal_stack : *plain;
+}
+
+// Each entry of a stack's `layers` parsed over the stack's settings (so that keys given beside
+// `layers`, in the file or by --set, apply to every entry that does not set them itself); its
+// issues are reported at the entry, under model.attention.STACK.layers[i].
+void resolve_layers(Recipe& r, Loader& loader) {
+  for (const StackField& stack : kAttentionStacks) {
+    AttentionStackRecipe& a = r.model.attention.*stack.member;
+    a.per_layer.clear();
+    if (a.layers.empty()) continue;
+    const std::string key = std::string("model.attention.") + stack.key + ".layers";
+    const int64_t layers = r.model.*stack.layers;
+    if (static_cast<int64_t>(a.layers.size()) != layers) {
+      loader.error(key, str_cat("expected one entry per layer: ", layers, " (model.",
+                                stack.layers == &ModelRecipe::encoder_layers ? "encoder_layers" : "decoder_layers",
+                                "), got ", a.layers.size()));
+      continue;
+    }
+    for (size_t i = 0; i < a.layers.size(); ++i) {
+      const YamlEntry& entry = a.layers[i];
+      const std::string entry_key = str_cat(key, "[", i, "]");
+      AttentionConfig layer = a;  // the stack's settings; the entry's keys replace them
+      Loader sub(layer_schema(stack.causal), &layer);
+      const bool name_only = entry.text.empty() || entry.text[0] != '{';
+      sub.apply_text(name_only ? "{kind: " + entry.text + "}" : entry.text, entry.origin.source);
+      for (const ConfigIssue& issue : sub.errors())
+        loader.error_at(entry.origin, issue.key.empty() ? entry_key : entry_key + "." + issue.key, issue.message);
+      if (sub.ok() && stack.cross && layer.is_hybrid())
+        loader.error_at(entry.origin, entry_key + ".kind",
+                        "hybrid is self-attention only: use linear, delta, gated or softmax in cross-attention");
+      a.per_layer.push_back(layer);
+    }
   }
 }
 
@@ -387,12 +443,13 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   // Warnings: accepted, but probably not what was meant.
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
-    const AttentionConfig& a = m.attention.*stack.member;
+    const AttentionStackRecipe& a = m.attention.*stack.member;
+    if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
     if (!a.is_gated_recurrence() && loader.given(prefix + ".conv_size"))
       loader.warn(prefix + ".conv_size", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
     if (!a.is_hybrid() && loader.given(prefix + ".window"))
       loader.warn(prefix + ".window", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
-    if (a.is_hybrid() && stack.member == &AttentionStacksRecipe::cross) {
+    if (a.is_hybrid() && stack.cross) {
       loader.error(prefix + ".kind",
                    "hybrid is self-attention only: its window is over positions of the sequence that attends, "
                    "which cross-attention does not share; use linear, delta, gated or softmax here");

@@ -37,12 +37,20 @@ namespace config {
 class Schema;
 }
 
-// Each stack's attention, parsed straight into the type the model and the kernels read
-// (framework/attention_config.h). A recipe's stacks are linear attention unless it says otherwise.
+// One stack's attention, parsed straight into the type the model and the kernels read
+// (framework/attention_config.h), and optionally chosen per layer: `layers` holds one entry per
+// layer of the stack as given (a kind name, or a map of settings that override the stack's),
+// `per_layer` what they resolve to once every source is applied (empty without `layers`).
+struct AttentionStackRecipe : AttentionConfig {
+  std::vector<YamlEntry> layers;
+  std::vector<AttentionConfig> per_layer;
+};
+
+// A recipe's stacks are linear attention unless it says otherwise.
 struct AttentionStacksRecipe {
-  AttentionConfig encoder_self = AttentionConfig::linear_attention();
-  AttentionConfig decoder_self = AttentionConfig::linear_attention();  // always causal
-  AttentionConfig cross = AttentionConfig::linear_attention();
+  AttentionStackRecipe encoder_self{AttentionConfig::linear_attention(), {}, {}};
+  AttentionStackRecipe decoder_self{AttentionConfig::linear_attention(), {}, {}};  // always causal
+  AttentionStackRecipe cross{AttentionConfig::linear_attention(), {}, {}};
 };
 
 struct ModelRecipe {

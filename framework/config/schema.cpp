@@ -178,10 +178,19 @@ bool leaf_equal(const Field& f, const void* a, const void* b) {
     case FieldType::numbers:
       return std::equal(static_cast<const double*>(a), static_cast<const double*>(a) + f.count,
                         static_cast<const double*>(b));
+    case FieldType::entries:
+      return *static_cast<const std::vector<YamlEntry>*>(a) == *static_cast<const std::vector<YamlEntry>*>(b);
     case FieldType::fixed:
     case FieldType::section: return true;
   }
   return true;
+}
+
+// A node as one line of flow YAML: "linear", "{kind: hybrid, window: 128}".
+std::string flow_yaml(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
 }
 
 }  // namespace
@@ -222,6 +231,7 @@ std::string expectation(const Field& f) {
       return str_cat("a list of ", f.count, " numbers", suffix.empty() ? "" : ", each" + suffix);
     }
     case FieldType::fixed: return f.fixed_value;
+    case FieldType::entries: return "a list whose entries are each a name or a map of settings";
   }
   return "";
 }
@@ -263,6 +273,11 @@ std::string Schema::value_text(const Field& f, const void* object) {
     case FieldType::numbers: {
       std::vector<std::string> parts;
       for (size_t i = 0; i < f.count; ++i) parts.push_back(format_number(static_cast<const double*>(p)[i]));
+      return "[" + join(parts, ", ") + "]";
+    }
+    case FieldType::entries: {
+      std::vector<std::string> parts;
+      for (const YamlEntry& e : *static_cast<const std::vector<YamlEntry>*>(p)) parts.push_back(e.text);
       return "[" + join(parts, ", ") + "]";
     }
     default: return "";
@@ -550,6 +565,26 @@ void Loader::apply_leaf(const Field& f, const YAML::Node& v, const ConfigOrigin&
           return;
         }
         std::copy(values.begin(), values.end(), static_cast<double*>(member(f)));
+        good = true;
+      }
+      break;
+    case FieldType::entries:
+      if (v.IsSequence()) {
+        std::vector<YamlEntry> entries;
+        for (size_t i = 0; i < v.size(); ++i) {
+          const YAML::Node e = v[i];
+          const ConfigOrigin e_at = at.is_override() ? at : ConfigOrigin{source, line_of(e.Mark())};
+          if (!e.IsScalar() && !e.IsMap()) {
+            issue(e_at, str_cat(f.path, "[", i, "]"), "expected a name or a map of settings, got " + describe_value(e));
+            continue;
+          }
+          entries.push_back({flow_yaml(e), e_at});
+        }
+        if (entries.size() != v.size()) {  // the elements' issues say why
+          rejected_.insert(f.path);
+          return;
+        }
+        *static_cast<std::vector<YamlEntry>*>(member(f)) = std::move(entries);
         good = true;
       }
       break;

@@ -1,6 +1,7 @@
 #pragma once
 // A small declarative schema engine for YAML configuration. A schema is a tree of sections
-// and typed fields (boolean, integer, number, string, choice, fixed-length list of numbers),
+// and typed fields (boolean, integer, number, string, choice, fixed-length list of numbers,
+// list of entries),
 // each bound to a member of a plain C++ struct and carrying a one-line description and a
 // range or a set of choices. Defaults are the struct's own member initialisers, so they are
 // written once. The engine:
@@ -46,7 +47,8 @@ class Node;
 
 namespace tarn::config {
 
-enum class FieldType { section, boolean, integer, number, string, choice, numbers, fixed };
+enum class FieldType { section, boolean, integer, number, string, choice, numbers, fixed, entries };
+
 
 // One node of the schema tree. Built through SectionBuilder / FieldRef, read by the engine.
 struct Field {
@@ -168,6 +170,11 @@ class SectionBuilder {
     auto whole = f->locate;
     f->locate = [whole](void* root) -> void* { return static_cast<std::array<double, N>*>(whole(root))->data(); };
     return FieldRef<double>(f);
+  }
+  // A list whose elements are each a scalar or a map, kept as flow YAML (YamlEntry) for the
+  // caller to parse; `[]` empties it.
+  FieldRef<std::vector<YamlEntry>> entries(std::vector<YamlEntry> S::*m, std::string key, std::string description) {
+    return FieldRef<std::vector<YamlEntry>>(add(FieldType::entries, std::move(key), std::move(description), m));
   }
   // A key bound to no member that accepts exactly one value (written as `value_text`), to state
   // a rule in the file itself, e.g. `causal: true` for a decoder's self-attention.

@@ -88,6 +88,12 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(delta_taylor.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
+  const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
+  EXPECT_EQ(hybrid.model.attention.encoder_self.kind, AttentionKind::hybrid);
+  EXPECT_EQ(hybrid.model.attention.decoder_self.kind, AttentionKind::hybrid);
+  EXPECT_EQ(hybrid.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_TRUE(hybrid.warnings.empty());
+
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
   EXPECT_EQ(base.model.d_model, 768);
   EXPECT_EQ(base.model.heads, 12);
@@ -100,7 +106,7 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
-                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml"}) {
+                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-hybrid.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
@@ -160,7 +166,7 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
     FAIL() << "an unknown attention kind and feature map were accepted";
   } catch (const ConfigError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, delta, gated, got "
+    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, delta, gated, hybrid, got "
                         "\"quadratic\""),
               std::string::npos)
         << what;
@@ -168,6 +174,46 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
               std::string::npos)
         << what;
   }
+}
+
+TEST(RecipeAttention, PerLayerListsResolveOverTheStacksSettings) {
+  // Settings beside `layers` (here given after it, and one by --set) apply to every entry that
+  // does not set them; a name is the entry's kind.
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n    encoder_self:\n"
+                                    "      layers: [linear, linear, linear, {kind: hybrid, window: 128, eps: 1.0e-3}]\n"
+                                    "      feature_map: taylor\n",
+                                "p.yaml", {"model.attention.encoder_self.eps=1.0e-4"});
+  const std::vector<AttentionConfig>& layers = r.model.attention.encoder_self.per_layer;
+  ASSERT_EQ(layers.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(layers[i].kind, AttentionKind::linear) << i;
+    EXPECT_EQ(layers[i].feature_map, kernels::cpu::FeatureMap::taylor) << i;
+    EXPECT_EQ(layers[i].eps, 1.0e-4) << i;
+  }
+  EXPECT_EQ(layers[3].kind, AttentionKind::hybrid);
+  EXPECT_EQ(layers[3].window, 128);
+  EXPECT_EQ(layers[3].feature_map, kernels::cpu::FeatureMap::taylor);
+  EXPECT_EQ(layers[3].eps, 1.0e-3);
+  EXPECT_TRUE(r.model.attention.decoder_self.per_layer.empty());
+  EXPECT_TRUE(r.warnings.empty());
+  // The list round-trips through the written recipe (what `tarn config` prints and checkpoints keep).
+  const std::string yaml = to_yaml(r);
+  EXPECT_NE(yaml.find("layers: [linear, linear, linear, {kind: hybrid, window: 128, eps: 1.0e-3}]"), std::string::npos)
+      << yaml;
+  const Recipe back = parse_recipe(yaml, "written.yaml");
+  EXPECT_EQ(first_difference(r, back), "");
+  ASSERT_EQ(back.model.attention.encoder_self.per_layer.size(), 4u);
+  EXPECT_EQ(back.model.attention.encoder_self.per_layer[3].window, 128);
+  EXPECT_EQ(back.model.attention.encoder_self.per_layer[0].eps, 1.0e-4);
+  // A whole stack replaced by --set, as any other section; [] returns to one setting per stack.
+  const Recipe set = parse_recipe(std::string(kMinimal), "m.yaml",
+                                  {"model.attention.decoder_self={layers: [softmax, delta, delta, delta]}"});
+  ASSERT_EQ(set.model.attention.decoder_self.per_layer.size(), 4u);
+  EXPECT_EQ(set.model.attention.decoder_self.per_layer[0].kind, AttentionKind::softmax);
+  EXPECT_EQ(set.model.attention.decoder_self.per_layer[1].kind, AttentionKind::delta);
+  const Recipe cleared = parse_recipe(yaml, "written.yaml", {"model.attention.encoder_self.layers=[]"});
+  EXPECT_TRUE(cleared.model.attention.encoder_self.per_layer.empty());
 }
 
 TEST(RecipeDefaults, CustomPresetTakesEverySizeGiven) {

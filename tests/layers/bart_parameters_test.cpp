@@ -3,6 +3,8 @@
 // attention k, v, q, out; the tied table listed once as model.shared.weight).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <string>
 #include <utility>
@@ -127,6 +129,37 @@ TEST(BartParameters, InitialisationFollowsHuggingFace) {
   // Same seed, same model.
   BartForConditionalGeneration again(c, 3);
   EXPECT_EQ(again.model.decoder.layers[1]->fc2.weight.to_vector(), model.model.decoder.layers[1]->fc2.weight.to_vector());
+}
+
+TEST(BartParameters, AttentionChosenPerLayerGivesEachLayerItsOwnParameters) {
+  // Layer 1 of the encoder is hybrid (a gate per head), layer 0 linear; the decoder's layer 0
+  // is delta and its cross-attention of layer 1 uses the Taylor map (a projection of its own).
+  BartConfig c = BartConfig::tiny();
+  AttentionConfig hybrid = AttentionConfig::linear_attention(), delta;
+  hybrid.kind = AttentionKind::hybrid;
+  delta.kind = AttentionKind::delta;
+  c.encoder_self_layers = {AttentionConfig::linear_attention(), hybrid};
+  c.decoder_self_layers = {delta, AttentionConfig::softmax_attention()};
+  c.cross_layers = {AttentionConfig::softmax_attention(), AttentionConfig::linear_attention(FeatureMap::taylor)};
+  BartForConditionalGeneration model(c, /*seed=*/3);
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : model.named_parameters()) shapes[name] = t->shape();
+  EXPECT_EQ(shapes.count("model.encoder.layers.0.self_attn.hybrid_gate.weight"), 0u);
+  EXPECT_EQ(shapes["model.encoder.layers.1.self_attn.hybrid_gate.weight"], Shape({4, 64}));
+  EXPECT_EQ(shapes["model.encoder.layers.1.self_attn.hybrid_gate.bias"], Shape({4}));
+  EXPECT_EQ(shapes.count("model.decoder.layers.0.self_attn.delta.A_log"), 1u);
+  EXPECT_EQ(shapes.count("model.decoder.layers.1.self_attn.delta.A_log"), 0u);
+  EXPECT_EQ(shapes.count("model.decoder.layers.0.encoder_attn.taylor_proj.weight"), 0u);
+  EXPECT_EQ(shapes.count("model.decoder.layers.1.encoder_attn.taylor_proj.weight"), 1u);
+  // A list whose length is not the stack's layer count is refused, naming the field.
+  c.decoder_self_layers.push_back(delta);
+  try {
+    c.validate();
+    FAIL() << "3 entries for 2 decoder layers were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.decoder_self_layers: 3 entries for 2 layers"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(BartParameters, DeltaAttentionKeepsItsLayersInitialValues) {

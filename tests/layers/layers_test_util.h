@@ -26,6 +26,7 @@ inline BartConfig tiny_config(const AttentionConfig& attention, int64_t vocab = 
 struct AttentionSetup {
   std::string name;
   AttentionConfig encoder_self, decoder_self, cross;
+  std::vector<AttentionConfig> encoder_self_layers = {}, decoder_self_layers = {}, cross_layers = {};  // per layer
 };
 inline std::vector<AttentionSetup> attention_setups() {
   const AttentionConfig sm = AttentionConfig::softmax_attention();
@@ -68,17 +69,37 @@ inline std::vector<AttentionSetup> hybrid_setups() {
   dec.window = 3;
   return {{"hybrid", enc, dec, AttentionConfig::linear_attention(FeatureMap::elu1)}};
 }
+// Attention chosen per layer (the tiny preset's 2 + 2 layers), a different kind in each layer.
+inline std::vector<AttentionSetup> per_layer_setups() {
+  const AttentionConfig sm = AttentionConfig::softmax_attention();
+  const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
+  const AttentionConfig taylor = AttentionConfig::linear_attention(FeatureMap::taylor);
+  AttentionConfig hybrid = elu, delta;
+  hybrid.kind = AttentionKind::hybrid;
+  hybrid.window = 3;
+  delta.kind = AttentionKind::delta;
+  delta.chunk = 3;
+  AttentionSetup s{"per_layer", elu, elu, elu};
+  s.encoder_self_layers = {elu, hybrid};
+  s.decoder_self_layers = {delta, sm};
+  s.cross_layers = {sm, taylor};
+  return {s};
+}
 inline std::vector<AttentionSetup> all_attention_setups() {
   std::vector<AttentionSetup> all = attention_setups();
   for (const AttentionSetup& s : other_feature_map_setups()) all.push_back(s);
   for (const AttentionSetup& s : delta_setups()) all.push_back(s);
   for (const AttentionSetup& s : hybrid_setups()) all.push_back(s);
+  for (const AttentionSetup& s : per_layer_setups()) all.push_back(s);
   return all;
 }
 inline BartConfig config_for(const AttentionSetup& s, int64_t vocab = 48) {
   BartConfig c = tiny_config(s.encoder_self, vocab);
   c.decoder_self_attention = s.decoder_self;
   c.cross_attention = s.cross;
+  c.encoder_self_layers = s.encoder_self_layers;
+  c.decoder_self_layers = s.decoder_self_layers;
+  c.cross_layers = s.cross_layers;
   return c;
 }
 
