@@ -27,8 +27,11 @@ std::string trained_run(const std::string& name, const std::string& attention_ki
   TrainOptions o;
   o.recipe_path = testing::tiny_recipe();
   o.overrides = testing::tiny_overrides(dir, steps);
+  const bool hybrid = attention_kind == "hybrid";  // self-attention only: cross stays linear
   for (const char* stack : {"encoder_self", "decoder_self", "cross"})
-    o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + attention_kind);
+    if (!(hybrid && std::string(stack) == "cross"))
+      o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + attention_kind);
+  if (hybrid) o.overrides.push_back("model.attention.decoder_self.window=3");  // shorter than the glosses
   o.overrides.push_back("validation.every_steps=0");
   train(o);
   return dir;
@@ -73,6 +76,39 @@ TEST(Export, ReloadedDeltaExportGivesIdenticalPerplexity) {
   const json::Value* cross = c.find("tarn")->find("cross_attention");
   EXPECT_EQ(cross->find("kind")->as_string("kind"), "delta");
   EXPECT_EQ(cross->find("conv_size")->as_u64("conv_size"), 4u);
+}
+
+TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {
+  const std::string dir = expect_reloaded_export_gives_identical_perplexity("hybrid");
+  const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
+  EXPECT_TRUE(f.find("model.encoder.layers.0.self_attn.hybrid_gate.weight"));
+  EXPECT_TRUE(f.find("model.decoder.layers.1.self_attn.hybrid_gate.bias"));
+  EXPECT_FALSE(f.find("model.decoder.layers.0.encoder_attn.hybrid_gate.weight"));
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Value* dec = c.find("tarn")->find("decoder_self_attention");
+  EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
+  EXPECT_EQ(dec->find("window")->as_u64("window"), 3u);
+  EXPECT_EQ(dec->find("feature_map")->as_string("feature_map"), "elu1");
+}
+
+TEST(Export, AttentionChosenPerLayerIsListedInConfigJson) {
+  const std::string dir = testing::make_tiny_corpus("export_per_layer");
+  TrainOptions o;
+  o.recipe_path = testing::tiny_recipe();
+  o.overrides = testing::tiny_overrides(dir, 2);
+  o.overrides.push_back("model.attention.decoder_self={layers: [softmax, {kind: hybrid, window: 5}]}");
+  o.overrides.push_back("validation.every_steps=0");
+  train(o);
+  export_checkpoint(dir + "/run", dir + "/export");
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Value* layers = c.find("tarn")->find("decoder_self_attention")->find("layers");
+  ASSERT_NE(layers, nullptr);
+  const std::vector<json::Value>& items = layers->items("layers");
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].find("kind")->as_string("kind"), "softmax");
+  EXPECT_EQ(items[1].find("kind")->as_string("kind"), "hybrid");
+  EXPECT_EQ(items[1].find("window")->as_u64("window"), 5u);
+  EXPECT_EQ(c.find("tarn")->find("encoder_self_attention")->find("layers"), nullptr);  // one setting for the stack
 }
 
 TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
@@ -125,7 +161,7 @@ TEST_P(Generation, GreedyAndBeamSearchRunAndStopAtTheLengthLimit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryAttentionKind, Generation, ::testing::Values("linear", "softmax", "delta", "gated"));
+INSTANTIATE_TEST_SUITE_P(EveryAttentionKind, Generation, ::testing::Values("linear", "softmax", "delta", "gated", "hybrid"));
 
 TEST(Generation, RepeatedNgramCompletionsAreTheTokensThatFollowedTheLastNMinusOne) {
   using V = std::vector<int32_t>;

@@ -40,11 +40,16 @@ gradients included) of one attention op, for B x H heads of dimension D:
   delta_causal     the gated delta rule's causal scan (kind delta: unit q and k rows, beta
                    0.5, alpha 0.99; checkpoints every 32 tokens); feature_map "-"
   gated_causal     the same scan without the erase (kind gated)
+  window           softmax over a sliding window of each --windows size (|i - j| <= w/2),
+                   the blocked kernel skipping the blocks outside it; feature_map "wW"
+  window_causal    the same over the last w keys (kind hybrid runs this and linear_causal on
+                   the same q, k, v, then mixes them elementwise)
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
-const std::vector<std::string> kAlgos = {"softmax",       "softmax_causal", "softmax_dense", "linear",
-                                         "linear_causal", "linear_cross",   "delta_causal",  "gated_causal"};
+const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense", "linear",
+                                         "linear_causal", "linear_cross",  "delta_causal",  "gated_causal",
+                                         "window",        "window_causal"};
 
 struct Shape4 {
   int64_t batch, heads, n, dim;
@@ -53,6 +58,8 @@ struct Shape4 {
 
 bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0; }
 bool is_recurrent(const std::string& algo) { return algo == "delta_causal" || algo == "gated_causal"; }
+// Algorithms over a sliding window: their feature_map field names the window ("w64").
+bool is_windowed(const std::string& algo) { return algo.rfind("window", 0) == 0; }
 // Algorithms that take no feature map ("-" in the CSV).
 bool takes_no_map(const std::string& algo) { return is_softmax(algo) || is_recurrent(algo); }
 
@@ -104,6 +111,7 @@ struct AttentionFlags {
   std::vector<int64_t> lengths = default_lengths();
   int64_t batch = 1, heads = 4, dim = 64;
   std::vector<std::string> algos = kAlgos, maps = {"elu1", "favor"};
+  std::vector<int64_t> windows = {64, 256, 512};
   int reps = 3;
   double min_time = 0.2, max_seconds = 30;
 };
@@ -163,6 +171,12 @@ class AttentionBench {
   }
 
   Tensor op(const std::string& algo, const std::string& map, const Tensor& q, const Tensor& k, const Tensor& v) const {
+    if (is_windowed(algo)) {
+      SoftmaxAttentionOptions o;
+      o.causal = algo != "window";
+      o.window = std::stoll(map.substr(1));  // "w64"
+      return softmax_attention(q, k, v, o);
+    }
     if (is_recurrent(algo)) return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo == "delta_causal"});
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
@@ -243,8 +257,10 @@ int run(AttentionFlags f) {
             " threads): ", f.lengths.size(), " lengths");
   BenchOutput out(f.common.out, "attention",
                   "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status");
+  std::vector<std::string> windows;
+  for (int64_t w : f.windows) windows.push_back("w" + std::to_string(w));
   for (const std::string& algo : f.algos)
-    for (const std::string& map : takes_no_map(algo) ? std::vector<std::string>{"-"} : f.maps)
+    for (const std::string& map : takes_no_map(algo) ? std::vector<std::string>{"-"} : is_windowed(algo) ? windows : f.maps)
       for (int64_t n : f.lengths) out.row(bench.run(algo, map, n));
   out.finish(f.common.command_line, device);
   return 0;
@@ -266,6 +282,8 @@ cli::Command add_bench_attention(CLI::App& bench, const std::string& command_lin
   cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))->default_str("all");
   cli::add_list(*app, "--maps", f->maps, "feature maps of the linear algos",
                 cli::one_of({"elu1", "relu", "exp", "favor"}));
+  cli::add_list(*app, "--windows", f->windows, "window sizes of the window algos", cli::integer(1, int64_t{1} << 24))
+      ->default_str("64,256,512");
   cli::add_integer(*app, "--reps", f->reps, 1, 1000, "timed runs per figure at least");
   cli::add_real(*app, "--min-time", f->min_time, 0, 3600, "seconds of timed runs per figure at least", "S");
   cli::add_real(*app, "--max-seconds", f->max_seconds, 0.001, 1e6,

@@ -30,8 +30,8 @@ at </s>). Per position: the step's latency (logits read back to the host and arg
 as the median over bins of positions, and the decoding state's memory: what the allocator holds
 beyond the model and the encoder output (softmax: the key/value cache; linear: the recurrent
 state S and normaliser z, whatever the position).
-A RECIPE builds its model with random weights, once per --attention kind, with enough
-positions; a CHECKPOINT (a checkpoint or run folder) decodes with its own weights and attention,
+A RECIPE builds its model with random weights, once per --attention kind (recipe: the
+recipe's own attention, e.g. hybrid's window and linear state), with enough positions; a CHECKPOINT (a checkpoint or run folder) decodes with its own weights and attention,
 up to its max_positions. Sizes whose cache would not fit in --max-gib are refused up front.)";
 
 // The command line of `tarn bench decode`.
@@ -49,18 +49,28 @@ struct DecodeSetup {
   std::unique_ptr<BartForConditionalGeneration> model;
 };
 
+// The decoder self-attention's kind, or its layers' kinds joined by "+" when chosen per layer.
 std::string attention_name(const BartConfig& cfg) {
-  return attention_kind_name(cfg.decoder_self_attention.kind);
+  if (cfg.decoder_self_layers.empty()) return attention_kind_name(cfg.decoder_self_attention.kind);
+  std::string name;
+  for (const AttentionConfig& a : cfg.decoder_self_layers) name += (name.empty() ? "" : "+") + std::string(attention_kind_name(a.kind));
+  return name;
 }
 
 // Bytes of decoding state at `positions`: softmax keeps keys and values of every position in
-// every decoder layer (and a concatenation copies them once more); linear attention keeps
-// (d_head x (d_head + 1)) per head and layer.
+// every decoder layer (and a concatenation copies them once more); hybrid those of its last
+// `window` positions; linear attention keeps (d_head x (d_head + 1)) per head and layer (a
+// bound for delta's d_head x d_head).
 double state_bytes(const BartConfig& c, int64_t positions) {
-  const double layers = static_cast<double>(c.decoder_layers), d = static_cast<double>(c.d_model);
-  if (c.decoder_self_attention.is_softmax()) return 4 * layers * 2 * static_cast<double>(positions) * d * 2;
-  const double dh = d / static_cast<double>(c.decoder_attention_heads);
-  return 4 * layers * d * (dh + 1);
+  const double d = static_cast<double>(c.d_model), dh = d / static_cast<double>(c.decoder_attention_heads);
+  double bytes = 0;
+  for (int64_t l = 0; l < c.decoder_layers; ++l) {
+    const AttentionConfig& a = c.decoder_self_attention_of(l);
+    if (a.is_softmax() || a.is_hybrid())
+      bytes += 4 * 2 * static_cast<double>(a.is_hybrid() ? std::min(positions, a.window) : positions) * d * 2;
+    if (!a.is_softmax()) bytes += 4 * d * (dh + 1);
+  }
+  return bytes;
 }
 
 // The CSV rows of one model: positions in bins of positions / points, each bin's median latency.
@@ -121,11 +131,11 @@ int run(const DecodeFlags& f) {
     const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
     const BartConfig base = model_config(recipe, vocab);
     for (const std::string& kind : f.kinds) {
-      auto model = std::make_unique<BartForConditionalGeneration>(
-          with_attention_kind(base, kind, base.decoder_self_attention), 1);
+      const BartConfig cfg = with_attention_kind(base, kind, base.decoder_self_attention);
+      auto model = std::make_unique<BartForConditionalGeneration>(cfg, 1);
       model->to(device);
       model->eval();
-      setups.push_back({kind, std::move(model)});
+      setups.push_back({kind == "recipe" ? attention_name(cfg) : kind, std::move(model)});
     }
   }
   const double max_bytes = bench_memory_budget(f.common, device);
@@ -153,8 +163,9 @@ cli::Command add_bench_decode(CLI::App& bench, const std::string& command_line) 
   cli::add_integer(*app, "--positions", f->positions, 1, int64_t{1} << 24, "decoded positions", "P");
   cli::add_integer(*app, "--points", f->points, 1, 100000, "rows of the CSV, positions evenly spaced", "K");
   cli::add_integer(*app, "--source-len", f->source_len, 1, 65536, "source tokens", "S");
-  f->kinds_flag = cli::add_list(*app, "--attention", f->kinds, "the attention kinds to compare; recipe only",
-                                cli::one_of({"softmax", "linear"}));
+  f->kinds_flag = cli::add_list(*app, "--attention", f->kinds,
+                                "softmax, linear (every stack), recipe (as the recipe says); given a recipe only",
+                                cli::one_of({"softmax", "linear", "recipe"}));
   app->add_option("--device", f->device, "cpu, cuda or cuda:i; recipe only")
       ->type_name("D")
       ->default_str("the recipe's training.device");
