@@ -20,11 +20,12 @@
 
 namespace tarn::kernels::cpu {
 
-// taylor (Based's second-order Taylor map of exp(q.k)) has a learned projection, so the layer
-// computes it from differentiable ops (layers/attention.h); no kernel applies it.
-enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity, taylor };
+// taylor (Based's second-order Taylor map of exp(q.k)) and hedgehog (Hedgehog's learned
+// softmax map) have learned projections, so the layer computes them from differentiable ops
+// (layers/attention.h); no kernel applies them.
+enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity, taylor, hedgehog };
 
-// "elu1", "relu", "exp", "favor", "identity", "taylor": the recipe's names. Inline, so that code which
+// "elu1", "relu", "exp", "favor", "identity", "taylor", "hedgehog": the recipe's names. Inline, so that code which
 // only names maps (the recipe's schema, its fuzzer) needs none of the kernels.
 inline const char* feature_map_name(FeatureMap kind) {
   switch (kind) {
@@ -34,12 +35,15 @@ inline const char* feature_map_name(FeatureMap kind) {
     case FeatureMap::favor: return "favor";
     case FeatureMap::identity: return "identity";
     case FeatureMap::taylor: return "taylor";
+    case FeatureMap::hedgehog: return "hedgehog";
   }
   return "?";
 }
-// Every map but favor and taylor depends on one row only and keeps the dimension d.
+// Maps with parameters of the attention layer (taylor, hedgehog): only the layer computes them.
+inline bool feature_map_is_learned(FeatureMap kind) { return kind == FeatureMap::taylor || kind == FeatureMap::hedgehog; }
+// Every map but favor and the learned ones depends on one row only and keeps the dimension d.
 inline bool feature_map_is_row_local(FeatureMap kind) {
-  return kind != FeatureMap::favor && kind != FeatureMap::taylor;
+  return kind != FeatureMap::favor && !feature_map_is_learned(kind);
 }
 
 // Row-local maps on strided rows: y (rows, d; ldy) = phi(x (rows, d; ldx)). Single-threaded

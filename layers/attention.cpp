@@ -168,6 +168,16 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
       taylor_proj_ = std::make_unique<Linear>(head_dim_, kTaylorDim, init, /*with_bias=*/false);
       register_module("taylor_proj", *taylor_proj_);
     }
+    if (map_ == FeatureMap::hedgehog) {
+      // The identity per head: at the start φ(x) = [softmax(x), softmax(-x)].
+      for (Tensor* w : {&hedgehog_q_, &hedgehog_k_}) {
+        *w = Tensor::zeros({heads_, head_dim_, head_dim_});
+        for (int64_t h = 0; h < heads_; ++h)
+          for (int64_t i = 0; i < head_dim_; ++i) w->f32()[(h * head_dim_ + i) * head_dim_ + i] = 1.0f;
+      }
+      register_parameter("hedgehog_q", hedgehog_q_, Init::kept_initial_value);
+      register_parameter("hedgehog_k", hedgehog_k_, Init::kept_initial_value);
+    }
     if (map_ == FeatureMap::favor) {
       favor_.m = config_.favor_features > 0 ? config_.favor_features : head_dim_;
       favor_.d = head_dim_;
@@ -181,6 +191,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
 
 int64_t MultiHeadAttention::feature_dim() const {
   if (map_ == FeatureMap::taylor) return 1 + kTaylorDim + kTaylorDim * kTaylorDim;
+  if (map_ == FeatureMap::hedgehog) return 2 * head_dim_;
   return map_ == FeatureMap::favor ? favor_.m : head_dim_;
 }
 
@@ -199,6 +210,14 @@ Tensor MultiHeadAttention::taylor_features(const Tensor& x) const {
                 -1);
 }
 
+Tensor MultiHeadAttention::hedgehog_features(const Tensor& x, const Tensor& w) const {
+  // (B, H, N, dh) -> (H, B N, dh): the heads become matmul's batch, which w's (H, dh, dh) matches.
+  const int64_t b = x.size(0), n = x.size(2);
+  const Tensor rows = reshape(permute(x, {1, 0, 2, 3}), {heads_, b * n, head_dim_});
+  const Tensor p = permute(reshape(matmul(rows, w, false, true), {heads_, b, n, head_dim_}), {1, 0, 2, 3});
+  return concat({softmax(p), softmax(neg(p))}, -1);
+}
+
 Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
   const int64_t b = x.size(0), n = x.size(1);
   return permute(reshape(x, {b, n, heads_, head_dim_}), {0, 2, 1, 3});
@@ -213,12 +232,14 @@ FeatureMap MultiHeadAttention::fused_map() const { return materialises_features(
 
 Tensor MultiHeadAttention::query_features(const Tensor& q) const {
   if (map_ == FeatureMap::taylor) return taylor_features(q);
+  if (map_ == FeatureMap::hedgehog) return hedgehog_features(q, hedgehog_q_);
   if (map_ == FeatureMap::favor) return feature_map(q, map_, FeatureRole::query, favor_.w.to(q.device()));
   return feature_map(q, map_, FeatureRole::query);
 }
 
 Tensor MultiHeadAttention::key_features(const Tensor& k) const {
   if (map_ == FeatureMap::taylor) return taylor_features(k);
+  if (map_ == FeatureMap::hedgehog) return hedgehog_features(k, hedgehog_k_);
   if (map_ == FeatureMap::favor)
     return causal_ ? favor_unstabilised(k, favor_.w.to(k.device()))
                    : feature_map(k, map_, FeatureRole::key, favor_.w.to(k.device()));

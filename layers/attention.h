@@ -13,6 +13,10 @@
 //
 // Taylor (Based, Arora et al. 2024): a learned (16, dh) projection per attention module, shared
 // by its heads ("taylor_proj.weight"), then the 2nd-order Taylor map of exp (273 features).
+// Hedgehog (Zhang et al., ICLR 2024): per head a learned (dh, dh) matrix for the queries and one
+// for the keys ("hedgehog_q", "hedgehog_k", (H, dh, dh), the identity at the start), then
+// [softmax(p), softmax(-p)] over the features of p (2 dh features): trained with the model,
+// not distilled from softmax attention as the paper does.
 // FAVOR+: one (m, dh) projection per attention module, shared by its heads, kept as the buffer
 // "favor_projection" and redrawn by favor_step() every favor_redraw_every steps. Queries use
 // the op's per-row stabiliser; keys use the per-(batch, head) one, except in causal
@@ -121,10 +125,13 @@ class MultiHeadAttention : public Module {
   // The map the linear-attention kernel applies itself (identity when features come in).
   FeatureMap fused_map() const;
   // favor and taylor: the layer computes the features and hands them to the kernels.
-  bool materialises_features() const { return map_ == FeatureMap::favor || map_ == FeatureMap::taylor; }
+  bool materialises_features() const { return map_ == FeatureMap::favor || kernels::cpu::feature_map_is_learned(map_); }
   // Based's map: [1, p / r^(1/4), vec(p p^T) / (sqrt(2) sqrt(r))] of p = x taylor_proj^T (r = 16),
   // so that phi(q).phi(k) = 1 + q'.k'/sqrt(r) + (q'.k')^2 / (2 r), exp's Taylor series to order 2.
   Tensor taylor_features(const Tensor& x) const;
+  // Hedgehog's map (Zhang et al. 2024): [softmax(p), softmax(-p)] over the features of
+  // p = x W_h^T with W_h the head's (dh, dh) slice of `w` (H, dh, dh): 2 dh features.
+  Tensor hedgehog_features(const Tensor& x, const Tensor& w) const;
   Tensor softmax_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
                               int64_t window) const;
   // Per-head contexts (B, H, Nq, dh) from split q, k, v: softmax (window 0 = every key) and linear.
@@ -145,6 +152,7 @@ class MultiHeadAttention : public Module {
   FeatureMap map_ = FeatureMap::identity;
   FavorProjection favor_;
   std::unique_ptr<Linear> taylor_proj_;  // taylor only: (r, dh), registered as "taylor_proj"
+  Tensor hedgehog_q_, hedgehog_k_;        // hedgehog only: (H, dh, dh) each, "hedgehog_q" and "hedgehog_k"
   int64_t heads_, head_dim_;
   bool causal_, cross_;
   std::unique_ptr<DeltaRuleBlock> delta_;  // kind delta only, registered as "delta"

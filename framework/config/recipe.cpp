@@ -70,11 +70,12 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
   using kernels::cpu::FeatureMap;
   std::vector<std::pair<std::string, FeatureMap>> maps;
   for (FeatureMap m : {FeatureMap::elu1, FeatureMap::relu, FeatureMap::exp, FeatureMap::favor, FeatureMap::taylor,
-                       FeatureMap::identity})
+                       FeatureMap::hedgehog, FeatureMap::identity})
     maps.emplace_back(kernels::cpu::feature_map_name(m), m);
   a.template enumeration<FeatureMap>(&AttentionConfig::feature_map, "feature_map",
                 "linear attention's (and hybrid's global part's) feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
-                "16-dimensional projection of each head, 273 features; identity: ablations only, warns)",
+                "16-dimensional projection of each head, 273 features; hedgehog: [softmax(W x), softmax(-W x)] with a learned "
+                "dh x dh W per head, 2 dh features; identity: ablations only, warns)",
                 maps);
   a.integer(&AttentionConfig::chunk, "chunk",
             "rows per chunk of the causal linear scan on the CPU (causal stacks only); the CUDA kernels use 32 "

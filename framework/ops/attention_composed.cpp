@@ -31,7 +31,9 @@ Tensor feature_map_off_host(const Tensor& x, FeatureMap kind, FeatureRole role, 
     case FeatureMap::favor:
       TARN_ASSERT(false, "feature_map_off_host: favor runs on the device's own kernels");
     case FeatureMap::taylor:
-      TARN_ASSERT(false, "feature_map_off_host: taylor is computed by the layer (layers/attention.h)");
+    case FeatureMap::hedgehog:
+      TARN_ASSERT(false, "feature_map_off_host: ", kernels::cpu::feature_map_name(kind),
+                  " is computed by the layer (layers/attention.h)");
   }
   const Tensor w = projection.defined() ? projection.to(Device::cpu()) : Tensor();
   return to_device(feature_map(to_device(x, Device::cpu()), kind, role, w), x.device());

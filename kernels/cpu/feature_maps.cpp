@@ -88,7 +88,8 @@ void feature_map_rows_forward(FeatureMap kind, int64_t rows, int64_t d, const fl
       case FeatureMap::exp: simd::exp_shifted(xi, max_of(xi, d), yi, d); break;
       case FeatureMap::identity: std::memmove(yi, xi, sizeof(float) * d); break;
       case FeatureMap::favor:
-      case FeatureMap::taylor: break;
+      case FeatureMap::taylor:
+      case FeatureMap::hedgehog: break;
     }
   }
 }
@@ -110,7 +111,8 @@ void feature_map_rows_backward(FeatureMap kind, int64_t rows, int64_t d, const f
       case FeatureMap::exp: exp_row_backward(xi, dyi, dxi, d); break;
       case FeatureMap::identity: std::memmove(dxi, dyi, sizeof(float) * d); break;
       case FeatureMap::favor:
-      case FeatureMap::taylor: break;
+      case FeatureMap::taylor:
+      case FeatureMap::hedgehog: break;
     }
   }
 }

@@ -170,7 +170,7 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
                         "\"quadratic\""),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, taylor, identity"),
+    EXPECT_NE(what.find("model.attention.cross.feature_map: expected one of elu1, relu, exp, favor, taylor, hedgehog, identity"),
               std::string::npos)
         << what;
   }

@@ -153,6 +153,24 @@ class BartReference {
       }
       return y;
     }
+    if (map == "hedgehog") {  // [softmax(p), softmax(-p)], p = W_h x with this head's (dh, dh) W_h
+      const Mat& w = p(name + (key ? ".hedgehog_k" : ".hedgehog_q"));
+      const int64_t h = col / dh;
+      Mat y(static_cast<size_t>(n * 2 * dh));
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> pr(static_cast<size_t>(dh), 0.0);
+        for (int64_t a = 0; a < dh; ++a)
+          for (int64_t e = 0; e < dh; ++e) pr[a] += w[(h * dh + a) * dh + e] * x[i * d + col + e];
+        for (int sign : {1, -1}) {
+          double mx = -1e300, z = 0;
+          for (double v : pr) mx = std::max(mx, sign * v);
+          for (double v : pr) z += std::exp(sign * v - mx);
+          for (int64_t a = 0; a < dh; ++a)
+            y[i * 2 * dh + (sign > 0 ? 0 : dh) + a] = std::exp(sign * pr[a] - mx) / z;
+        }
+      }
+      return y;
+    }
     if (map != "favor") {
       Mat y(static_cast<size_t>(n * dh));
       for (int64_t i = 0; i < n; ++i) {

@@ -110,8 +110,14 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
   AttentionConfig favor = AttentionConfig::linear_attention(FeatureMap::favor);
   favor.favor_features = 6;
   const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
+  const AttentionConfig hedgehog = AttentionConfig::linear_attention(FeatureMap::hedgehog);
+  AttentionConfig hybrid = elu;  // a window of 2 in 4 positions: both parts and the gate matter
+  hybrid.kind = AttentionKind::hybrid;
+  hybrid.window = 2;
   for (const Case& k : {Case{sm, false, true}, Case{sm, true, false}, Case{elu, false, true}, Case{elu, true, false},
-                        Case{exp, true, false}, Case{favor, false, true}, Case{favor, true, false}}) {
+                        Case{exp, true, false}, Case{favor, false, true}, Case{favor, true, false},
+                        Case{hedgehog, false, true}, Case{hedgehog, true, false}, Case{hybrid, true, false},
+                        Case{hybrid, false, false}}) {
     SCOPED_TRACE(k.cfg.str() + (k.causal ? " causal" : "") + (k.cross ? " cross" : ""));
     ParamInit init(7, 0.3f);
     MultiHeadAttention attn(8, 2, k.cfg, k.causal, 0.0f, init, dropout);

@@ -43,7 +43,11 @@ inline std::vector<AttentionSetup> other_feature_map_setups() {
   favor.favor_features = 24;  // m != head_dim (16)
   const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
   const AttentionConfig taylor = AttentionConfig::linear_attention(FeatureMap::taylor);
-  return {{"linear_exp", exp, exp, exp}, {"linear_favor", favor, favor, favor}, {"linear_taylor", taylor, taylor, taylor}};
+  const AttentionConfig hedgehog = AttentionConfig::linear_attention(FeatureMap::hedgehog);
+  return {{"linear_exp", exp, exp, exp},
+          {"linear_favor", favor, favor, favor},
+          {"linear_taylor", taylor, taylor, taylor},
+          {"linear_hedgehog", hedgehog, hedgehog, hedgehog}};
 }
 // The gated delta rule in every stack (with its convolutions), in cross-attention alone
 // without them beside linear self-attention, and gated (no erase) in every stack.
