@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The BART experiment, reproducible: softmax against linear attention in speed, memory and
-# perplexity. Runs the benches (tarn bench attention | train | decode), trains six small settings
-# (softmax, linear encoder, linear, linear with FAVOR+, delta, gated) with three seeds each on the
-# same token budget, and long-sequence runs of softmax, linear and delta (packed 2,048-token
-# examples), then regenerates docs/experiment.md and its plots from what it measured.
+# perplexity. Runs the benches (tarn bench attention | train | decode), trains eight small settings
+# (softmax, linear encoder, linear, linear with FAVOR+, delta, gated, delta-taylor, hybrid) with
+# three seeds each on the same token budget, and long-sequence runs of softmax, linear, delta and
+# hybrid (packed 2,048-token examples), then regenerates docs/experiment.md and its plots from
+# what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE]
 #
-# --quick (default) took about 30 minutes on 2 cores with 8 quality runs; with 18 expect about 50
+# --quick (default) took about 30 minutes on 2 cores with 8 quality runs; with 24 expect about 65
 # (not yet timed); --full takes several hours; --smoke checks the whole pipeline in a few minutes
 # (its figures mean nothing: write --doc elsewhere). Run it on an otherwise idle machine: every
 # figure is a timing. Needs the build of README's set-up command (build/release/tools/tarn) and
@@ -99,7 +100,8 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
   run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt"
 }
 for seed in 1 2 3; do
-  for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated; do
+  for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated \
+    small-delta-taylor small-hybrid; do
     dir="$out/quality/$setting/seed$seed"
     mkdir -p "$dir"
     case "$setting" in
@@ -115,7 +117,7 @@ long="$long --set model.max_positions=2048 --set training.tokens_per_batch=4096"
 budget="--set training.max_steps=$long_steps --set training.max_time_minutes=0"
 budget="$budget --set validation.every_steps=$long_every --set validation.max_batches=$long_batches"
 budget="$budget --set checkpoints.every_steps=$long_steps"
-for attention in softmax linear delta; do
+for attention in softmax linear delta hybrid; do
   dir="$out/long/long-$attention/seed1"
   mkdir -p "$dir"
   # shellcheck disable=SC2086
