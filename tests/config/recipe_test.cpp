@@ -89,9 +89,14 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
-  EXPECT_EQ(hybrid.model.attention.encoder_self.kind, AttentionKind::hybrid);
-  EXPECT_EQ(hybrid.model.attention.decoder_self.kind, AttentionKind::hybrid);
+  for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
+    ASSERT_EQ(stack->per_layer.size(), 4u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(stack->per_layer[i].kind, AttentionKind::delta) << i;
+    EXPECT_EQ(stack->per_layer[3].kind, AttentionKind::hybrid);
+    EXPECT_EQ(stack->per_layer[3].window, 64);
+  }
   EXPECT_EQ(hybrid.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_EQ(hybrid.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
   EXPECT_TRUE(hybrid.warnings.empty());
 
   const Recipe base = load_recipe(source_path("recipes/base-linear.yaml"));
