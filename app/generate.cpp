@@ -184,27 +184,30 @@ std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& toke
 double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length) {
   const double r = static_cast<double>(rows), d = static_cast<double>(c.d_model);
   const int64_t steps = std::min(max_length, c.max_position_embeddings);
-  const double layers = static_cast<double>(c.decoder_layers);
   const int64_t heads = c.decoder_attention_heads;
   const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
-  // A softmax cache (and hybrid's window) grows by concatenation: the old and the new cache live at once.
-  const AttentionConfig& sa = c.decoder_self_attention;
-  const double self = (sa.is_softmax() || sa.is_hybrid() ? 2.0 : 1.0) *
-                      attention_state_bytes(c.decoder_self_attention, heads, c.d_model, steps);
-  const double cross = attention_state_bytes(c.cross_attention, heads, c.d_model, source_len);
+  double states = 0;  // per hypothesis, each decoder layer with its own attention
+  for (int64_t l = 0; l < c.decoder_layers; ++l) {
+    // A softmax cache (and hybrid's window) grows by concatenation: the old and the new cache live at once.
+    const AttentionConfig& self = c.decoder_self_attention_of(l);
+    states += (self.is_softmax() || self.is_hybrid() ? 2.0 : 1.0) * attention_state_bytes(self, heads, c.d_model, steps) +
+              attention_state_bytes(c.cross_attention_of(l), heads, c.d_model, source_len);
+  }
   const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs
-  return encoder + r * layers * (self + cross) + logits;
+  return encoder + r * states + logits;
 }
 
 void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len, const GenerateOptions& options,
                            double budget_bytes) {
   const double need = decoding_memory_bytes(c, rows, source_len, options.max_length);
   if (need <= budget_bytes) return;
+  bool softmax = false;
+  for (int64_t l = 0; l < c.decoder_layers; ++l) softmax = softmax || c.decoder_self_attention_of(l).is_softmax();
   throw Error(str_cat("decoding ", rows, " hypotheses (--beam ", options.beam, ") of up to ",
                       std::min(options.max_length, c.max_position_embeddings), " tokens (--max-length ",
                       options.max_length, ") needs at least ", gigabytes(need), " but this machine has ",
                       gigabytes(budget_bytes),
-                      c.decoder_self_attention.is_softmax() ? " (softmax attention keeps every token's keys and values)" : "",
+                      softmax ? " (softmax attention keeps every token's keys and values)" : "",
                       ": lower --beam or --max-length"));
 }
 

@@ -208,15 +208,16 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
     const double source = static_cast<double>(data.pack_tokens > 0 ? std::min(data.max_source_len, data.pack_tokens)
                                                                     : data.max_source_len);
     const double target = static_cast<double>(data.max_target_len);
-    auto pairs = [&](const AttentionConfig& a, double layers, double heads, double keys) {
+    auto pairs = [&](const AttentionConfig& a, double heads, double keys) {
       // Hybrid's window under attention dropout takes the dense path too (layers/attention.cpp).
-      return a.is_softmax() || a.is_hybrid() ? 8.0 * layers * heads * micro_batch * keys : 0.0;
+      return a.is_softmax() || a.is_hybrid() ? 8.0 * heads * micro_batch * keys : 0.0;
     };
     const double enc_heads = static_cast<double>(c.encoder_attention_heads);
     const double dec_heads = static_cast<double>(c.decoder_attention_heads);
-    t.attention += pairs(c.encoder_self_attention, static_cast<double>(c.encoder_layers), enc_heads, source) +
-                   pairs(c.decoder_self_attention, static_cast<double>(c.decoder_layers), dec_heads, target) +
-                   pairs(c.cross_attention, static_cast<double>(c.decoder_layers), dec_heads, source);
+    for (int64_t l = 0; l < c.encoder_layers; ++l) t.attention += pairs(c.encoder_self_attention_of(l), enc_heads, source);
+    for (int64_t l = 0; l < c.decoder_layers; ++l)
+      t.attention += pairs(c.decoder_self_attention_of(l), dec_heads, target) +
+                     pairs(c.cross_attention_of(l), dec_heads, source);
   }
   return t;
 }

@@ -71,6 +71,20 @@ TARN_HOST_DEVICE KeyRange queries_seeing(int64_t j, int64_t n_q, bool causal, in
   }
   return {begin < 0 ? 0 : begin, end > n_q ? n_q : end};
 }
+// The keys some query of [i0, i0 + rows) may see, and the queries that may see some key of
+// [j0, j0 + keys): both ends of visible_keys and queries_seeing never decrease with the index,
+// so the block's first row bounds the beginning and its last (real) row the end. The blocked
+// kernels visit only these, rounding the beginning down to their block.
+TARN_HOST_DEVICE KeyRange keys_of_block(int64_t i0, int64_t rows, int64_t n_q, int64_t n_k, bool causal,
+                                        int64_t window) {
+  const int64_t last = (i0 + rows < n_q ? i0 + rows : n_q) - 1;
+  return {visible_keys(i0, n_k, causal, window).begin, visible_keys(last, n_k, causal, window).end};
+}
+TARN_HOST_DEVICE KeyRange queries_of_block(int64_t j0, int64_t keys, int64_t n_q, int64_t n_k, bool causal,
+                                           int64_t window) {
+  const int64_t last = (j0 + keys < n_k ? j0 + keys : n_k) - 1;
+  return {queries_seeing(j0, n_q, causal, window).begin, queries_seeing(last, n_q, causal, window).end};
+}
 
 size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,
                                                   const SoftmaxAttentionConfig& cfg);

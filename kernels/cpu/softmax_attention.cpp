@@ -35,7 +35,6 @@ struct Geometry {
   bool causal;
   int64_t window;
   KeyRange keys_of(int64_t i) const { return visible_keys(i, n_k, causal, window); }
-  KeyRange queries_of(int64_t j) const { return queries_seeing(j, n_q, causal, window); }
 };
 
 Geometry make_geometry(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
@@ -118,9 +117,9 @@ void scores(const Geometry& g, const float* q, const float* pad, int64_t i0, int
 
 // The key blocks [first, end) a query block [i0, i0 + r) can see.
 KeyRange key_blocks_for(const Geometry& g, int64_t i0, int64_t r) {
-  const int64_t first_key = g.keys_of(i0).begin, end_key = g.keys_of(i0 + r - 1).end;
-  if (end_key <= first_key) return {0, 0};
-  return {first_key / g.bk, (end_key + g.bk - 1) / g.bk};
+  const KeyRange keys = keys_of_block(i0, r, g.n_q, g.n_k, g.causal, g.window);
+  if (keys.end <= keys.begin) return {0, 0};
+  return {keys.begin / g.bk, (keys.end + g.bk - 1) / g.bk};
 }
 
 void forward_block(const Geometry& g, const SoftmaxAttentionConfig& cfg, const float* q,
@@ -188,8 +187,8 @@ void backward_slice(const Geometry& g, const SoftmaxAttentionConfig& cfg, const 
     std::fill(w.dk, w.dk + c * g.dp, 0.0f);
     std::fill(w.dv, w.dv + c * g.ep, 0.0f);
     // Only the query blocks that see some key of this block (causal, window).
-    const int64_t first_query = g.queries_of(j0).begin, end_query = g.queries_of(j0 + c - 1).end;
-    for (int64_t i0 = first_query / g.bq * g.bq; i0 < end_query; i0 += g.bq) {
+    const KeyRange queries = queries_of_block(j0, c, g.n_q, g.n_k, g.causal, g.window);
+    for (int64_t i0 = queries.begin / g.bq * g.bq; i0 < queries.end; i0 += g.bq) {
       const int64_t r = std::min(g.bq, g.n_q - i0);
       scores(g, q, pad, i0, r, j0, c, w.kt, w.s);
       for (int64_t i = 0; i < r; ++i) {  // P = exp(S - lse): 0 where invisible or lse = inf

@@ -40,7 +40,8 @@ namespace {
 
 using cpu::SoftmaxAttentionConfig;
 using cpu::KeyRange;
-using cpu::queries_seeing;
+using cpu::keys_of_block;
+using cpu::queries_of_block;
 using cpu::visible_keys;
 using cpu::SoftmaxAttentionDims;
 
@@ -195,12 +196,11 @@ __device__ __forceinline__ bool tile_unmasked(const Shape& sh, const float* pad,
          visible_keys(last, sh.n_k, sh.causal != 0, sh.window).begin <= j0;
 }
 
-// The key tiles a query tile [i0, i0 + kTile) reads: [begin, end) in keys, begin a multiple of
-// kTile (causal and window skip the rest).
+// The keys a query tile [i0, i0 + kTile) reads, from a multiple of kTile (causal and window
+// skip the rest).
 __device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
-  const int64_t last = min64(i0 + kTile, sh.n_q) - 1;
-  const int64_t begin = visible_keys(i0, sh.n_k, sh.causal != 0, sh.window).begin;
-  return {begin / kTile * kTile, visible_keys(last, sh.n_k, sh.causal != 0, sh.window).end};
+  const KeyRange keys = keys_of_block(i0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
+  return {keys.begin / kTile * kTile, keys.end};
 }
 
 // Output columns per thread / 16 for max(d, e) of a problem: the kC template argument.
@@ -362,9 +362,8 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks(kC))
 #pragma unroll
     for (int c = 0; c < kC; ++c) dk_acc[r][c] = dv_acc[r][c] = 0.0f;
   // Only the query tiles that see some key of this tile (causal: none before j0; window).
-  const int64_t query_begin = queries_seeing(j0, sh.n_q, sh.causal != 0, sh.window).begin;
-  const int64_t query_end = queries_seeing(min64(j0 + kTile, sh.n_k) - 1, sh.n_q, sh.causal != 0, sh.window).end;
-  for (int64_t i0 = query_begin / kTq * kTq; i0 < query_end; i0 += kTq) {
+  const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
+  for (int64_t i0 = queries.begin / kTq * kTq; i0 < queries.end; i0 += kTq) {
     load_rows(qs, ld, kTq, cols, qb, i0, sh.n_q, sh.d);
     load_rows(dos, ld, kTq, cols, dob, i0, sh.n_q, sh.e);
     for (int t = threadIdx.x; t < kTq; t += blockDim.x) {

@@ -41,7 +41,8 @@ namespace {
 
 using cpu::SoftmaxAttentionConfig;
 using cpu::KeyRange;
-using cpu::queries_seeing;
+using cpu::keys_of_block;
+using cpu::queries_of_block;
 using cpu::visible_keys;
 using cpu::SoftmaxAttentionDims;
 using mma::bf16;
@@ -158,11 +159,10 @@ __device__ __forceinline__ bool hidden(const Shape& sh, int64_t i, int64_t j) {
          j >= visible_keys(i + kT - 1, sh.n_k, sh.causal != 0, sh.window).end;
 }
 
-// The keys a query tile [i0, i0 + kTile) reads: [begin, end), begin a multiple of kTile.
+// The keys a query tile [i0, i0 + kTile) reads, from a multiple of kTile.
 __device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
-  const int64_t last = (i0 + kTile < sh.n_q ? i0 + kTile : sh.n_q) - 1;
-  const int64_t begin = visible_keys(i0, sh.n_k, sh.causal != 0, sh.window).begin;
-  return {begin / kTile * kTile, visible_keys(last, sh.n_k, sh.causal != 0, sh.window).end};
+  const KeyRange keys = keys_of_block(i0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
+  return {keys.begin / kTile * kTile, keys.end};
 }
 
 // The two lanes of a row combine their halves.
@@ -351,10 +351,8 @@ __global__ void __launch_bounds__(kThreads)
   float* srow = st + (wr + row) * kLdScore;
   float* dprow = dpt + (wr + row) * kLdScore;
   // Only the query tiles that see some key of this tile (causal: none before j0; window).
-  const int64_t last_key = (j0 + kTile < sh.n_k ? j0 + kTile : sh.n_k) - 1;
-  const int64_t query_begin = queries_seeing(j0, sh.n_q, sh.causal != 0, sh.window).begin;
-  const int64_t query_end = queries_seeing(last_key, sh.n_q, sh.causal != 0, sh.window).end;
-  for (int64_t i0 = query_begin / kTile * kTile; i0 < query_end; i0 += kTile) {
+  const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
+  for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
     load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
     load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
     for (int t = threadIdx.x; t < kTile; t += blockDim.x) {

@@ -16,6 +16,7 @@
 #include "kernels/check.h"
 #include "layers/bart.h"
 #include "tools/bench/tarn/bench_common.h"
+#include "app/generate.h"
 #include "app/session.h"
 #include "app/trained_model.h"
 
@@ -55,22 +56,6 @@ std::string attention_name(const BartConfig& cfg) {
   std::string name;
   for (const AttentionConfig& a : cfg.decoder_self_layers) name += (name.empty() ? "" : "+") + std::string(attention_kind_name(a.kind));
   return name;
-}
-
-// Bytes of decoding state at `positions`: softmax keeps keys and values of every position in
-// every decoder layer (and a concatenation copies them once more); hybrid those of its last
-// `window` positions; linear attention keeps (d_head x (d_head + 1)) per head and layer (a
-// bound for delta's d_head x d_head).
-double state_bytes(const BartConfig& c, int64_t positions) {
-  const double d = static_cast<double>(c.d_model), dh = d / static_cast<double>(c.decoder_attention_heads);
-  double bytes = 0;
-  for (int64_t l = 0; l < c.decoder_layers; ++l) {
-    const AttentionConfig& a = c.decoder_self_attention_of(l);
-    if (a.is_softmax() || a.is_hybrid())
-      bytes += 4 * 2 * static_cast<double>(a.is_hybrid() ? std::min(positions, a.window) : positions) * d * 2;
-    if (!a.is_softmax()) bytes += 4 * d * (dh + 1);
-  }
-  return bytes;
 }
 
 // The CSV rows of one model: positions in bins of positions / points, each bin's median latency.
@@ -140,9 +125,10 @@ int run(const DecodeFlags& f) {
   }
   const double max_bytes = bench_memory_budget(f.common, device);
   for (const DecodeSetup& s : setups) {
-    const double need = state_bytes(s.model->config(), positions);
+    // What `tarn generate` checks: the states of every decoder layer, the encoder output, the logits.
+    const double need = decoding_memory_bytes(s.model->config(), 1, source_len, positions);
     TARN_CHECK(need <= max_bytes, "--positions ", positions, ": ", s.attention, " decoding needs ", gibibytes(need),
-               " of state, limit ", gibibytes(max_bytes), " (--max-gib)");
+               ", limit ", gibibytes(max_bytes), " (--max-gib)");
   }
   BenchOutput out(f.common.out, "decode", "attention,position,ms_per_token,state_MiB");
   for (const DecodeSetup& s : setups) {
