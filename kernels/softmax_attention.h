@@ -71,6 +71,16 @@ TARN_HOST_DEVICE KeyRange queries_seeing(int64_t j, int64_t n_q, bool causal, in
   }
   return {begin < 0 ? 0 : begin, end > n_q ? n_q : end};
 }
+// The same rule as a band of offsets j - i in [lo, hi]: what a kernel tests per (query, key)
+// pair with two compares (visible_keys(i) = [max(0, i + lo), min(n_k, i + hi + 1))).
+struct OffsetBand {
+  int64_t lo, hi;
+};
+TARN_HOST_DEVICE OffsetBand visible_offsets(bool causal, int64_t window) {
+  constexpr int64_t kAll = int64_t{1} << 62;
+  if (causal) return {window > 0 ? 1 - window : -kAll, 0};
+  return window > 0 ? OffsetBand{-(window / 2), window / 2} : OffsetBand{-kAll, kAll};
+}
 // The keys some query of [i0, i0 + rows) may see, and the queries that may see some key of
 // [j0, j0 + keys): both ends of visible_keys and queries_seeing never decrease with the index,
 // so the block's first row bounds the beginning and its last (real) row the end. The blocked

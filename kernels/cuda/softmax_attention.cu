@@ -40,6 +40,7 @@ namespace {
 
 using cpu::SoftmaxAttentionConfig;
 using cpu::KeyRange;
+using cpu::OffsetBand;
 using cpu::keys_of_block;
 using cpu::queries_of_block;
 using cpu::visible_keys;
@@ -60,6 +61,7 @@ struct Shape {
   float scale;
   int causal;
   int64_t window;    // sliding window, 0 = none (kernels/softmax_attention.h)
+  OffsetBand band;   // the causal mask and the window as offsets j - i (visible_offsets)
   const float* pad;  // (batch, n_k) key padding flags or null
   int64_t tiles;     // tiles per slice of the launched kernel
 };
@@ -178,9 +180,8 @@ __device__ __forceinline__ float row_reduce(float v, Op op) {
 // Whether query i sees key j (causal: j <= i; the window; padded keys and keys past n_k are
 // invisible).
 __device__ __forceinline__ bool visible(const Shape& sh, const float* pad, int64_t i, int64_t j) {
-  if (i >= sh.n_q || (pad && j < sh.n_k && pad[j] != 0.0f)) return false;
-  const KeyRange keys = visible_keys(i, sh.n_k, sh.causal != 0, sh.window);
-  return j >= keys.begin && j < keys.end;
+  if (i >= sh.n_q || j >= sh.n_k || (pad && pad[j] != 0.0f)) return false;
+  return j - i >= sh.band.lo && j - i <= sh.band.hi;
 }
 
 // Whether every key of [j0, j0 + keys) is visible to every query of [i0, i0 + rows): then a
@@ -501,6 +502,7 @@ Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig&
   sh.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
   sh.causal = cfg.causal ? 1 : 0;
   sh.window = cfg.window;
+  sh.band = cpu::visible_offsets(cfg.causal, cfg.window);
   sh.pad = cfg.key_padding_mask;
   sh.tiles = tiles;
   return sh;

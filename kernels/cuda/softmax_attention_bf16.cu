@@ -41,9 +41,9 @@ namespace {
 
 using cpu::SoftmaxAttentionConfig;
 using cpu::KeyRange;
+using cpu::OffsetBand;
 using cpu::keys_of_block;
 using cpu::queries_of_block;
-using cpu::visible_keys;
 using cpu::SoftmaxAttentionDims;
 using mma::bf16;
 
@@ -69,6 +69,7 @@ struct Shape {
   float scale;
   int causal;
   int64_t window;    // sliding window, 0 = none (kernels/softmax_attention.h)
+  OffsetBand band;   // the causal mask and the window as offsets j - i (visible_offsets)
   const float* pad;  // (batch, n_k) key padding flags or null
   int64_t tiles;     // tiles per slice of the launched kernel
 };
@@ -145,18 +146,16 @@ __device__ __forceinline__ void load_key_ok(float* ok, const Shape& sh, const fl
   }
 }
 
-// Whether query i sees key j under the causal mask and the window (padding aside).
+// Whether query i sees key j under the causal mask and the window (padding and keys past n_k
+// aside: the callers' key_ok flags hold those).
 __device__ __forceinline__ bool sees(const Shape& sh, int64_t i, int64_t j) {
-  const KeyRange keys = visible_keys(i, sh.n_k, sh.causal != 0, sh.window);
-  return j >= keys.begin && j < keys.end;
+  return j - i >= sh.band.lo && j - i <= sh.band.hi;
 }
 
 // Whether the causal mask and the window hide every pair of the 16 queries from i and the 16
-// keys from j. A query's first and last visible keys never decrease with i: the keys must all
-// end before the first query's range or start after the last query's.
+// keys from j: every offset j' - i' of the tile, from j - (i + 15) to j + 15 - i, is outside the band.
 __device__ __forceinline__ bool hidden(const Shape& sh, int64_t i, int64_t j) {
-  return j + kT - 1 < visible_keys(i, sh.n_k, sh.causal != 0, sh.window).begin ||
-         j >= visible_keys(i + kT - 1, sh.n_k, sh.causal != 0, sh.window).end;
+  return j + kT - 1 - i < sh.band.lo || j - (i + kT - 1) > sh.band.hi;
 }
 
 // The keys a query tile [i0, i0 + kTile) reads, from a multiple of kTile.
@@ -491,6 +490,7 @@ Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig&
   sh.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
   sh.causal = cfg.causal ? 1 : 0;
   sh.window = cfg.window;
+  sh.band = cpu::visible_offsets(cfg.causal, cfg.window);
   sh.pad = cfg.key_padding_mask;
   sh.tiles = (rows + kTile - 1) / kTile;
   return sh;
