@@ -19,14 +19,17 @@ namespace {
 json::Value attention_json(const AttentionConfig& a) {
   json::Value o = json::Value::object();
   o.set("kind", json::Value::string(attention_kind_name(a.kind)));
-  if (a.is_hybrid()) o.set("window", json::Value::number(a.window));
+  if (a.is_hybrid()) {
+    o.set("window", json::Value::number(a.window));
+    o.set("global", json::Value::string(attention_kind_name(a.global)));
+  }
   if (a.uses_feature_map()) {
     o.set("feature_map", json::Value::string(kernels::cpu::feature_map_name(a.feature_map)));
     o.set("chunk", json::Value::number(a.chunk));
     o.set("favor_features", json::Value::number(a.favor_features));
     o.set("eps", json::Value::number(a.eps));
   }
-  if (a.is_gated_recurrence()) {
+  if (a.has_delta_block()) {
     o.set("conv_size", json::Value::number(a.conv_size));
     o.set("chunk", json::Value::number(a.chunk));
   }

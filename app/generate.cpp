@@ -160,11 +160,11 @@ double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d,
   const double f = 4.0;
   if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
   const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
-  if (a.is_gated_recurrence()) return f * static_cast<double>(heads) * head * head;  // S (the convolutions' tails aside)
   const double features = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head;
-  const double state = f * static_cast<double>(heads) * features * (head + 1);  // S and the normaliser's z
+  const double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head  // S (the convolutions' tails aside)
+                                           : f * static_cast<double>(heads) * features * (head + 1);  // S and z
   if (!a.is_hybrid()) return state;
-  // Hybrid: the linear state and the keys and values of the last `window` positions.
+  // Hybrid: the global part's state and the keys and values of the last `window` positions.
   return state + 2 * f * static_cast<double>(std::min(tokens, a.window)) * static_cast<double>(d);
 }
 

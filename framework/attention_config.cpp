@@ -18,6 +18,9 @@ const char* attention_kind_name(AttentionKind kind) {
 std::string AttentionConfig::str() const {
   if (is_softmax()) return "softmax";
   if (is_gated_recurrence()) return std::string(attention_kind_name(kind)) + "(conv " + std::to_string(conv_size) + ")";
+  if (is_hybrid() && has_delta_block())
+    return "hybrid(window " + std::to_string(window) + ", " + attention_kind_name(global) + " conv " +
+           std::to_string(conv_size) + ")";
   if (is_hybrid())
     return "hybrid(window " + std::to_string(window) + ", " + kernels::cpu::feature_map_name(feature_map) + ")";
   return std::string("linear(") + kernels::cpu::feature_map_name(feature_map) + ")";
@@ -30,7 +33,15 @@ void AttentionConfig::validate(const std::string& key) const {
     TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
     return;
   }
-  if (is_hybrid()) TARN_CHECK(window >= 1, key, ".window: must be >= 1, got ", window);
+  if (is_hybrid()) {
+    TARN_CHECK(window >= 1, key, ".window: must be >= 1, got ", window);
+    TARN_CHECK(global == Kind::linear || global == Kind::delta || global == Kind::gated, key,
+               ".global: must be linear, delta or gated, got ", attention_kind_name(global));
+    if (has_delta_block()) {
+      TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
+      return;
+    }
+  }
   TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);

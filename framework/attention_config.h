@@ -17,8 +17,9 @@ namespace tarn {
 // overwrites what it stores under a key and decays (layers/attention.h, docs/design.md). gated:
 // the same layer without the delta rule's erase, S_t = alpha_t S_{t-1} + beta_t k_t v_t^T
 // (Mamba-2's per-head scalar decay). hybrid: softmax over a sliding window of `window` keys plus
-// linear attention over the whole sequence on the same q, k, v, mixed per head and position by a
-// learned gate (self-attention only; layers/attention.h).
+// a global part over the whole sequence (`global`: linear attention on the same q, k, v, or the
+// delta or gated layer), mixed per head and position by a learned gate (self-attention only;
+// layers/attention.h).
 enum class AttentionKind { softmax, linear, delta, gated, hybrid };
 const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated", "hybrid"
 
@@ -40,14 +41,22 @@ struct AttentionConfig {
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
   int64_t window = kDefaultHybridWindow;
   static constexpr int64_t kDefaultHybridWindow = 64;
+  // Hybrid: the global part's kind: linear (feature_map on the layer's q and k), delta or gated
+  // (the gated delta rule's layer on the same projections: its convolutions, gates and output
+  // norm, conv_size taps).
+  Kind global = Kind::linear;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_hybrid() const { return kind == Kind::hybrid; }
-  // linear and hybrid: a feature map's settings (feature_map, favor_*, eps, chunk) apply.
-  bool uses_feature_map() const { return kind == Kind::linear || kind == Kind::hybrid; }
+  // linear, and hybrid over linear: a feature map's settings (feature_map, favor_*, eps) apply.
+  bool uses_feature_map() const { return kind == Kind::linear || (kind == Kind::hybrid && global == Kind::linear); }
   bool is_delta() const { return kind == Kind::delta; }
   // delta and gated: a state written through learned gates (layers/delta_rule_block.h).
   bool is_gated_recurrence() const { return kind == Kind::delta || kind == Kind::gated; }
+  // delta and gated, and hybrid over either: the layer holds a DeltaRuleBlock and its state.
+  bool has_delta_block() const { return is_gated_recurrence() || (kind == Kind::hybrid && global != Kind::linear); }
+  // The delta rule's erase (kernels/delta_rule.h): delta, and hybrid over delta.
+  bool erases() const { return kind == Kind::delta || (kind == Kind::hybrid && global == Kind::delta); }
   bool is_softmax() const { return kind == Kind::softmax; }
   static AttentionConfig softmax_attention() { return {}; }
   static AttentionConfig linear_attention(FeatureMap map = FeatureMap::elu1) {
@@ -56,7 +65,9 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  std::string str() const;  // "softmax", "linear(elu1)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)"
+  // "softmax", "linear(elu1)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)",
+  // "hybrid(window 64, delta conv 4)"
+  std::string str() const;
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
   // the same ranges earlier, with the file and line).
   void validate(const std::string& key) const;

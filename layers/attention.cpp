@@ -152,7 +152,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   register_module("q_proj", q_proj);
   register_module("out_proj", out_proj);
   TARN_ASSERT(!(causal && cross), "attention: cross-attention cannot be causal");
-  if (config_.is_gated_recurrence()) {
+  if (config_.has_delta_block()) {
     delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, cross, kDeltaNormEps, init);
     register_module("delta", *delta_);
   }
@@ -265,16 +265,18 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
   TARN_ASSERT(!causal_ || nq == nk, "causal attention: ", nq, " queries but ", nk, " keys");
   if (config_.is_gated_recurrence()) return delta_forward(query, key_value, pad);
 
-  const Tensor q = split_heads(q_proj.forward(query));
-  const Tensor k = split_heads(k_proj.forward(key_value));
-  const Tensor v = split_heads(v_proj.forward(key_value));
+  const Tensor qp = q_proj.forward(query), kp = k_proj.forward(key_value), vp = v_proj.forward(key_value);
+  const Tensor q = split_heads(qp), k = split_heads(kp), v = split_heads(vp);
   Tensor ctx;
-  if (config_.is_softmax())
+  if (config_.is_softmax()) {
     ctx = softmax_context(q, k, v, pad, 0);
-  else if (config_.is_linear())
+  } else if (config_.is_linear()) {
     ctx = linear_context(q, k, v, pad);
-  else  // hybrid
-    ctx = hybrid_mix(softmax_context(q, k, v, pad, config_.window), linear_context(q, k, v, pad), query);
+  } else {  // hybrid
+    const Tensor global =
+        config_.has_delta_block() ? split_heads(delta_self_output(qp, kp, vp, query, pad)) : linear_context(q, k, v, pad);
+    ctx = hybrid_mix(softmax_context(q, k, v, pad, config_.window), global, query);
+  }
   return out_proj.forward(merge_heads(ctx));
 }
 
@@ -312,12 +314,12 @@ Tensor MultiHeadAttention::hybrid_mix(const Tensor& local, const Tensor& global,
 
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
   AttentionCache c;
-  if (config_.is_gated_recurrence()) {
+  if (config_.has_delta_block()) {  // delta and gated, and hybrid's global part over them
     const Device dev = q_proj.weight.device();
     const int64_t d = heads_ * head_dim_, taps = delta_->conv_size();
     c.state = Tensor::zeros({batch, heads_, head_dim_, head_dim_}, dev);
     for (Tensor* tail : {&c.q_tail, &c.k_tail, &c.v_tail}) *tail = Tensor::zeros({batch, taps - 1, d}, dev);
-    return c;
+    if (config_.is_gated_recurrence()) return c;
   }
   if (config_.uses_feature_map())
     c.state = LinearAttentionState::zeros(batch, heads_, feature_dim(), head_dim_).s.to(q_proj.weight.device());
@@ -334,12 +336,16 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
               "attention step: query must be (B, 1, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "attention step: the cache was not started (start_self)");
   TARN_ASSERT(causal_, "attention step: only causal self-attention decodes step by step");
-  if (config_.is_gated_recurrence()) return delta_step_self(query, cache);
-  const Tensor q = split_heads(q_proj.forward(query));  // (B, H, 1, dh)
-  const Tensor k = split_heads(k_proj.forward(query));
-  const Tensor v = split_heads(v_proj.forward(query));
+  if (config_.is_gated_recurrence()) {
+    const Tensor o = delta_step_output(q_proj.forward(query), k_proj.forward(query), v_proj.forward(query), query, cache);
+    ++cache.length;
+    return out_proj.forward(o);
+  }
+  const Tensor qp = q_proj.forward(query), kp = k_proj.forward(query), vp = v_proj.forward(query);
+  const Tensor q = split_heads(qp), k = split_heads(kp), v = split_heads(vp);  // (B, H, 1, dh)
   const int64_t batch = query.size(0);
   Tensor local, global;
+  if (config_.has_delta_block()) global = split_heads(delta_step_output(qp, kp, vp, query, cache));  // hybrid over delta
   if (!config_.is_linear()) {
     cache.key = concat({cache.key, k}, 2);
     cache.value = concat({cache.value, v}, 2);
@@ -381,7 +387,7 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   c.length = nk;
   if (config_.is_gated_recurrence()) {
     const DeltaWrite w = delta_write(key_value, pad);
-    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.is_delta()});
+    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.erases()});
     return c;
   }
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -429,37 +435,44 @@ MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key
 }
 
 Tensor MultiHeadAttention::delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
+  if (!cross_)
+    return out_proj.forward(
+        delta_self_output(q_proj.forward(query), k_proj.forward(key_value), v_proj.forward(key_value), query, pad));
   const DeltaWrite w = delta_write(key_value, pad);
-  const DeltaRuleOptions forward{false, config_.chunk, config_.is_delta()}, reverse{true, config_.chunk, config_.is_delta()};
-  Tensor o;
-  if (cross_) {
-    const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
-    o = matmul(q, delta_rule_state(w.k, w.v, w.beta, w.alpha, forward));
-  } else {
-    const Tensor q = DeltaRuleBlock::unit_rows(split_heads(delta_->conv(q_proj.forward(query), delta_->q_conv)));
-    o = delta_rule(q, w.k, w.v, w.beta, w.alpha, forward);
-    if (!causal_) o = add(o, delta_rule(q, w.k, w.v, w.beta, w.alpha, reverse));
-  }
+  const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
+  const Tensor o = matmul(q, delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.erases()}));
   return out_proj.forward(delta_->finish(o, query));
 }
 
-Tensor MultiHeadAttention::delta_step_self(const Tensor& query, AttentionCache& cache) const {
-  const int64_t batch = query.size(0), taps = delta_->conv_size();
+Tensor MultiHeadAttention::delta_self_output(const Tensor& qp, const Tensor& kp, const Tensor& vp, const Tensor& x,
+                                             const PaddingMask& pad) const {
+  const Tensor pad_rows = padding_rows(pad, x.size(0), x.size(1), x.device());
+  const Tensor q = DeltaRuleBlock::unit_rows(split_heads(delta_->conv(qp, delta_->q_conv)));
+  const Tensor k = DeltaRuleBlock::unit_rows(split_heads(delta_->conv(kp, delta_->k_conv)));
+  const Tensor v = split_heads(delta_->conv(vp, delta_->v_conv));
+  const Tensor beta = delta_->beta(x, pad_rows), alpha = delta_->alpha(x, pad_rows);
+  Tensor o = delta_rule(q, k, v, beta, alpha, {false, config_.chunk, config_.erases()});
+  if (!causal_) o = add(o, delta_rule(q, k, v, beta, alpha, {true, config_.chunk, config_.erases()}));
+  return delta_->finish(o, x);
+}
+
+Tensor MultiHeadAttention::delta_step_output(const Tensor& qp, const Tensor& kp, const Tensor& vp, const Tensor& x,
+                                             AttentionCache& cache) const {
+  const int64_t batch = x.size(0), taps = delta_->conv_size();
   // The convolution of the newest position: its window is the tail and the token itself.
-  auto convolved = [&](const Linear& proj, const Tensor& w, Tensor& tail) {
-    const Tensor window = concat({tail, proj.forward(query)}, 1);  // (B, taps, D)
+  auto convolved = [&](const Tensor& projected, const Tensor& w, Tensor& tail) {
+    const Tensor window = concat({tail, projected}, 1);  // (B, taps, D)
     tail = slice(window, 1, 1, taps);
     return slice(delta_->conv(window, w), 1, taps - 1, taps).view({batch, heads_, head_dim_});
   };
-  const Tensor q = DeltaRuleBlock::unit_rows(convolved(q_proj, delta_->q_conv, cache.q_tail));
-  const Tensor k = DeltaRuleBlock::unit_rows(convolved(k_proj, delta_->k_conv, cache.k_tail));
-  const Tensor v = convolved(v_proj, delta_->v_conv, cache.v_tail);
-  const Tensor beta = delta_->beta(query, Tensor()).view({batch, heads_});
-  const Tensor alpha = delta_->alpha(query, Tensor()).view({batch, heads_});
+  const Tensor q = DeltaRuleBlock::unit_rows(convolved(qp, delta_->q_conv, cache.q_tail));
+  const Tensor k = DeltaRuleBlock::unit_rows(convolved(kp, delta_->k_conv, cache.k_tail));
+  const Tensor v = convolved(vp, delta_->v_conv, cache.v_tail);
+  const Tensor beta = delta_->beta(x, Tensor()).view({batch, heads_});
+  const Tensor alpha = delta_->alpha(x, Tensor()).view({batch, heads_});
   const Tensor o =
-      delta_rule_step(cache.state, q, k, v, beta, alpha, config_.is_delta()).view({batch, heads_, 1, head_dim_});
-  ++cache.length;
-  return out_proj.forward(delta_->finish(o, query));
+      delta_rule_step(cache.state, q, k, v, beta, alpha, config_.erases()).view({batch, heads_, 1, head_dim_});
+  return delta_->finish(o, x);
 }
 
 }  // namespace tarn

@@ -36,12 +36,15 @@
 //                            and v for the convolutions (q_tail, k_tail, v_tail, (B, taps-1, D)).
 //
 // Hybrid attention (the linear-attention seed's hybrid layer; self-attention only): the same q,
-// k, v feed softmax attention over a sliding window (framework/ops/attention.h: causal, the last
-// `window` keys; bidirectional, |i - j| <= window / 2) and linear attention with the feature map
-// over the whole sequence; per head and position a gate g = σ(x W_g^T + b_g) ("hybrid_gate", a
-// (H, D) weight and an H bias, on the layer's input x) mixes them before out_proj:
-// ctx = g local + (1 - g) global. Decoding keeps the last `window` keys and values and the
-// linear state: O(window + f dh) per token, whatever the position.
+// k, v projections feed softmax attention over a sliding window (framework/ops/attention.h:
+// causal, the last `window` keys; bidirectional, |i - j| <= window / 2) and a global part over
+// the whole sequence: linear attention with the feature map (global: linear), or the delta or
+// gated layer's output before out_proj (global: delta | gated; its convolutions, normalisation,
+// gates and output norm as kind delta has them, in the "delta" submodule). Per head and position
+// a gate g = σ(x W_g^T + b_g) ("hybrid_gate", a (H, D) weight and an H bias, on the layer's
+// input x) mixes them before out_proj: ctx = g local + (1 - g) global. Decoding keeps the last
+// `window` keys and values and the global state: O(window + f dh) (or O(window + dh^2) over
+// delta) per token, whatever the position.
 //
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
@@ -68,7 +71,7 @@ struct AttentionCache {
   Tensor key, value;    // softmax: (B, H, Nk, dh)
   Tensor key_padding;   // softmax cross-attention: (B, Nk) f32, 1 = padded; may be undefined
   Tensor state;         // linear: S' (B, H, f, dh + 1), row k = [S[k, :dh] | z[k]]; delta: S (B, H, dh, dh)
-  Tensor q_tail, k_tail, v_tail;  // delta self-attention: the convolutions' last inputs
+  Tensor q_tail, k_tail, v_tail;  // delta self-attention (and hybrid over delta): the convolutions' last inputs
   int64_t length = 0;   // keys seen (self-attention: positions decoded so far)
   bool defined() const { return key.defined() || state.defined(); }
 };
@@ -141,7 +144,14 @@ class MultiHeadAttention : public Module {
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
   Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
   Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
-  Tensor delta_step_self(const Tensor& query, AttentionCache& cache) const;
+  // Self-attention's delta (or gated) output before out_proj, (B, N, D): the projections qp, kp,
+  // vp (B, N, D) of the layer's input x convolved, normalised and scanned (both ways in the
+  // encoder), then finish()ed. Kind delta and hybrid's global part alike.
+  Tensor delta_self_output(const Tensor& qp, const Tensor& kp, const Tensor& vp, const Tensor& x,
+                           const PaddingMask& pad) const;
+  // Its decoding step: x (B, 1, D) and its projections; updates the cache's state and tails.
+  Tensor delta_step_output(const Tensor& qp, const Tensor& kp, const Tensor& vp, const Tensor& x,
+                           AttentionCache& cache) const;
   // The writer's convolved, normalised k and v (B, H, N, dh), with beta and alpha (B, H, N).
   struct DeltaWrite {
     Tensor k, v, beta, alpha;
@@ -155,7 +165,7 @@ class MultiHeadAttention : public Module {
   Tensor hedgehog_q_, hedgehog_k_;        // hedgehog only: (H, dh, dh) each, "hedgehog_q" and "hedgehog_k"
   int64_t heads_, head_dim_;
   bool causal_, cross_;
-  std::unique_ptr<DeltaRuleBlock> delta_;  // kind delta only, registered as "delta"
+  std::unique_ptr<DeltaRuleBlock> delta_;  // delta, gated and hybrid over them: registered as "delta"
   std::unique_ptr<Linear> hybrid_gate_;    // kind hybrid only: (H, D) and (H), registered as "hybrid_gate"
   float attention_dropout_;
   float scaling_;

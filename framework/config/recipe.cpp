@@ -89,6 +89,10 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
             "hybrid: keys the softmax part sees (causal: the last `window`; bidirectional: within window / 2 either "
             "side)")
       .min(1);
+  a.template enumeration<AttentionKind>(&AttentionConfig::global, "global",
+                "hybrid: the global part over the whole sequence: linear (feature_map on the layer's q and k), delta "
+                "or gated (that layer on the same projections, with its convolutions, gates and output norm)",
+                {{"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}, {"gated", AttentionKind::gated}});
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
   a.integer(&AttentionConfig::favor_redraw_every, "favor_redraw_every",
@@ -446,10 +450,13 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionStackRecipe& a = m.attention.*stack.member;
     if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
-    if (!a.is_gated_recurrence() && loader.given(prefix + ".conv_size"))
-      loader.warn(prefix + ".conv_size", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
-    if (!a.is_hybrid() && loader.given(prefix + ".window"))
-      loader.warn(prefix + ".window", str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+    if (!a.has_delta_block() && loader.given(prefix + ".conv_size"))
+      loader.warn(prefix + ".conv_size", a.is_hybrid() ? std::string("ignored: global is linear")
+                                                        : str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+    for (const char* key : {"window", "global"}) {
+      if (!a.is_hybrid() && loader.given(prefix + "." + key))
+        loader.warn(prefix + "." + key, str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+    }
     if (a.is_hybrid() && stack.cross) {
       loader.error(prefix + ".kind",
                    "hybrid is self-attention only: its window is over positions of the sequence that attends, "
@@ -459,7 +466,8 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     if (!a.uses_feature_map()) {
       for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {
         if (loader.given(prefix + "." + key))
-          loader.warn(prefix + "." + key, str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+          loader.warn(prefix + "." + key, a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))
+                                                        : str_cat("ignored: kind is ", attention_kind_name(a.kind)));
       }
       if (a.is_softmax() && loader.given(prefix + ".chunk")) loader.warn(prefix + ".chunk", "ignored: kind is softmax");
       continue;

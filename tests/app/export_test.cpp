@@ -27,11 +27,16 @@ std::string trained_run(const std::string& name, const std::string& attention_ki
   TrainOptions o;
   o.recipe_path = testing::tiny_recipe();
   o.overrides = testing::tiny_overrides(dir, steps);
-  const bool hybrid = attention_kind == "hybrid";  // self-attention only: cross stays linear
+  // hybrid (and hybrid_delta: hybrid over the delta rule) is self-attention only: cross stays linear.
+  const bool hybrid = attention_kind.rfind("hybrid", 0) == 0;
   for (const char* stack : {"encoder_self", "decoder_self", "cross"})
     if (!(hybrid && std::string(stack) == "cross"))
-      o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + attention_kind);
+      o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + (hybrid ? "hybrid" : attention_kind));
   if (hybrid) o.overrides.push_back("model.attention.decoder_self.window=3");  // shorter than the glosses
+  if (attention_kind == "hybrid_delta") {
+    o.overrides.push_back("model.attention.encoder_self.global=delta");
+    o.overrides.push_back("model.attention.decoder_self.global=delta");
+  }
   o.overrides.push_back("validation.every_steps=0");
   train(o);
   return dir;
@@ -89,6 +94,21 @@ TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {
   EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
   EXPECT_EQ(dec->find("window")->as_u64("window"), 3u);
   EXPECT_EQ(dec->find("feature_map")->as_string("feature_map"), "elu1");
+}
+
+TEST(Export, ReloadedHybridOverDeltaExportGivesIdenticalPerplexity) {
+  const std::string dir = expect_reloaded_export_gives_identical_perplexity("hybrid_delta");
+  const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
+  for (const char* name : {"model.encoder.layers.0.self_attn.hybrid_gate.weight",
+                           "model.decoder.layers.1.self_attn.delta.q_conv", "model.decoder.layers.1.self_attn.delta.A_log",
+                           "model.encoder.layers.1.self_attn.delta.gate_proj.weight"})
+    EXPECT_TRUE(f.find(name)) << name;
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Value* dec = c.find("tarn")->find("decoder_self_attention");
+  EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
+  EXPECT_EQ(dec->find("global")->as_string("global"), "delta");
+  EXPECT_EQ(dec->find("conv_size")->as_u64("conv_size"), 4u);
+  EXPECT_EQ(dec->find("feature_map"), nullptr);  // no feature map over delta
 }
 
 TEST(Export, AttentionChosenPerLayerIsListedInConfigJson) {

@@ -221,6 +221,46 @@ TEST(RecipeAttention, PerLayerListsResolveOverTheStacksSettings) {
   EXPECT_TRUE(cleared.model.attention.encoder_self.per_layer.empty());
 }
 
+TEST(RecipeAttention, HybridGlobalPartIsLinearDeltaOrGated) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n"
+                                    "    encoder_self: {kind: hybrid, global: delta, window: 16, conv_size: 2}\n"
+                                    "    decoder_self: {layers: [delta, delta, delta, {kind: hybrid, global: gated}]}\n",
+                                "g.yaml");
+  EXPECT_EQ(r.model.attention.encoder_self.global, AttentionKind::delta);
+  EXPECT_TRUE(r.model.attention.encoder_self.has_delta_block());
+  EXPECT_TRUE(r.model.attention.encoder_self.erases());
+  EXPECT_FALSE(r.model.attention.encoder_self.uses_feature_map());
+  EXPECT_EQ(r.model.attention.encoder_self.conv_size, 2);
+  EXPECT_EQ(r.model.attention.encoder_self.str(), "hybrid(window 16, delta conv 2)");
+  ASSERT_EQ(r.model.attention.decoder_self.per_layer.size(), 4u);
+  EXPECT_EQ(r.model.attention.decoder_self.per_layer[3].global, AttentionKind::gated);
+  EXPECT_FALSE(r.model.attention.decoder_self.per_layer[3].erases());
+  EXPECT_TRUE(r.warnings.empty());
+  const Recipe back = parse_recipe(to_yaml(r), "written.yaml");
+  EXPECT_EQ(first_difference(r, back), "");
+  // The default is linear, so recipes written before the key mean what they meant.
+  EXPECT_EQ(parse_recipe(std::string(kMinimal)).model.attention.encoder_self.global, AttentionKind::linear);
+  // Only the recurrent kinds can be the global part; a feature map beside a delta global part is ignored.
+  try {
+    parse_recipe(std::string(kMinimal) + "model:\n  attention:\n    encoder_self: {kind: hybrid, global: softmax}\n",
+                 "bad.yaml");
+    ADD_FAILURE() << "global: softmax was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.yaml:5: model.attention.encoder_self.global: expected one of linear, "
+                                         "delta, gated, got "),
+              std::string::npos)
+        << e.what();
+  }
+  const Recipe warned = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    encoder_self: {kind: hybrid, global: delta, feature_map: taylor}\n"
+                              "    decoder_self: {kind: delta, global: gated}\n",
+      "w.yaml");
+  ASSERT_EQ(warned.warnings.size(), 2u);
+  EXPECT_NE(warned.warnings[0].find("feature_map: ignored: global is delta"), std::string::npos) << warned.warnings[0];
+  EXPECT_NE(warned.warnings[1].find("global: ignored: kind is delta"), std::string::npos) << warned.warnings[1];
+}
+
 TEST(RecipeDefaults, CustomPresetTakesEverySizeGiven) {
   const Recipe r = parse_recipe(std::string(kMinimal) +
                                 "model:\n  preset: custom\n  d_model: 96\n  encoder_layers: 1\n  decoder_layers: 3\n"

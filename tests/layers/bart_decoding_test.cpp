@@ -101,6 +101,33 @@ TEST(BartDecoding, DeltaAndGatedStatesDoNotGrowWithLength) {
   }
 }
 
+// Hybrid keeps the last `window` keys and values and its global part's state, whatever the
+// position: global linear (S' and z) and global delta (S and the convolutions' tails).
+TEST(BartDecoding, HybridStatesStayWithinTheWindow) {
+  for (const AttentionKind global : {AttentionKind::linear, AttentionKind::delta}) {
+    AttentionConfig a = AttentionConfig::linear_attention();
+    a.kind = AttentionKind::hybrid;
+    a.window = 3;
+    a.global = global;
+    BartConfig c = tiny_config(AttentionConfig::linear_attention());
+    c.encoder_self_attention = c.decoder_self_attention = a;
+    SCOPED_TRACE(a.str());
+    BartForConditionalGeneration model(c, 5);
+    model.eval();
+    const Batch b = make_batch(c, 2, 5, 12, 3);
+    DecodingState st = model.start_decoding(model.encode(b.src, {b.batch, b.s_len}, b.src_pad), b.src_pad);
+    const AttentionCache& self = st.layers[0].self_attn;
+    const Shape state = self.state.shape();
+    EXPECT_EQ(state, global == AttentionKind::delta ? Shape({2, 4, 16, 16}) : Shape({2, 4, 16, 17}));
+    EXPECT_EQ(self.q_tail.defined(), global == AttentionKind::delta);
+    for (int t = 0; t < 12; ++t) {
+      model.decode_step(st, {5, 6});
+      EXPECT_EQ(self.key.size(2), std::min(t + 1, 3)) << "position " << t;
+      EXPECT_EQ(self.state.shape(), state);
+    }
+  }
+}
+
 // Decode three tokens for three rows, reorder the rows as beam search would (a row dropped,
 // one repeated), decode three more: the logits equal teacher forcing on the reordered
 // histories.

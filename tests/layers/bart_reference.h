@@ -222,6 +222,12 @@ class BartReference {
   // S_{t-1} + beta_t k_t v_t^T.
   Mat delta_attention(const Mat& xq, const Mat& xkv, const std::string& name, int64_t heads, bool causal, bool cross,
                       bool erase, const std::vector<bool>& pad) const {
+    return linear(delta_context(xq, xkv, name, heads, causal, cross, erase, pad), c_.d_model, name + ".out_proj");
+  }
+
+  // The same before out_proj (nq, D): what hybrid over delta mixes with its window's softmax.
+  Mat delta_context(const Mat& xq, const Mat& xkv, const std::string& name, int64_t heads, bool causal, bool cross,
+                    bool erase, const std::vector<bool>& pad) const {
     const int64_t d = c_.d_model, dh = d / heads;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     auto silu = [](double x) { return x / (1 + std::exp(-x)); };
@@ -294,7 +300,7 @@ class BartReference {
           ctx[i * d + h * dh + c] = o[c] / std::sqrt(ms + 1e-5) * norm_w[c] * silu(g[i * d + h * dh + c]);
       }
     }
-    return linear(ctx, d, name + ".out_proj");
+    return ctx;
   }
 
   // HF's BartAttention on one batch row: xq (nq, D), xkv (nk, D).
@@ -313,6 +319,10 @@ class BartReference {
     };
     // Hybrid's gate per position and head: sigmoid(x_i . W_g[h] + b_g[h]).
     const Mat gate = cfg.is_hybrid() ? linear(xq, d, name + ".hybrid_gate") : Mat();
+    // Hybrid over delta or gated: the global part is that layer's output before out_proj.
+    const Mat global = cfg.is_hybrid() && cfg.has_delta_block()
+                           ? delta_context(xq, xkv, name, heads, causal, cross, cfg.erases(), pad)
+                           : Mat();
     for (int64_t h = 0; h < heads; ++h) {
       Mat fq, fk;
       int64_t f = dh;
@@ -355,14 +365,14 @@ class BartReference {
           for (double& x : lw) x /= (den + cfg.eps);
         }
         if (cfg.is_linear()) w = lw;
-        if (cfg.is_hybrid()) {  // g softmax + (1 - g) linear: both are weighted sums of the same v
-          const double g = 1.0 / (1.0 + std::exp(-gate[i * heads + h]));
+        const double g = cfg.is_hybrid() ? 1.0 / (1.0 + std::exp(-gate[i * heads + h])) : 1.0;
+        if (cfg.uses_feature_map() && cfg.is_hybrid()) {  // g softmax + (1 - g) linear: weighted sums of the same v
           for (int64_t j = 0; j < nk; ++j) w[j] = g * w[j] + (1 - g) * lw[j];
         }
         for (int64_t e = 0; e < dh; ++e) {
           double s = 0;
           for (int64_t j = 0; j < nk; ++j) s += w[j] * v[j * d + h * dh + e];
-          ctx[i * d + h * dh + e] = s;
+          ctx[i * d + h * dh + e] = global.empty() ? s : g * s + (1 - g) * global[i * d + h * dh + e];
         }
       }
     }

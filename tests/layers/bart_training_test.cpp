@@ -114,10 +114,13 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
   AttentionConfig hybrid = elu;  // a window of 2 in 4 positions: both parts and the gate matter
   hybrid.kind = AttentionKind::hybrid;
   hybrid.window = 2;
+  AttentionConfig hybrid_delta = hybrid;  // over the delta rule: its gates, convolutions and norm too
+  hybrid_delta.global = AttentionKind::delta;
+  hybrid_delta.chunk = 3;
   for (const Case& k : {Case{sm, false, true}, Case{sm, true, false}, Case{elu, false, true}, Case{elu, true, false},
                         Case{exp, true, false}, Case{favor, false, true}, Case{favor, true, false},
                         Case{hedgehog, false, true}, Case{hedgehog, true, false}, Case{hybrid, true, false},
-                        Case{hybrid, false, false}}) {
+                        Case{hybrid, false, false}, Case{hybrid_delta, true, false}, Case{hybrid_delta, false, false}}) {
     SCOPED_TRACE(k.cfg.str() + (k.causal ? " causal" : "") + (k.cross ? " cross" : ""));
     ParamInit init(7, 0.3f);
     MultiHeadAttention attn(8, 2, k.cfg, k.causal, 0.0f, init, dropout);
@@ -130,6 +133,9 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
     GradcheckOptions opt;
     // exp's row max has kinks where the argmax changes: a smaller step stays clear of them.
     opt.eps = k.cfg.feature_map == FeatureMap::exp ? 1e-3 : 1e-2;
+    // The delta rule's unit rows of short convolved vectors curve sharply: central differences
+    // over 1e-2 are off by a few percent there (checked: 4% at 1e-2, within tolerance at 2e-3).
+    if (k.cfg.has_delta_block()) opt.eps = 2e-3;
     if (k.cross) {
       EXPECT_TRUE(gradients_match([&](const std::vector<Tensor>& in) { return attn.forward(in[0], in[1], pad); },
                                   {q, kv}, opt));

@@ -62,8 +62,10 @@ inline std::vector<AttentionSetup> delta_setups() {
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
   return {{"delta", delta, delta, delta}, {"delta_cross", elu, elu, plain}, {"gated", gated, gated, gated}};
 }
-// Hybrid self-attention (window softmax + linear, gated) in both stacks: windows shorter than the
-// test sequences, the encoder's with elu1, the decoder's with the Taylor map; linear cross.
+// Hybrid self-attention (window softmax + a global part, gated) in both stacks: windows shorter
+// than the test sequences. "hybrid": global linear, the encoder's with elu1, the decoder's with
+// the Taylor map. "hybrid_delta": global gated in the encoder, delta in the decoder (chunks of 3
+// tokens: several checkpoints). Linear cross-attention in both.
 inline std::vector<AttentionSetup> hybrid_setups() {
   AttentionConfig enc = AttentionConfig::linear_attention(FeatureMap::elu1);
   enc.kind = AttentionKind::hybrid;
@@ -71,7 +73,12 @@ inline std::vector<AttentionSetup> hybrid_setups() {
   AttentionConfig dec = AttentionConfig::linear_attention(FeatureMap::taylor);
   dec.kind = AttentionKind::hybrid;
   dec.window = 3;
-  return {{"hybrid", enc, dec, AttentionConfig::linear_attention(FeatureMap::elu1)}};
+  AttentionConfig enc_gated = enc, dec_delta = dec;
+  enc_gated.global = AttentionKind::gated;
+  dec_delta.global = AttentionKind::delta;
+  dec_delta.chunk = 3;
+  const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
+  return {{"hybrid", enc, dec, elu}, {"hybrid_delta", enc_gated, dec_delta, elu}};
 }
 // Attention chosen per layer (the tiny preset's 2 + 2 layers), a different kind in each layer.
 inline std::vector<AttentionSetup> per_layer_setups() {
