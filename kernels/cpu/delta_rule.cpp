@@ -4,8 +4,12 @@
 // loaded and stored once) and three backward (the chunk's recomputation, then two fused passes
 // for the gradients), each pass vectorised over dv. What bounded the passes was their sums: kept
 // in memory, each row waited on the previous row's store, and per-row horizontal sums ran as
-// scalar chains; the fixed-width (dv = 64) paths below keep them in registers and lanes. The
-// chunked (WY) form, which would trade the passes for matrix products, is not written.
+// scalar chains; the fixed-width (dv = 64) paths below keep them in registers and lanes. Fusing
+// the backward's second pass of token t with the first of token t - 1 (one walk over the rows
+// instead of two) was tried and ran 1.6-1.9x slower: its four row-constant vectors of dv = 64
+// floats (w, du, dout and the dw sums) need 32 ymm registers, and AVX2 has 16. The chunked (WY)
+// form, which would trade the passes for matrix products, is not written (docs/design.md
+// section 2 counts its cost).
 #include "kernels/delta_rule.h"
 
 #include <omp.h>
