@@ -90,10 +90,10 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
 
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
   for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
-    ASSERT_EQ(stack->per_layer.size(), 4u);
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(stack->per_layer[i].kind, AttentionKind::delta) << i;
-    EXPECT_EQ(stack->per_layer[3].kind, AttentionKind::hybrid);
-    EXPECT_EQ(stack->per_layer[3].window, 64);
+    EXPECT_TRUE(stack->per_layer.empty());
+    EXPECT_EQ(stack->kind, AttentionKind::hybrid);
+    EXPECT_EQ(stack->global, AttentionKind::delta);
+    EXPECT_EQ(stack->window, 64);
   }
   EXPECT_EQ(hybrid.model.attention.cross.kind, AttentionKind::linear);
   EXPECT_EQ(hybrid.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
