@@ -61,6 +61,26 @@ tarn_emu_fiber_start:
 
 extern "C" void tarn_emu_fiber_start();
 
+// AddressSanitizer poisons the redzones around a function's locals on whatever stack it runs
+// on, and unpoisons them when the function returns. A fiber's last frames never return (it
+// switches away for good), so its stack keeps stale poison: a later fiber on the same stack, or
+// whatever mmap hands out at that address once the stack is unmapped (a tensor, written by
+// kernels/cpu/memory.cpp), was reported as a stack-buffer-underflow. Clearing the shadow when a
+// stack is prepared and before it is unmapped removes those false reports.
+#if defined(__SANITIZE_ADDRESS__)
+#define TARN_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TARN_EMU_ASAN 1
+#endif
+#endif
+#ifdef TARN_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#define TARN_EMU_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define TARN_EMU_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace tarn::emu {
 namespace {
 size_t page_size() {
@@ -85,10 +105,13 @@ FiberStack::FiberStack(size_t bytes) {
 }
 
 FiberStack::~FiberStack() {
-  if (map_) munmap(map_, map_bytes_);
+  if (!map_) return;
+  TARN_EMU_UNPOISON(usable_, size_);
+  munmap(map_, map_bytes_);
 }
 
 void* fiber_prepare(const FiberStack& stack, void (*entry)(void*), void* arg) {
+  TARN_EMU_UNPOISON(stack.bottom(), stack.size());  // an earlier fiber's frames never returned
   // The fiber's first instruction after `ret` is tarn_emu_fiber_start with rsp 16-byte
   // aligned, so the `call` into entry leaves it as the ABI wants at a function's start.
   uintptr_t top = reinterpret_cast<uintptr_t>(stack.top()) & ~uintptr_t{15};
