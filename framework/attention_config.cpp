@@ -29,18 +29,14 @@ std::string AttentionConfig::str() const {
 void AttentionConfig::validate(const std::string& key) const {
   if (is_softmax()) return;
   TARN_CHECK(chunk > 0, key, ".chunk: must be positive, got ", chunk);
-  if (is_gated_recurrence()) {
-    TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
-    return;
-  }
   if (is_hybrid()) {
     TARN_CHECK(window >= 1, key, ".window: must be >= 1, got ", window);
     TARN_CHECK(global == Kind::linear || global == Kind::delta || global == Kind::gated, key,
                ".global: must be linear, delta or gated, got ", attention_kind_name(global));
-    if (has_delta_block()) {
-      TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
-      return;
-    }
+  }
+  if (has_delta_block()) {  // delta, gated and hybrid over them: no feature map's settings
+    TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
+    return;
   }
   TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);

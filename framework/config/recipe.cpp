@@ -450,12 +450,12 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionStackRecipe& a = m.attention.*stack.member;
     if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
-    if (!a.has_delta_block() && loader.given(prefix + ".conv_size"))
-      loader.warn(prefix + ".conv_size", a.is_hybrid() ? std::string("ignored: global is linear")
-                                                        : str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+    // Why a key of another kind (or, in a hybrid, of another global part) does nothing here.
+    const std::string ignored = a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))
+                                              : str_cat("ignored: kind is ", attention_kind_name(a.kind));
+    if (!a.has_delta_block() && loader.given(prefix + ".conv_size")) loader.warn(prefix + ".conv_size", ignored);
     for (const char* key : {"window", "global"}) {
-      if (!a.is_hybrid() && loader.given(prefix + "." + key))
-        loader.warn(prefix + "." + key, str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+      if (!a.is_hybrid() && loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, ignored);
     }
     if (a.is_hybrid() && stack.cross) {
       loader.error(prefix + ".kind",
@@ -465,9 +465,7 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     }
     if (!a.uses_feature_map()) {
       for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {
-        if (loader.given(prefix + "." + key))
-          loader.warn(prefix + "." + key, a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))
-                                                        : str_cat("ignored: kind is ", attention_kind_name(a.kind)));
+        if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, ignored);
       }
       if (a.is_softmax() && loader.given(prefix + ".chunk")) loader.warn(prefix + ".chunk", "ignored: kind is softmax");
       continue;
