@@ -155,8 +155,10 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
       ->second;
 }
 
-// Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d.
-double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens) {
+// Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d. Hybrid
+// self-attention keeps the last `window` keys; hybrid cross-attention (`cross`) keeps every
+// source key, whose window moves with the target position.
+double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens, bool cross = false) {
   const double f = 4.0;
   if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
   const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
@@ -164,8 +166,8 @@ double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d,
   const double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head  // S (the convolutions' tails aside)
                                            : f * static_cast<double>(heads) * features * (head + 1);  // S and z
   if (!a.is_hybrid()) return state;
-  // Hybrid: the global part's state and the keys and values of the last `window` positions.
-  return state + 2 * f * static_cast<double>(std::min(tokens, a.window)) * static_cast<double>(d);
+  // Hybrid: the global part's state and the keys and values its window may read.
+  return state + 2 * f * static_cast<double>(cross ? tokens : std::min(tokens, a.window)) * static_cast<double>(d);
 }
 
 }  // namespace
@@ -191,7 +193,7 @@ double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_l
     // A softmax cache (and hybrid's window) grows by concatenation: the old and the new cache live at once.
     const AttentionConfig& self = c.decoder_self_attention_of(l);
     states += (self.is_softmax() || self.is_hybrid() ? 2.0 : 1.0) * attention_state_bytes(self, heads, c.d_model, steps) +
-              attention_state_bytes(c.cross_attention_of(l), heads, c.d_model, source_len);
+              attention_state_bytes(c.cross_attention_of(l), heads, c.d_model, source_len, /*cross=*/true);
   }
   const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs
   return encoder + r * states + logits;

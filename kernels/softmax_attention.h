@@ -7,8 +7,9 @@
 //   out_i = sum_j softmax_j(scale * q_i . k_j over visible j) v_j,  scale = 1/sqrt(d) by default
 //
 // Visible: not padded (mask == 0), when causal (Nq == Nk) j <= i, and with a window w > 0
-// (sliding-window attention, Nq == Nk) j in (i - w, i] when causal, |i - j| <= w / 2 when not
-// (visible_keys below). A query that sees no key gets out = 0 and lse = +inf (so that
+// (sliding-window attention) j in (i - w, i] when causal, |i - j| <= w / 2 when not (visible_keys
+// below). The bidirectional window also takes Nq != Nk: query i then sees the keys at positions
+// within w / 2 of its own (cross-attention around the diagonal, Luong et al. 2015's local-m). A query that sees no key gets out = 0 and lse = +inf (so that
 // backward's exp(s - lse) is 0 for it).
 //
 // Blocked as FlashAttention (Dao et al. 2022): the forward streams key blocks past a block
@@ -42,8 +43,8 @@ struct SoftmaxAttentionConfig {
   float scale = 0.0f;                       // 0 means 1 / sqrt(d)
   int block_q = kDefaultSoftmaxBlock;       // query rows per block
   int block_k = kDefaultSoftmaxBlock;       // key rows per block
-  // Sliding window: 0 = every key; w > 0 (needs Nq == Nk): causal, the w keys j in (i - w, i];
-  // bidirectional, the keys with |i - j| <= w / 2.
+  // Sliding window: 0 = every key; w > 0: causal, the w keys j in (i - w, i]; bidirectional,
+  // the keys with |i - j| <= w / 2 (also when Nq != Nk).
   int64_t window = 0;
 };
 

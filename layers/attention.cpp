@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "framework/autograd.h"
@@ -157,8 +158,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
     register_module("delta", *delta_);
   }
   if (config_.is_hybrid()) {
-    TARN_ASSERT(!cross, "attention: hybrid attention is self-attention only (its window has no meaning across "
-                "two sequences)");
+    TARN_ASSERT(!(cross && config_.has_delta_block()), "attention: hybrid cross-attention takes global linear only");
     hybrid_gate_ = std::make_unique<Linear>(d_model, heads, init);
     register_module("hybrid_gate", *hybrid_gate_);
   }
@@ -392,11 +392,12 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   }
   const Tensor k = split_heads(k_proj.forward(key_value));
   const Tensor v = split_heads(v_proj.forward(key_value));
-  if (!config_.is_linear()) {
+  if (!config_.is_linear()) {  // softmax, and hybrid's window
     c.key = k;
     c.value = v;
     c.key_padding = padding_tensor(pad, batch, nk, k.device());
-  } else {
+  }
+  if (config_.uses_feature_map()) {
     // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero: once per source batch.
     Tensor b = key_features(k);
     if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
@@ -405,26 +406,45 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   return c;
 }
 
-Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache& cache) const {
+Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache& cache, int64_t position) const {
   NoGradGuard no_grad;
   TARN_ASSERT(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
               "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
+  TARN_ASSERT(!config_.is_hybrid() || (query.size(1) == 1 && position >= 0),
+              "hybrid cross-attention step: one query row at a known position, got ", query.shape().str(),
+              " at position ", position);
   if (config_.is_gated_recurrence()) {  // o = S^T q for every query row at once
     const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
     return out_proj.forward(delta_->finish(matmul(q, cache.state), query));
   }
   const Tensor q = split_heads(q_proj.forward(query));
-  Tensor ctx;
-  if (!config_.is_linear()) {
-    SoftmaxAttentionOptions opt;
-    opt.key_padding_mask = cache.key_padding;
-    opt.scale = scaling_;
-    ctx = softmax_attention(q, cache.key, cache.value, opt);
-  } else {
-    ctx = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
-  }
+  Tensor local, global;
+  if (!config_.is_linear()) local = config_.is_hybrid() ? window_step_cross(q, cache, position) : softmax_step(q, cache);
+  if (config_.uses_feature_map())
+    global = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
+  const Tensor ctx = config_.is_hybrid() ? hybrid_mix(local, global, query) : local.defined() ? local : global;
   return out_proj.forward(merge_heads(ctx));
+}
+
+Tensor MultiHeadAttention::softmax_step(const Tensor& q, const AttentionCache& cache) const {
+  SoftmaxAttentionOptions opt;
+  opt.key_padding_mask = cache.key_padding;
+  opt.scale = scaling_;
+  return softmax_attention(q, cache.key, cache.value, opt);
+}
+
+Tensor MultiHeadAttention::window_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const {
+  // The source keys within window / 2 of this target position, as the bidirectional window
+  // shows them in training: O(window) per token whatever the source length.
+  const int64_t nk = cache.key.size(2), half = config_.window / 2;
+  const int64_t lo = std::clamp<int64_t>(position - half, 0, nk), hi = std::clamp<int64_t>(position + half + 1, 0, nk);
+  if (lo >= hi) return Tensor::zeros({q.size(0), heads_, 1, head_dim_}, q.device());  // sees no key: 0, as in training
+  AttentionCache visible;
+  visible.key = slice(cache.key, 2, lo, hi);
+  visible.value = slice(cache.value, 2, lo, hi);
+  if (cache.key_padding.defined()) visible.key_padding = slice(cache.key_padding, 1, lo, hi);
+  return softmax_step(q, visible);
 }
 
 MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key_value, const PaddingMask& pad) const {

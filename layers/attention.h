@@ -103,7 +103,9 @@ class MultiHeadAttention : public Module {
   // Cross-attention: the encoder's keys/values (or their summary), once per source batch.
   AttentionCache precompute_cross(const Tensor& key_value, const PaddingMask& key_padding) const;
   // query (B, 1, D) against a precomputed cross cache -> (B, 1, D).
-  Tensor step_cross(const Tensor& query, const AttentionCache& cache) const;
+  // position: the target position of the query row (hybrid's window is around it; other kinds
+  // ignore it).
+  Tensor step_cross(const Tensor& query, const AttentionCache& cache, int64_t position = -1) const;
 
   // FAVOR+ only (null otherwise): the projection, its RNG position and its redraw counter.
   // A checkpoint keeps `w` (also a buffer), `rng` and `steps`.
@@ -143,6 +145,10 @@ class MultiHeadAttention : public Module {
   Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
   Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
+  // Cross-attention decoding against cached source keys (B, H, Nk, dh): every key, or hybrid's
+  // window of keys within window / 2 of the target position.
+  Tensor softmax_step(const Tensor& q, const AttentionCache& cache) const;
+  Tensor window_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const;
   Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
   // Self-attention's delta (or gated) output before out_proj, (B, N, D): the projections qp, kp,
   // vp (B, N, D) of the layer's input x convolved, normalised and scanned (both ways in the

@@ -113,10 +113,12 @@ void BartConfig::validate(const std::string& prefix) const {
   validate_layers(encoder_self_layers, encoder_layers, prefix + "encoder_self_layers");
   validate_layers(decoder_self_layers, decoder_layers, prefix + "decoder_self_layers");
   validate_layers(cross_layers, decoder_layers, prefix + "cross_layers");
+  // Hybrid cross-attention mixes its window with linear attention only (the recipe explains).
   for (size_t i = 0; i < cross_layers.size(); ++i)
-    TARN_CHECK(!cross_layers[i].is_hybrid(), prefix, "cross_layers[", i, "]: hybrid is self-attention only");
-  TARN_CHECK(!cross_attention.is_hybrid() || !cross_layers.empty(), prefix,
-             "cross_attention: hybrid is self-attention only");
+    TARN_CHECK(!cross_layers[i].is_hybrid() || !cross_layers[i].has_delta_block(), prefix, "cross_layers[", i,
+               "]: hybrid cross-attention takes global linear only");
+  TARN_CHECK(!cross_attention.is_hybrid() || !cross_attention.has_delta_block() || !cross_layers.empty(), prefix,
+             "cross_attention: hybrid cross-attention takes global linear only");
 }
 
 std::string BartConfig::str() const {

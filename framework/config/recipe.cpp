@@ -45,6 +45,12 @@ constexpr StackField kAttentionStacks[] = {
     {"cross", &AttentionStacksRecipe::cross, &ModelRecipe::decoder_layers, false, true},
 };
 
+// Hybrid cross-attention mixes the window with linear attention only: delta and gated read the
+// source through a state written once, which has no window to share the projections with.
+constexpr const char* kCrossHybridGlobal =
+    "hybrid cross-attention takes global: linear (a feature map); delta and gated are self-attention only "
+    "under hybrid (use kind: delta or gated on their own in cross-attention)";
+
 bool is_device(const std::string& s) {
   if (s == "cpu" || s == "cuda") return true;
   if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 8) return false;
@@ -57,7 +63,8 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
   a.template enumeration<AttentionKind>(&AttentionConfig::kind, "kind",
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
                 "O(N)), gated (delta without the erase: decayed linear attention, O(N)) or hybrid (softmax over a "
-                "sliding window plus linear attention, mixed by a learned gate, O(N window); self-attention only)",
+                "sliding window plus linear attention, mixed by a learned gate, O(N window); in cross-attention the "
+                "window is around the target position, over linear attention only)",
                 {{"softmax", AttentionKind::softmax},
                  {"linear", AttentionKind::linear},
                  {"delta", AttentionKind::delta},
@@ -348,9 +355,8 @@ void resolve_layers(Recipe& r, Loader& loader) {
       sub.apply_text(name_only ? "{kind: " + entry.text + "}" : entry.text, entry.origin.source);
       for (const ConfigIssue& issue : sub.errors())
         loader.error_at(entry.origin, issue.key.empty() ? entry_key : entry_key + "." + issue.key, issue.message);
-      if (sub.ok() && stack.cross && layer.is_hybrid())
-        loader.error_at(entry.origin, entry_key + ".kind",
-                        "hybrid is self-attention only: use linear, delta, gated or softmax in cross-attention");
+      if (sub.ok() && stack.cross && layer.is_hybrid() && layer.has_delta_block())
+        loader.error_at(entry.origin, entry_key + ".global", kCrossHybridGlobal);
       a.per_layer.push_back(layer);
     }
   }
@@ -457,10 +463,8 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     for (const char* key : {"window", "global"}) {
       if (!a.is_hybrid() && loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, ignored);
     }
-    if (a.is_hybrid() && stack.cross) {
-      loader.error(prefix + ".kind",
-                   "hybrid is self-attention only: its window is over positions of the sequence that attends, "
-                   "which cross-attention does not share; use linear, delta, gated or softmax here");
+    if (a.is_hybrid() && stack.cross && a.has_delta_block()) {
+      loader.error(prefix + ".global", kCrossHybridGlobal);
       continue;
     }
     if (!a.uses_feature_map()) {

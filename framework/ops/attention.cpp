@@ -372,8 +372,6 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     check_same_device(op, q, opt.key_padding_mask);
   }
   TARN_ASSERT(opt.window >= 0, op, ": window must be >= 0, got ", opt.window);
-  TARN_ASSERT(opt.window == 0 || q.size(2) == k.size(2), op, ": a window needs as many queries as keys, got ",
-              q.size(2), " and ", k.size(2));
   const kernels::Backend& kt = backend_for(q.device());
   // Head dimensions beyond what the device's blocked kernel tiles: matmul + softmax instead.
   if (q.size(3) > kt.softmax_attention_max_dim || v.size(3) > kt.softmax_attention_max_dim)

@@ -112,8 +112,9 @@ struct SoftmaxAttentionOptions {
   bool causal = false;
   Tensor key_padding_mask;  // (B, Nk), 1 = padded
   float scale = 0.0f;       // 0 = 1/sqrt(d)
-  // Sliding window (needs Nq == Nk): 0 = every key; w > 0: causal, the last w keys (j in
-  // (i - w, i]); bidirectional, |i - j| <= w / 2. Time O(N w), memory as without.
+  // Sliding window: 0 = every key; w > 0: causal, the last w keys (j in (i - w, i]);
+  // bidirectional, |i - j| <= w / 2 (also across two sequences, Nq != Nk: the keys around the
+  // query's own position). Time O(N w), memory as without.
   int64_t window = 0;
   // bf16: where the device has bf16 softmax-attention kernels (CUDA: kernels/cuda_softmax_attention_bf16.h,
   // d and e up to 128), q, k and v are rounded to bf16 and the tile products run on tensor cores,

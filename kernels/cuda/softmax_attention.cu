@@ -490,8 +490,6 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxA
   TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ", cfg.block_q, " x ",
               cfg.block_k);
   TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
-  TARN_ASSERT(cfg.window == 0 || dims.n_q == dims.n_k, op, ": a window needs Nq == Nk (self-attention), got Nq=",
-              dims.n_q, " Nk=", dims.n_k);
 }
 
 Shape make_shape(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg, int64_t tiles) {

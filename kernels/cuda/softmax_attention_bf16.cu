@@ -476,8 +476,6 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxA
   TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
               " Nk=", dims.n_k);
   TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
-  TARN_ASSERT(cfg.window == 0 || dims.n_q == dims.n_k, op, ": a window needs Nq == Nk (self-attention), got Nq=",
-              dims.n_q, " Nk=", dims.n_k);
 }
 
 int round16(int64_t n) { return static_cast<int>((n + kT - 1) / kT * kT); }

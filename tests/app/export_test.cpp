@@ -27,12 +27,14 @@ std::string trained_run(const std::string& name, const std::string& attention_ki
   TrainOptions o;
   o.recipe_path = testing::tiny_recipe();
   o.overrides = testing::tiny_overrides(dir, steps);
-  // hybrid (and hybrid_delta: hybrid over the delta rule) is self-attention only: cross stays linear.
+  // hybrid: in every stack (cross-attention's window around the target position); hybrid_delta
+  // (hybrid over the delta rule, self-attention only under hybrid) keeps cross-attention linear.
   const bool hybrid = attention_kind.rfind("hybrid", 0) == 0;
   for (const char* stack : {"encoder_self", "decoder_self", "cross"})
-    if (!(hybrid && std::string(stack) == "cross"))
+    if (!(attention_kind == "hybrid_delta" && std::string(stack) == "cross"))
       o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + (hybrid ? "hybrid" : attention_kind));
   if (hybrid) o.overrides.push_back("model.attention.decoder_self.window=3");  // shorter than the glosses
+  if (attention_kind == "hybrid") o.overrides.push_back("model.attention.cross.window=4");
   if (attention_kind == "hybrid_delta") {
     o.overrides.push_back("model.attention.encoder_self.global=delta");
     o.overrides.push_back("model.attention.decoder_self.global=delta");
@@ -88,12 +90,15 @@ TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {
   const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
   EXPECT_TRUE(f.find("model.encoder.layers.0.self_attn.hybrid_gate.weight"));
   EXPECT_TRUE(f.find("model.decoder.layers.1.self_attn.hybrid_gate.bias"));
-  EXPECT_FALSE(f.find("model.decoder.layers.0.encoder_attn.hybrid_gate.weight"));
+  EXPECT_TRUE(f.find("model.decoder.layers.0.encoder_attn.hybrid_gate.weight"));  // hybrid cross-attention
   const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
   const json::Value* dec = c.find("tarn")->find("decoder_self_attention");
   EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
   EXPECT_EQ(dec->find("window")->as_u64("window"), 3u);
   EXPECT_EQ(dec->find("feature_map")->as_string("feature_map"), "elu1");
+  const json::Value* cross = c.find("tarn")->find("cross_attention");
+  EXPECT_EQ(cross->find("kind")->as_string("kind"), "hybrid");
+  EXPECT_EQ(cross->find("window")->as_u64("window"), 4u);
 }
 
 TEST(Export, ReloadedHybridOverDeltaExportGivesIdenticalPerplexity) {

@@ -103,6 +103,10 @@ std::vector<Case> cases() {
   cs.push_back({"window_bidirectional_w65_mask", 2, 1, 200, 200, 16, 40, false, true, 24, 40, 1.0f, 65});
   cs.push_back({"window_wider_than_sequence", 1, 2, 50, 50, 32, 32, false, true, 64, 64, 1.0f, 512});
   cs.push_back({"window_causal_wider_than_sequence", 1, 2, 50, 50, 32, 32, true, false, 16, 16, 1.0f, 512});
+  // Bidirectional windows across two sequences (hybrid cross-attention): more queries than keys
+  // (the last queries see no key), fewer, and padded keys.
+  cs.push_back({"window_cross_longer_queries", 1, 2, 300, 170, 32, 24, false, false, 64, 64, 1.0f, 16});
+  cs.push_back({"window_cross_shorter_queries_mask", 2, 1, 90, 260, 16, 40, false, true, 24, 40, 1.0f, 65});
   return cs;
 }
 

@@ -145,6 +145,9 @@ TEST_P(SoftmaxAttentionBf16Conformance, SlidingWindowForwardAndBackwardMatchCpu)
   for (bool causal : {true, false})
     for (int64_t window : {1, 16, 65, 512})
       for (Keys keys : {Keys::all, Keys::some_padded}) Check({2, 1, 150, 150, 32, 32}, causal, keys, seed += 4, window);
+  // Across two sequences (hybrid cross-attention): more queries than keys, and fewer.
+  Check({2, 1, 180, 100, 32, 32}, false, Keys::some_padded, 2900, 16);
+  Check({1, 2, 90, 170, 32, 32}, false, Keys::all, 2904, 65);
 }
 
 TEST_P(SoftmaxAttentionBf16Conformance, ValueDimDifferentFromHeadDimMatchesCpu) {

@@ -153,6 +153,9 @@ TEST_P(SoftmaxAttentionConformance, SlidingWindowForwardAndBackwardMatchCpu) {
     for (int64_t window : {1, 16, 65, 100, 512})
       for (Mask mask : {Mask::none, Mask::some}) Check({2, 1, 200, 200, 32, 32}, causal, mask, seed += 4, window);
   Check({1, 2, 150, 150, 48, 24}, true, Mask::some, 1800, 40);
+  // Across two sequences (hybrid cross-attention): more queries than keys, and fewer.
+  Check({2, 1, 230, 120, 32, 32}, false, Mask::some, 1900, 16);
+  Check({1, 2, 100, 210, 32, 32}, false, Mask::none, 1904, 65);
 }
 
 TEST_P(SoftmaxAttentionConformance, ValueDimDifferentFromHeadDimMatchesCpu) {

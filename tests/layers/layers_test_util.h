@@ -65,7 +65,9 @@ inline std::vector<AttentionSetup> delta_setups() {
 // Hybrid self-attention (window softmax + a global part, gated) in both stacks: windows shorter
 // than the test sequences. "hybrid": global linear, the encoder's with elu1, the decoder's with
 // the Taylor map. "hybrid_delta": global gated in the encoder, delta in the decoder (chunks of 3
-// tokens: several checkpoints). Linear cross-attention in both.
+// tokens: several checkpoints). Linear cross-attention in both. "hybrid_cross": hybrid
+// cross-attention (the source positions within 2 of the target's, and the Taylor map) under
+// linear self-attention; targets longer than the source + 2 have positions that see no key.
 inline std::vector<AttentionSetup> hybrid_setups() {
   AttentionConfig enc = AttentionConfig::linear_attention(FeatureMap::elu1);
   enc.kind = AttentionKind::hybrid;
@@ -78,7 +80,10 @@ inline std::vector<AttentionSetup> hybrid_setups() {
   dec_delta.global = AttentionKind::delta;
   dec_delta.chunk = 3;
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
-  return {{"hybrid", enc, dec, elu}, {"hybrid_delta", enc_gated, dec_delta, elu}};
+  AttentionConfig cross = AttentionConfig::linear_attention(FeatureMap::taylor);
+  cross.kind = AttentionKind::hybrid;
+  cross.window = 4;
+  return {{"hybrid", enc, dec, elu}, {"hybrid_delta", enc_gated, dec_delta, elu}, {"hybrid_cross", elu, elu, cross}};
 }
 // Attention chosen per layer (the tiny preset's 2 + 2 layers), a different kind in each layer.
 inline std::vector<AttentionSetup> per_layer_setups() {
