@@ -7,9 +7,13 @@
 // scalar chains; the fixed-width (dv = 64) paths below keep them in registers and lanes. Fusing
 // the backward's second pass of token t with the first of token t - 1 (one walk over the rows
 // instead of two) was tried and ran 1.6-1.9x slower: its four row-constant vectors of dv = 64
-// floats (w, du, dout and the dw sums) need 32 ymm registers, and AVX2 has 16. The chunked (WY)
-// form, which would trade the passes for matrix products, is not written (docs/design.md
-// section 2 counts its cost).
+// floats (w, du, dout and the dw sums) need 32 ymm registers, and AVX2 has 16. AVX-512 versions
+// of the three fixed-width passes (4 zmm a row, picked at run time like the attention tiles) ran
+// no faster either (forward+backward at B*H = 4, N = 4,096: 18.5-21.8 ms against 19.0-21.3 ms,
+// three rounds each, AMD EPYC with AVX-512): a pass moves every row of the state through L1 once
+// (one 256-byte load and store per row and token), and the stores, not the FMAs, bound it. The
+// chunked (WY) form, which would trade the passes for matrix products, is not written
+// (docs/design.md section 2 counts its cost).
 #include "kernels/delta_rule.h"
 
 #include <omp.h>
