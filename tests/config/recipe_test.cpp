@@ -95,7 +95,9 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
     EXPECT_EQ(stack->global, AttentionKind::delta);
     EXPECT_EQ(stack->window, 64);
   }
-  EXPECT_EQ(hybrid.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_EQ(hybrid.model.attention.cross.kind, AttentionKind::hybrid);
+  EXPECT_EQ(hybrid.model.attention.cross.global, AttentionKind::linear);
+  EXPECT_EQ(hybrid.model.attention.cross.window, 64);
   EXPECT_EQ(hybrid.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
   EXPECT_TRUE(hybrid.warnings.empty());
 
