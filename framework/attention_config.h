@@ -18,8 +18,8 @@ namespace tarn {
 // the same layer without the delta rule's erase, S_t = alpha_t S_{t-1} + beta_t k_t v_t^T
 // (Mamba-2's per-head scalar decay). hybrid: softmax over a sliding window of `window` keys plus
 // a global part over the whole sequence (`global`: linear attention on the same q, k, v, or the
-// delta or gated layer), mixed per head and position by a learned gate (self-attention only;
-// layers/attention.h).
+// delta or gated layer), mixed per head and position by a learned gate (in cross-attention the
+// window is around the target position and the global part linear; layers/attention.h).
 enum class AttentionKind { softmax, linear, delta, gated, hybrid };
 const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated", "hybrid"
 

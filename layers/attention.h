@@ -35,7 +35,7 @@
 //                            self-attention the last conv_size - 1 projected inputs of q, k
 //                            and v for the convolutions (q_tail, k_tail, v_tail, (B, taps-1, D)).
 //
-// Hybrid attention (the linear-attention seed's hybrid layer; self-attention only): the same q,
+// Hybrid attention (the linear-attention seed's hybrid layer): the same q,
 // k, v projections feed softmax attention over a sliding window (framework/ops/attention.h:
 // causal, the last `window` keys; bidirectional, |i - j| <= window / 2) and a global part over
 // the whole sequence: linear attention with the feature map (global: linear), or the delta or
@@ -44,7 +44,9 @@
 // a gate g = σ(x W_g^T + b_g) ("hybrid_gate", a (H, D) weight and an H bias, on the layer's
 // input x) mixes them before out_proj: ctx = g local + (1 - g) global. Decoding keeps the last
 // `window` keys and values and the global state: O(window + f dh) (or O(window + dh^2) over
-// delta) per token, whatever the position.
+// delta) per token, whatever the position. In cross-attention (global linear only) target
+// position i's window is the source keys with |i - j| <= window / 2; decoding keeps the source's
+// keys and values and reads the window around each position (step_cross's `position`).
 //
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
