@@ -94,11 +94,12 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
       .min(1);
   a.integer(&AttentionConfig::window, "window",
             "hybrid: keys the softmax part sees (causal: the last `window`; bidirectional: within window / 2 either "
-            "side)")
+            "side; cross-attention: the source positions within window / 2 of the target position)")
       .min(1);
   a.template enumeration<AttentionKind>(&AttentionConfig::global, "global",
                 "hybrid: the global part over the whole sequence: linear (feature_map on the layer's q and k), delta "
-                "or gated (that layer on the same projections, with its convolutions, gates and output norm)",
+                "or gated (that layer on the same projections, with its convolutions, gates and output norm; "
+                "self-attention only)",
                 {{"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}, {"gated", AttentionKind::gated}});
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
       .non_negative();
