@@ -9,8 +9,9 @@
 // Visible: not padded (mask == 0), when causal (Nq == Nk) j <= i, and with a window w > 0
 // (sliding-window attention) j in (i - w, i] when causal, |i - j| <= w / 2 when not (visible_keys
 // below). The bidirectional window also takes Nq != Nk: query i then sees the keys at positions
-// within w / 2 of its own (cross-attention around the diagonal, Luong et al. 2015's local-m). A query that sees no key gets out = 0 and lse = +inf (so that
-// backward's exp(s - lse) is 0 for it).
+// within w / 2 of its own (cross-attention around the diagonal, Luong et al. 2015's local-m). A
+// query that sees no key gets out = 0 and lse = +inf (so that backward's exp(s - lse) is 0 for
+// it).
 //
 // Blocked as FlashAttention (Dao et al. 2022): the forward streams key blocks past a block
 // of queries with an online softmax and keeps only lse = m + log(l) per query; backward
@@ -63,7 +64,7 @@ TARN_HOST_DEVICE KeyRange visible_keys(int64_t i, int64_t n_k, bool causal, int6
   return {begin < 0 ? 0 : begin, end > n_k ? n_k : end};
 }
 // The queries that may see key j: [begin, end), the inverse of visible_keys (Nq == Nk when
-// causal or windowed).
+// causal).
 TARN_HOST_DEVICE KeyRange queries_seeing(int64_t j, int64_t n_q, bool causal, int64_t window) {
   int64_t begin = causal ? j : 0, end = n_q;
   if (window > 0) {

@@ -1,6 +1,5 @@
 #include "layers/attention.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "framework/autograd.h"
@@ -356,9 +355,7 @@ Tensor MultiHeadAttention::step_self(const Tensor& query, AttentionCache& cache)
       cache.value = slice(cache.value, 2, n - config_.window, n);
     }
     // The newest query sees every cached key: the causal mask and the window hide none.
-    SoftmaxAttentionOptions opt;
-    opt.scale = scaling_;
-    local = softmax_attention(q, cache.key, cache.value, opt);
+    local = softmax_step(q, cache.key, cache.value, Tensor());
   }
   if (config_.uses_feature_map()) {
     // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (docs/design.md section 2, recurrent mode).
@@ -420,31 +417,31 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   }
   const Tensor q = split_heads(q_proj.forward(query));
   Tensor local, global;
-  if (!config_.is_linear()) local = config_.is_hybrid() ? window_step_cross(q, cache, position) : softmax_step(q, cache);
+  if (!config_.is_linear())
+    local = config_.is_hybrid() ? window_step_cross(q, cache, position)
+                                : softmax_step(q, cache.key, cache.value, cache.key_padding);
   if (config_.uses_feature_map())
     global = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
   const Tensor ctx = config_.is_hybrid() ? hybrid_mix(local, global, query) : local.defined() ? local : global;
   return out_proj.forward(merge_heads(ctx));
 }
 
-Tensor MultiHeadAttention::softmax_step(const Tensor& q, const AttentionCache& cache) const {
+Tensor MultiHeadAttention::softmax_step(const Tensor& q, const Tensor& key, const Tensor& value,
+                                        const Tensor& key_padding) const {
   SoftmaxAttentionOptions opt;
-  opt.key_padding_mask = cache.key_padding;
+  opt.key_padding_mask = key_padding;
   opt.scale = scaling_;
-  return softmax_attention(q, cache.key, cache.value, opt);
+  return softmax_attention(q, key, value, opt);
 }
 
 Tensor MultiHeadAttention::window_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const {
-  // The source keys within window / 2 of this target position, as the bidirectional window
-  // shows them in training: O(window) per token whatever the source length.
-  const int64_t nk = cache.key.size(2), half = config_.window / 2;
-  const int64_t lo = std::clamp<int64_t>(position - half, 0, nk), hi = std::clamp<int64_t>(position + half + 1, 0, nk);
-  if (lo >= hi) return Tensor::zeros({q.size(0), heads_, 1, head_dim_}, q.device());  // sees no key: 0, as in training
-  AttentionCache visible;
-  visible.key = slice(cache.key, 2, lo, hi);
-  visible.value = slice(cache.value, 2, lo, hi);
-  if (cache.key_padding.defined()) visible.key_padding = slice(cache.key_padding, 1, lo, hi);
-  return softmax_step(q, visible);
+  // The source keys the bidirectional window shows this target position in training (the
+  // kernels' own rule): O(window) per token whatever the source length.
+  const kernels::cpu::KeyRange keys = kernels::cpu::visible_keys(position, cache.key.size(2), false, config_.window);
+  if (keys.begin >= keys.end) return Tensor::zeros({q.size(0), heads_, 1, head_dim_}, q.device());  // as in training
+  const Tensor padding = cache.key_padding.defined() ? slice(cache.key_padding, 1, keys.begin, keys.end) : Tensor();
+  return softmax_step(q, slice(cache.key, 2, keys.begin, keys.end), slice(cache.value, 2, keys.begin, keys.end),
+                      padding);
 }
 
 MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key_value, const PaddingMask& pad) const {

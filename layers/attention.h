@@ -147,9 +147,10 @@ class MultiHeadAttention : public Module {
   Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
   Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
-  // Cross-attention decoding against cached source keys (B, H, Nk, dh): every key, or hybrid's
-  // window of keys within window / 2 of the target position.
-  Tensor softmax_step(const Tensor& q, const AttentionCache& cache) const;
+  // Decoding's softmax over cached keys and values (B, H, Nk, dh), every one visible but padded
+  // keys (key_padding (B, Nk), may be undefined); hybrid cross-attention's window of them around
+  // the target position.
+  Tensor softmax_step(const Tensor& q, const Tensor& key, const Tensor& value, const Tensor& key_padding) const;
   Tensor window_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const;
   Tensor delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const;
   // Self-attention's delta (or gated) output before out_proj, (B, N, D): the projections qp, kp,
