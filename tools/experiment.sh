@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # The BART experiment, reproducible: softmax against linear attention in speed, memory and
-# perplexity. Runs the benches (tarn bench attention | train | decode), trains eight small settings
-# (softmax, linear encoder, linear, linear with FAVOR+, delta, gated, delta-taylor, hybrid) with
-# three seeds each on the same token budget, and long-sequence runs of softmax, linear, delta and
-# hybrid (packed 2,048-token examples), then regenerates docs/experiment.md and its plots from
-# what it measured.
+# perplexity. Runs the benches (tarn bench attention | train | decode; the training and decoding
+# benches time small-hybrid beside softmax and linear), trains nine small settings (softmax,
+# linear encoder, linear, linear with FAVOR+, delta, gated, delta-taylor, hybrid, interleaved)
+# with three seeds each on the same token budget, and long-sequence runs of softmax, linear, delta
+# and hybrid (packed 2,048-token examples), then regenerates docs/experiment.md and its plots
+# from what it measured.
 #
-#   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE]
+#   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
+#                       [--resume] [--only PHASES]
 #
-# --quick (default) took about 30 minutes on 2 cores with 8 quality runs; with 24 expect about 65
-# (not yet timed); --full takes several hours; --smoke checks the whole pipeline in a few minutes
-# (its figures mean nothing: write --doc elsewhere). Run it on an otherwise idle machine: every
-# figure is a timing. Needs the build of README's set-up command (build/release/tools/tarn) and
+# --quick (default) takes about 70 minutes on 2 cores; --full takes 7-8 hours there (27 quality
+# runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
+# --smoke checks the whole pipeline in a few minutes (its figures mean nothing: write --doc
+# elsewhere). Run it on an otherwise idle machine: every bench figure is a timing.
+#   --jobs J       train J quality or long-sequence runs at a time, each on nproc/J threads
+#                  (default 1). Perplexity at a step does not depend on it; the runs' times do,
+#                  so the report then says their times are not speeds.
+#   --resume       keep DIR and what is finished in it: a bench whose JSON exists and a run whose
+#                  test perplexity exists are not run again (an unfinished run starts over). The
+#                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
+#   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
+#                  shows whatever DIR holds.
+# Needs the build of README's set-up command (build/release/tools/tarn, or $TARN) and
 # python3-matplotlib (tools/setup.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +30,9 @@ cd "$(dirname "$0")/.."
 mode=quick
 out=work/experiment
 doc=docs/experiment.md
+jobs=1
+resume=0
+phases=bench,quality,long,report
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
@@ -26,11 +40,23 @@ while [ $# -gt 0 ]; do
     --smoke) mode=smoke ;;
     --out) out="$2"; shift ;;
     --doc) doc="$2"; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --jobs) jobs="$2"; shift ;;
+    --resume) resume=1 ;;
+    --only) phases="$2"; shift ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "experiment.sh: --jobs $jobs: expected a whole number of at least 1" >&2; exit 2; }
+for phase in ${phases//,/ }; do
+  case "$phase" in
+    bench|quality|long|report) ;;
+    *) echo "experiment.sh: --only $phases: unknown phase $phase (bench, quality, long, report)" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ ",$phases," == *",$1,"* ]]; }
 
 tarn=${TARN:-build/release/tools/tarn}
 [ -x "$tarn" ] || { echo "experiment.sh: $tarn is missing: run tools/quickstart.sh (it sets up and builds tarn) first" >&2; exit 2; }
@@ -61,55 +87,126 @@ case "$mode" in
     long_steps=2; long_every=1; long_batches=1 ;;
 esac
 
-rm -rf "$out"
-mkdir -p "$out"
-echo "$mode" > "$out/mode.txt"
+if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then
+  started_as=$(cat "$out/mode.txt")
+  [ "$started_as" = "$mode" ] || { echo "experiment.sh: --resume: $out was started in $started_as mode, not $mode" >&2; exit 2; }
+else
+  rm -rf "$out"
+  mkdir -p "$out"
+  echo "$mode" > "$out/mode.txt"
+fi
 commands="$out/commands.txt"
-echo "# tarn $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes'), $mode mode" > "$commands"
+echo "# tarn $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes'), $mode mode$([ "$jobs" -gt 1 ] && echo ", $jobs training runs at a time")" >> "$commands"
 started=$(date +%s)
 exec 3>&2  # progress lines reach the terminal even from commands whose output goes to a log
 
+# The words of a command as a shell reads them back: single quotes where a word needs them.
+quoted() {
+  local word words=()
+  for word in "$@"; do
+    if [[ "$word" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then words+=("$word"); else words+=("'${word//\'/\'\\\'\'}'"); fi
+  done
+  echo "${words[*]}"
+}
+
 # Runs a command and records it in commands.txt, as it ran.
 run() {
-  echo "$*" >> "$commands"
-  echo "[experiment] $(( ($(date +%s) - started) / 60 )) min: $*" >&3
+  quoted "$@" >> "$commands"
+  echo "[experiment] $(( ($(date +%s) - started) / 60 )) min: $(quoted "$@")" >&3
   "$@"
 }
 
 [ -f work/wordnet/train.txt ] || run "$tarn" prepare-corpus work/wordnet
 
-# shellcheck disable=SC2046  # the smoke mode's repetitions: one, at once
-run "$tarn" bench attention --n "$attention_n" --max-seconds "$attention_max_s" \
-  $([ "$mode" = smoke ] && echo --reps 1 --min-time 0) --out "$out"
-run "$tarn" bench train recipes/small-linear.yaml --n "$train_n" --steps "$train_steps" --out "$out"
-run "$tarn" bench decode recipes/small-linear.yaml --positions "$positions" --out "$out"
+# bench <name> <tarn bench arguments...>: skipped under --resume once <name>.json exists (the
+# bench writes it when it ends).
+bench() {
+  local name="$1"
+  shift
+  if [ "$resume" = 1 ] && [ -f "$out/$name.json" ]; then
+    echo "[experiment] $name bench: done earlier ($out/$name.json)" >&3
+    return
+  fi
+  run "$tarn" bench "$name" "$@" --out "$out"
+}
+if wants bench; then
+  # shellcheck disable=SC2046  # the smoke mode's repetitions: one, at once
+  bench attention --n "$attention_n" --max-seconds "$attention_max_s" \
+    $([ "$mode" = smoke ] && echo --reps 1 --min-time 0)
+  bench train recipes/small-hybrid.yaml --attention softmax,linear,recipe --n "$train_n" --steps "$train_steps"
+  bench decode recipes/small-hybrid.yaml --attention softmax,linear,recipe --positions "$positions"
+fi
 
-# The quality settings: same data, token budget (steps x training.tokens_per_batch) and
-# hyperparameters; only the attention differs.
-favor="--set model.attention.encoder_self.feature_map=favor --set model.attention.decoder_self.feature_map=favor"
-favor="$favor --set model.attention.cross.feature_map=favor"
-budget="--set training.max_steps=$quality_steps --set training.max_time_minutes=0"
-budget="$budget --set validation.every_steps=$quality_every --set validation.max_batches=$quality_batches"
-budget="$budget --set checkpoints.every_steps=$quality_steps"
+# Training runs, $jobs at a time; each on nproc / $jobs threads when there are several.
+threads=()
+[ "$jobs" -gt 1 ] && threads=(--set training.threads=$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 )))
 train_setting() {  # folder, seed, recipe, extra --set flags...
   local dir="$1" seed="$2" recipe="$3"
   shift 3
+  if [ "$resume" = 1 ] && [ -s "$dir/test.txt" ]; then
+    echo "[experiment] $dir: done earlier" >&3
+    return
+  fi
+  mkdir -p "$dir"
   # shellcheck disable=SC2086  # $budget holds several flags
-  run "$tarn" train "$recipe" $budget --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" --restart \
-    > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; exit 1; }
-  run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt"
+  run "$tarn" train "$recipe" $budget "${threads[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
+    --restart > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
+  run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt.part" 2>> "$dir.log" &&
+    mv "$dir/test.txt.part" "$dir/test.txt"
 }
-for seed in 1 2 3; do
-  for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated \
-    small-delta-taylor small-hybrid; do
-    dir="$out/quality/$setting/seed$seed"
-    mkdir -p "$dir"
-    case "$setting" in
-      small-linear-favor) train_setting "$dir" "$seed" recipes/small-linear.yaml $favor ;;
-      *) train_setting "$dir" "$seed" "recipes/$setting.yaml" ;;
-    esac
+running=0
+# The report says whether a phase's runs shared the machine (their times are then not speeds).
+note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; }
+# start <train_setting arguments...>: in the background once $jobs > 1, waiting for a free slot.
+start() {
+  if [ "$jobs" = 1 ]; then
+    train_setting "$@"
+    return
+  fi
+  [ "$running" -lt "$jobs" ] || wait_one
+  train_setting "$@" &
+  running=$((running + 1))
+}
+finish_all() {
+  while [ "$running" -gt 0 ]; do wait_one; done
+}
+# Stops the runs still going (the subshells and their tarn), as when one has failed.
+stop_runs() {
+  local p
+  for p in $(jobs -p); do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+}
+wait_one() {
+  wait -n || { echo "experiment.sh: a training run failed: stopping the others" >&2; stop_runs; exit 1; }
+  running=$((running - 1))
+}
+trap stop_runs EXIT
+
+# The quality settings: same data, token budget (steps x training.tokens_per_batch) and
+# hyperparameters; only the attention differs.
+favor=(--set model.attention.encoder_self.feature_map=favor --set model.attention.decoder_self.feature_map=favor
+       --set model.attention.cross.feature_map=favor)
+# Whole softmax layers among delta layers, 3:1 in each self-attention stack (Kimi Linear's and
+# arXiv 2507.06457's pattern), beside small-hybrid's windows in every layer; cross as small-hybrid.
+interleaved=(--set 'model.attention.encoder_self={layers: [delta, delta, delta, softmax]}'
+             --set 'model.attention.decoder_self={layers: [delta, delta, delta, softmax]}')
+budget="--set training.max_steps=$quality_steps --set training.max_time_minutes=0"
+budget="$budget --set validation.every_steps=$quality_every --set validation.max_batches=$quality_batches"
+budget="$budget --set checkpoints.every_steps=$quality_steps"
+if wants quality; then
+  note_jobs quality
+  for seed in 1 2 3; do
+    for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated \
+      small-delta-taylor small-hybrid small-interleaved; do
+      dir="$out/quality/$setting/seed$seed"
+      case "$setting" in
+        small-linear-favor) start "$dir" "$seed" recipes/small-linear.yaml "${favor[@]}" ;;
+        small-interleaved) start "$dir" "$seed" recipes/small-hybrid.yaml "${interleaved[@]}" ;;
+        *) start "$dir" "$seed" "recipes/$setting.yaml" ;;
+      esac
+    done
   done
-done
+  finish_all
+fi
 
 # Long sequences: consecutive glosses packed into 2,048-token examples, two per batch.
 long="--set data.pack_tokens=2048 --set data.max_source_len=2048 --set data.max_target_len=2048"
@@ -117,12 +214,16 @@ long="$long --set model.max_positions=2048 --set training.tokens_per_batch=4096"
 budget="--set training.max_steps=$long_steps --set training.max_time_minutes=0"
 budget="$budget --set validation.every_steps=$long_every --set validation.max_batches=$long_batches"
 budget="$budget --set checkpoints.every_steps=$long_steps"
-for attention in softmax linear delta hybrid; do
-  dir="$out/long/long-$attention/seed1"
-  mkdir -p "$dir"
-  # shellcheck disable=SC2086
-  train_setting "$dir" 1 "recipes/small-$attention.yaml" $long
-done
+if wants long; then
+  note_jobs long
+  for attention in softmax linear delta hybrid; do
+    # shellcheck disable=SC2086
+    start "$out/long/long-$attention/seed1" 1 "recipes/small-$attention.yaml" $long
+  done
+  finish_all
+fi
 
-run /usr/bin/python3 tools/experiment/report.py --in "$out" --doc "$doc"
+if wants report; then
+  run /usr/bin/python3 tools/experiment/report.py --in "$out" --doc "$doc"
+fi
 echo "[experiment] done in $(( ($(date +%s) - started) / 60 )) min: $doc" >&2

@@ -37,7 +37,7 @@ DEVICE_MARKERS = ["o", "s", "^", "D"]
 # Known settings first, in the order the report discusses them; unknown ones follow alphabetically.
 SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small-linear-favor",
                  "small-delta", "small-gated", "small-delta-taylor", "small-hybrid",
-                 "long-softmax", "long-linear", "long-delta", "long-hybrid"]
+                 "small-interleaved", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",
                "blas": "BLAS", "sgemm_gflops": "SGEMM GFLOP/s (measured)", "date": "Date",
@@ -248,13 +248,28 @@ def section_not_run(title, where):
     return [f"**{title}:** not run (`{where}`)"], not_run(where)
 
 
-def bench_csv_section(file_name, title):
+def read_bench_rows(in_dir, name):
+    """The rows of in_dir/<name>.csv. Rows of attention "recipe" (tarn bench train | decode
+    --attention recipe: the recipe's own attention) are named after the recipe in <name>.json's
+    command, as "recipe (small-hybrid)", so that tables and legends say which."""
+    rows = read_csv(os.path.join(in_dir, f"{name}.csv"))
+    command = (read_json(os.path.join(in_dir, f"{name}.json")) or {}).get("command", "")
+    recipe = next((os.path.basename(w)[:-5] for w in command.split()
+                   if w.endswith(".yaml")), None)
+    if recipe:
+        for row in rows or []:
+            if row.get("attention") == "recipe":
+                row["attention"] = f"recipe ({recipe})"
+    return rows
+
+
+def bench_csv_section(name, title):
     """Turns build(rows, plots, link) into a section(in_dir, plots, link) that reads its rows
     from one bench CSV, and says "not run" when that file is absent or empty."""
     def wrap(build):
         def section(in_dir, plots, link):
-            path = os.path.join(in_dir, file_name)
-            rows = read_csv(path)
+            path = os.path.join(in_dir, f"{name}.csv")
+            rows = read_bench_rows(in_dir, name)
             if not rows:
                 return section_not_run(title, path)
             return build(rows, plots, link)
@@ -552,7 +567,7 @@ def attention_table(rows, device, value_field, unit):
     return md_table(header, body)
 
 
-@bench_csv_section("attention.csv", "Attention")
+@bench_csv_section("attention", "Attention")
 def attention_section(rows, plots, link):
     devices = list(group(rows, lambda r: r["device"]))
     headlines, body = [], []
@@ -646,7 +661,7 @@ def train_comparison(precision, attention, soft, other, n):
             f"{fmt(number(s['alloc_peak_MiB']))} MiB")
 
 
-@bench_csv_section("train.csv", "Training step")
+@bench_csv_section("train", "Training step")
 def train_section(rows, plots, link):
     facts = train_facts(rows)
     columns = ["attention", "precision", "N", "batch", "tokens_per_batch", "step_ms",
@@ -724,7 +739,7 @@ def decode_cell(row, name):
     return fmt(number(row[name])) if is_ok(row) else status_of(row)
 
 
-@bench_csv_section("decode.csv", "Decoding")
+@bench_csv_section("decode", "Decoding")
 def decode_section(rows, plots, link):
     facts = decode_facts(rows)
     body = [link(p) for p in plots] + [bullets(facts), decode_table(rows)]
@@ -811,8 +826,12 @@ def quality_gap(setting, seeds, ref, ref_seeds):
         return f"**Quality, {setting} vs {ref}:** no test ppl for both settings"
     mean, ref_mean = statistics.mean(test), statistics.mean(ref_test)
     gap = mean - ref_mean
-    text = (f"**Quality, {setting} vs {ref}:** test ppl {fmt(mean)} vs {fmt(ref_mean)} "
-            f"({gap / ref_mean * 100:+.1f} %")
+    valid = mean_or_none(map(final_valid_ppl, seeds))
+    ref_valid = mean_or_none(map(final_valid_ppl, ref_seeds))
+    valid_text = (f"final valid ppl {fmt(valid)} vs {fmt(ref_valid)} "
+                  f"({fmt_ratio(valid, ref_valid)}); ") if valid and ref_valid else ""
+    text = (f"**Quality, {setting} vs {ref}:** {valid_text}test ppl {fmt(mean)} vs "
+            f"{fmt(ref_mean)} ({gap / ref_mean * 100:+.1f} %")
     if len(test) < 2 or len(ref_test) < 2:
         return text + "); seed noise not measured (fewer than 2 seeds)"
     noise = max(max(test) - min(test), max(ref_test) - min(ref_test))
@@ -851,9 +870,20 @@ def training_runs_section(folder, title):
             runs = read_runs(root)
             if not runs:
                 return section_not_run(title, f"{root}/<setting>/seed<k>/metrics.jsonl")
-            return build(runs, plots, link)
+            return build(runs, plots, link, shared_note(root))
         return section
     return wrap
+
+
+def shared_note(root):
+    """What root/jobs.txt (experiment.sh --jobs J, one line per invocation) says of the times."""
+    jobs = [number(line) for line in (read_text(os.path.join(root, "jobs.txt")) or "").split()]
+    jobs = max((j for j in jobs if j is not None), default=1)
+    if jobs <= 1:
+        return ""
+    return (f"These runs shared the machine, up to {int(jobs)} at a time (experiment.sh --jobs): "
+            "their wall times and tokens/s are not speeds. The perplexity at a step does not "
+            "depend on it.")
 
 
 def runs_body(intro, plots, link, runs, with_test, facts):
@@ -864,7 +894,7 @@ def runs_body(intro, plots, link, runs, with_test, facts):
 
 
 @training_runs_section("quality", "Quality")
-def quality_section(runs, plots, link):
+def quality_section(runs, plots, link, note):
     ref = reference_setting(runs)
     facts = ["**Quality, test ppl (mean over seeds):** " +
              "; ".join(f"{s} {mean_range(test_ppls(seeds))}" for s, seeds in runs.items())]
@@ -872,7 +902,7 @@ def quality_section(runs, plots, link):
         if ref is not None else ["no softmax setting: no quality gaps to state"]
     intro = ("Final validation ppl is the last validation record of each run; test ppl comes from "
              "`tarn eval` (test.txt). Seed spread is max − min over seeds; a gap counts as real "
-             "only when it exceeds the larger spread of the two settings.")
+             "only when it exceeds the larger spread of the two settings. " + note).strip()
     return facts + gaps, runs_body(intro, plots, link, runs, True, gaps)
 
 
@@ -901,12 +931,12 @@ def long_facts(runs, target):
 
 
 @training_runs_section("long", "Long sequences")
-def long_section(runs, plots, link):
+def long_section(runs, plots, link, note):
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
     intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
              "reaches it; its time is the elapsed time of the first validation record at or "
-             "below it (mean over seeds).")
+             "below it (mean over seeds). " + note).strip()
     return facts, runs_body(intro, plots, link, runs, False, facts)
 
 
@@ -943,7 +973,7 @@ def draw_all(in_dir, plots_dir, only=None):
     for name, draw in BENCH_DRAWERS:
         if only is not None and name != only:
             continue
-        rows = read_csv(os.path.join(in_dir, f"{name}.csv"))
+        rows = read_bench_rows(in_dir, name)
         drawn[name] = draw(rows, plots_dir) if rows else []
     if only is not None:
         return drawn
