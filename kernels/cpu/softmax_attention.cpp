@@ -41,8 +41,9 @@ Geometry make_geometry(const SoftmaxAttentionDims& dims, const SoftmaxAttentionC
   Geometry g{};
   g.batch = dims.batch, g.heads = dims.heads, g.n_q = dims.n_q, g.n_k = dims.n_k;
   g.d = dims.d, g.e = dims.e;
-  g.bq = std::max<int64_t>(1, std::min<int64_t>(cfg.block_q, dims.n_q));
-  g.bk = std::max<int64_t>(1, std::min<int64_t>(cfg.block_k, dims.n_k));
+  const int block = default_softmax_block(cfg.window);
+  g.bq = std::max<int64_t>(1, std::min<int64_t>(cfg.block_q > 0 ? cfg.block_q : block, dims.n_q));
+  g.bk = std::max<int64_t>(1, std::min<int64_t>(cfg.block_k > 0 ? cfg.block_k : block, dims.n_k));
   g.dp = padded(g.d), g.ep = padded(g.e), g.bqp = padded(g.bq), g.bkp = padded(g.bk);
   g.scale = cfg.scale != 0.0f ? cfg.scale : 1.0f / std::sqrt(static_cast<float>(dims.d));
   g.causal = cfg.causal;
@@ -59,7 +60,7 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims,
               " must be positive");
   TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op,
               ": causal attention needs Nq == Nk, got Nq=", dims.n_q, " Nk=", dims.n_k);
-  TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ",
+  TARN_ASSERT(cfg.block_q >= 0 && cfg.block_k >= 0, op, ": block sizes must be positive (or 0: the default), got ",
               cfg.block_q, " x ", cfg.block_k);
   TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
 }

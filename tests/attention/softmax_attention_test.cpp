@@ -102,6 +102,10 @@ std::vector<Case> cases() {
   cs.push_back({"window_bidirectional_w16", 1, 2, 300, 300, 32, 24, false, false, 64, 64, 1.0f, 16});
   cs.push_back({"window_bidirectional_w65_mask", 2, 1, 200, 200, 16, 40, false, true, 24, 40, 1.0f, 65});
   cs.push_back({"window_wider_than_sequence", 1, 2, 50, 50, 32, 32, false, true, 64, 64, 1.0f, 512});
+  // Blocks 0: the kernel's own choice (32-row blocks for windows up to 128 keys, 64 beyond).
+  cs.push_back({"window_causal_w64_default_blocks_mask", 2, 2, 300, 300, 32, 24, true, true, 0, 0, 1.0f, 64});
+  cs.push_back({"window_bidirectional_w64_default_blocks", 1, 2, 300, 300, 32, 24, false, false, 0, 0, 1.0f, 64});
+  cs.push_back({"window_bidirectional_w200_default_blocks", 1, 2, 300, 300, 32, 24, false, false, 0, 0, 1.0f, 200});
   cs.push_back({"window_causal_wider_than_sequence", 1, 2, 50, 50, 32, 32, true, false, 16, 16, 1.0f, 512});
   // Bidirectional windows across two sequences (hybrid cross-attention): more queries than keys
   // (the last queries see no key), fewer, and padded keys.
