@@ -64,24 +64,24 @@ tarn=${TARN:-build/release/tools/tarn}
   { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
 
 # Per mode: attention lengths and the predicted seconds per run above which a length is skipped;
-# training-bench lengths and steps; decoded positions; steps and validation interval (with its
+# training-bench lengths, steps and rounds; decoded positions; steps and validation interval (with its
 # batches) of the quality runs and of the long-sequence runs.
 case "$mode" in
   quick)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=10
-    train_n=128,512,2048; train_steps=2
+    train_n=128,512,2048; train_steps=2; train_rounds=1
     positions=10000
     quality_steps=100; quality_every=25; quality_batches=10
     long_steps=30; long_every=10; long_batches=5 ;;
   full)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
-    train_n=128,256,512,1024,2048,4096; train_steps=3
+    train_n=128,256,512,1024,2048,4096; train_steps=3; train_rounds=4
     positions=10000
     quality_steps=600; quality_every=50; quality_batches=20
     long_steps=300; long_every=25; long_batches=10 ;;
   smoke)
     attention_n=64,128; attention_max_s=1
-    train_n=32,64; train_steps=1
+    train_n=32,64; train_steps=1; train_rounds=1
     positions=50
     quality_steps=2; quality_every=1; quality_batches=1
     long_steps=2; long_every=1; long_batches=1 ;;
@@ -133,7 +133,7 @@ if wants bench; then
   # shellcheck disable=SC2046  # the smoke mode's repetitions: one, at once
   bench attention --n "$attention_n" --max-seconds "$attention_max_s" \
     $([ "$mode" = smoke ] && echo --reps 1 --min-time 0)
-  bench train recipes/small-hybrid.yaml --attention softmax,linear,recipe --n "$train_n" --steps "$train_steps"
+  bench train recipes/small-hybrid.yaml --attention softmax,linear,recipe --n "$train_n" --steps "$train_steps" --rounds "$train_rounds"
   bench decode recipes/small-hybrid.yaml --attention softmax,linear,recipe --positions "$positions"
 fi
 

@@ -46,9 +46,11 @@ pngs_drawn "$work/a" attention "$work/a.log"
 grep -qE '^cpu,softmax_dense,-,1048576,1,4,64,,,,,"skipped: needs [0-9.e+]+ GiB, limit' "$work/big/attention.csv" ||
   fail "the impossible size was not refused: $(cat "$work/big/attention.csv")"
 
-# train: 2 kinds x 2 lengths, and one size refused by --max-gib.
-"$tarn" bench train "$recipe" --n 16,32 --steps 1 --out "$work/t" >"$work/t.log" 2>&1 ||
+# train: 2 kinds x 2 lengths in 2 rounds, and one size refused by --max-gib.
+"$tarn" bench train "$recipe" --n 16,32 --steps 1 --rounds 2 --out "$work/t" >"$work/t.log" 2>&1 ||
   fail "bench train exited $?: $(tail -n 3 "$work/t.log")"
+grep -q 'ms per step (median of 2 steps in 2 rounds; round medians' "$work/t.log" ||
+  fail "bench train --rounds 2: no round summary in the log: $(tail -n 3 "$work/t.log")"
 header_is "$work/t/train.csv" \
   "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status"
 [ "$(rows "$work/t/train.csv" '^(softmax|linear),f32,(16|32),[0-9]+,[0-9]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+,ok$')" = 4 ] ||

@@ -27,7 +27,10 @@ Training steps (forward, backward, AdamW) of the recipe's model on random token 
 target both N tokens long, batch = --tokens / N sequences (at least 1). Each figure is the median
 step after one warm-up step. tokens/s counts source and target tokens. Memory: the allocator's
 live peak and the process's resident peak (VmHWM, reset before each configuration). A size whose
-estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").)";
+estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").
+--rounds R times each length's configurations R times over, in turn and in the reverse order
+every other round (each round a fresh model and warm-up step): the figure is then the median of
+all R x S steps, so that a slow spell on a shared machine falls on every configuration alike.)";
 
 // The command line of `tarn bench train`.
 struct TrainFlags {
@@ -37,12 +40,20 @@ struct TrainFlags {
   std::vector<std::string> kinds = {"softmax", "linear"};
   int64_t tokens = 0;  // 0: the recipe's training.tokens_per_batch
   int64_t steps = 3;
+  int64_t rounds = 1;
   std::string device, precision;  // "": the recipe's
 };
 
+// One round of one configuration: its timed steps and peaks.
 struct StepFigures {
-  double step_s = 0, alloc_peak = 0, rss_peak = 0;
+  std::vector<double> step_s;
+  double alloc_peak = 0, rss_peak = 0;
 };
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
 
 StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision, float label_smoothing, int64_t batch,
                        int64_t n, int64_t steps) {
@@ -68,9 +79,8 @@ StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision
     (void)logits.view({-1}).narrow0(0, 1).to(Device::cpu());  // waits for a device's queued work
     if (s > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
   StepFigures f;
-  f.step_s = seconds[seconds.size() / 2];
+  f.step_s = std::move(seconds);
   f.alloc_peak = static_cast<double>(memory_stats(device).peak_bytes);
   f.rss_peak = static_cast<double>(resident_memory().peak_bytes);
   return f;
@@ -91,20 +101,28 @@ int run(TrainFlags f) {
 
   BenchOutput out(f.common.out, "train",
                   "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status");
-  for (const std::string& kind : f.kinds)
-    for (int64_t n : f.lengths) {
-      const int64_t batch = std::max<int64_t>(1, tokens / n);
-      Recipe sized = recipe;  // the memory estimate of this batch and length
-      sized.training.tokens_per_batch = batch * n;
-      sized.model.max_positions = std::max(recipe.model.max_positions, n);
-      sized.data.max_source_len = sized.data.max_target_len = n;
-      const BartConfig recipe_model = model_config(sized, vocab);
-      const BartConfig cfg = with_attention_kind(recipe_model, kind, recipe_model.encoder_self_attention);
+  // A configuration to time at one length: its model, and its rounds' figures.
+  struct Config {
+    std::string kind;
+    BartConfig model;
+    std::vector<std::string> row;  // attention .. tokens_per_batch
+    StepFigures all;               // every round's steps, the largest peaks
+    std::vector<double> round_ms;  // each round's median, for the log
+  };
+  for (int64_t n : f.lengths) {
+    const int64_t batch = std::max<int64_t>(1, tokens / n);
+    Recipe sized = recipe;  // the memory estimate of this batch and length
+    sized.training.tokens_per_batch = batch * n;
+    sized.model.max_positions = std::max(recipe.model.max_positions, n);
+    sized.data.max_source_len = sized.data.max_target_len = n;
+    const BartConfig recipe_model = model_config(sized, vocab);
+    // training_memory is a lower bound (small-linear: 561 of 619 MiB live): a quarter more
+    // covers what it leaves out, so that a size that passes is not killed by the OS.
+    const double need = 1.25 * training_memory(sized, vocab).total();
+    std::vector<Config> configs;
+    for (const std::string& kind : f.kinds) {
       std::vector<std::string> row = {kind, precision_name(precision), std::to_string(n), std::to_string(batch),
                                       std::to_string(batch * n)};
-      // training_memory is a lower bound (small-linear: 561 of 619 MiB live): a quarter more
-      // covers what it leaves out, so that a size that passes is not killed by the OS.
-      const double need = 1.25 * training_memory(sized, vocab).total();
       if (need > max_bytes) {
         const std::string why = str_cat("needs ", gibibytes(need), ", limit ", gibibytes(max_bytes), " (--max-gib)");
         log::info("bench", kind, " N=", n, ": skipped: ", why);
@@ -112,18 +130,39 @@ int run(TrainFlags f) {
         out.row(row);
         continue;
       }
-      log::info("bench", kind, " N=", n, ", batch ", batch, ": ", steps + 1, " steps ...");
-      const StepFigures s = time_steps(cfg, device, precision, static_cast<float>(recipe.training.label_smoothing),
-                                       batch, n, steps);
-      const double tps = 2.0 * static_cast<double>(batch * n) / s.step_s;
-      log::info("bench", kind, " N=", n, ": ", csv_number(s.step_s * 1e3, 1), " ms per step, ",
-                log::thousands(static_cast<long long>(tps)), " tokens/s, allocator peak ",
-                log::mebibytes(static_cast<int64_t>(s.alloc_peak)), ", RSS peak ",
-                log::mebibytes(static_cast<int64_t>(s.rss_peak)));
-      row.insert(row.end(), {csv_number(s.step_s * 1e3, 1), csv_number(tps, 0), csv_number(s.alloc_peak / 1048576.0, 1),
-                             csv_number(s.rss_peak / 1048576.0, 1), "ok"});
-      out.row(row);
+      configs.push_back({kind, with_attention_kind(recipe_model, kind, recipe_model.encoder_self_attention), row, {}, {}});
     }
+    for (int64_t round = 0; round < f.rounds; ++round)
+      for (size_t c = 0; c < configs.size(); ++c) {
+        Config& cfg = configs[round % 2 == 0 ? c : configs.size() - 1 - c];  // every other round reversed
+        log::info("bench", cfg.kind, " N=", n, ", batch ", batch, ": ", steps + 1, " steps",
+                  f.rounds > 1 ? str_cat(" (round ", round + 1, " of ", f.rounds, ")") : std::string(), " ...");
+        const StepFigures r = time_steps(cfg.model, device, precision,
+                                         static_cast<float>(recipe.training.label_smoothing), batch, n, steps);
+        cfg.all.step_s.insert(cfg.all.step_s.end(), r.step_s.begin(), r.step_s.end());
+        cfg.all.alloc_peak = std::max(cfg.all.alloc_peak, r.alloc_peak);
+        cfg.all.rss_peak = std::max(cfg.all.rss_peak, r.rss_peak);
+        cfg.round_ms.push_back(median(r.step_s) * 1e3);
+      }
+    for (Config& cfg : configs) {
+      const double step_s = median(cfg.all.step_s);
+      const double tps = 2.0 * static_cast<double>(batch * n) / step_s;
+      std::string rounds;
+      if (cfg.round_ms.size() > 1) {
+        const auto [lo, hi] = std::minmax_element(cfg.round_ms.begin(), cfg.round_ms.end());
+        rounds = str_cat(" (median of ", cfg.all.step_s.size(), " steps in ", cfg.round_ms.size(),
+                         " rounds; round medians ", csv_number(*lo, 1), "-", csv_number(*hi, 1), " ms)");
+      }
+      log::info("bench", cfg.kind, " N=", n, ": ", csv_number(step_s * 1e3, 1), " ms per step", rounds, ", ",
+                log::thousands(static_cast<long long>(tps)), " tokens/s, allocator peak ",
+                log::mebibytes(static_cast<int64_t>(cfg.all.alloc_peak)), ", RSS peak ",
+                log::mebibytes(static_cast<int64_t>(cfg.all.rss_peak)));
+      cfg.row.insert(cfg.row.end(), {csv_number(step_s * 1e3, 1), csv_number(tps, 0),
+                                     csv_number(cfg.all.alloc_peak / 1048576.0, 1),
+                                     csv_number(cfg.all.rss_peak / 1048576.0, 1), "ok"});
+      out.row(cfg.row);
+    }
+  }
   out.finish(f.common.command_line, device);
   return 0;
 }
@@ -141,7 +180,9 @@ cli::Command add_bench_train(CLI::App& bench, const std::string& command_line) {
                 cli::one_of({"softmax", "linear", "recipe"}));
   cli::add_integer(*app, "--tokens", f->tokens, 1, int64_t{1} << 24, "target tokens per batch", "T")
       ->default_str("the recipe's training.tokens_per_batch");
-  cli::add_integer(*app, "--steps", f->steps, 1, 10000, "timed steps per configuration", "S");
+  cli::add_integer(*app, "--steps", f->steps, 1, 10000, "timed steps per configuration and round", "S");
+  cli::add_integer(*app, "--rounds", f->rounds, 1, 1000,
+                   "rounds over a length's configurations, alternating their order (see above)", "R");
   app->add_option("--device", f->device, "cpu, cuda or cuda:i")
       ->type_name("D")
       ->default_str("the recipe's training.device");
