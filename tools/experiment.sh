@@ -118,23 +118,26 @@ run() {
 
 [ -f work/wordnet/train.txt ] || run "$tarn" prepare-corpus work/wordnet
 
-# bench <name> <tarn bench arguments...>: skipped under --resume once <name>.json exists (the
-# bench writes it when it ends).
+# bench <name> <folder> <tarn bench arguments...>: skipped under --resume once
+# <folder>/<name>.json exists (the bench writes it when it ends).
 bench() {
-  local name="$1"
-  shift
-  if [ "$resume" = 1 ] && [ -f "$out/$name.json" ]; then
-    echo "[experiment] $name bench: done earlier ($out/$name.json)" >&3
+  local name="$1" dir="$2"
+  shift 2
+  if [ "$resume" = 1 ] && [ -f "$dir/$name.json" ]; then
+    echo "[experiment] $name bench: done earlier ($dir/$name.json)" >&3
     return
   fi
-  run "$tarn" bench "$name" "$@" --out "$out"
+  run "$tarn" bench "$name" "$@" --out "$dir"
 }
 if wants bench; then
   # shellcheck disable=SC2046  # the smoke mode's repetitions: one, at once
-  bench attention --n "$attention_n" --max-seconds "$attention_max_s" \
+  bench attention "$out" --n "$attention_n" --max-seconds "$attention_max_s" \
     $([ "$mode" = smoke ] && echo --reps 1 --min-time 0)
-  bench train recipes/small-hybrid.yaml --attention softmax,linear,recipe --n "$train_n" --steps "$train_steps" --rounds "$train_rounds"
-  bench decode recipes/small-hybrid.yaml --attention softmax,linear,recipe --positions "$positions"
+  train_bench=(--n "$train_n" --steps "$train_steps" --rounds "$train_rounds")
+  bench train "$out" recipes/small-hybrid.yaml --attention softmax,linear,recipe "${train_bench[@]}"
+  # small-delta beside them (the report adds train-*/train.csv to train.csv's rows).
+  bench train "$out/train-small-delta" recipes/small-delta.yaml --attention recipe "${train_bench[@]}"
+  bench decode "$out" recipes/small-hybrid.yaml --attention softmax,linear,recipe --positions "$positions"
 fi
 
 # Training runs, $jobs at a time; each on nproc / $jobs threads when there are several.

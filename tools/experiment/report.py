@@ -249,17 +249,24 @@ def section_not_run(title, where):
 
 
 def read_bench_rows(in_dir, name):
-    """The rows of in_dir/<name>.csv. Rows of attention "recipe" (tarn bench train | decode
-    --attention recipe: the recipe's own attention) are named after the recipe in <name>.json's
-    command, as "recipe (small-hybrid)", so that tables and legends say which."""
-    rows = read_csv(os.path.join(in_dir, f"{name}.csv"))
-    command = (read_json(os.path.join(in_dir, f"{name}.json")) or {}).get("command", "")
-    recipe = next((os.path.basename(w)[:-5] for w in command.split()
-                   if w.endswith(".yaml")), None)
-    if recipe:
-        for row in rows or []:
-            if row.get("attention") == "recipe":
+    """The rows of in_dir/<name>.csv, then those of in_dir/<name>-*/<name>.csv (further runs of
+    the same bench on other recipes). Rows of attention "recipe" (tarn bench train | decode
+    --attention recipe: the recipe's own attention) are named after the recipe in the JSON
+    beside their CSV, as "recipe (small-hybrid)", so that tables and legends say which."""
+    folders = [in_dir] + sorted(os.path.join(in_dir, d) for d in os.listdir(in_dir)
+                                if d.startswith(f"{name}-") and os.path.isdir(os.path.join(in_dir, d)))
+    rows = None
+    for folder in folders:
+        found = read_csv(os.path.join(folder, f"{name}.csv"))
+        if found is None:
+            continue
+        command = (read_json(os.path.join(folder, f"{name}.json")) or {}).get("command", "")
+        recipe = next((os.path.basename(w)[:-5] for w in command.split()
+                       if w.endswith(".yaml")), None)
+        for row in found:
+            if recipe and row.get("attention") == "recipe":
                 row["attention"] = f"recipe ({recipe})"
+        rows = (rows or []) + found
     return rows
 
 
@@ -640,6 +647,26 @@ def train_facts(rows):
             if failure:
                 text += f"; softmax did not run from N={fmt_n(failure[0])} ({failure[1]})"
             facts.append(text)
+        facts += linear_facts(precision, by_att)
+    return facts
+
+
+def linear_facts(precision, by_att):
+    """Each recipe's own attention against linear (elu1) at the shortest N where both ran: the
+    price of its recurrence at short lengths, where every linear kind is cheap."""
+    lin = by_att.get("linear")
+    facts = []
+    for attention, rows_by_n in by_att.items():
+        if not lin or not attention.startswith("recipe"):
+            continue
+        ns = [n for n in sorted(lin) if measured(lin[n], "tokens_per_s")
+              and measured(rows_by_n.get(n), "tokens_per_s")]
+        if ns:
+            a, b = rows_by_n[ns[0]], lin[ns[0]]
+            facts.append(f"**Training step ({precision}) at N={fmt_n(ns[0])}:** {attention} "
+                         f"{fmt(number(a['tokens_per_s']))} tokens/s vs linear "
+                         f"{fmt(number(b['tokens_per_s']))} tokens/s "
+                         f"({fmt_ratio(number(a['tokens_per_s']), number(b['tokens_per_s']))})")
     return facts
 
 
