@@ -69,13 +69,13 @@ tarn=${TARN:-build/release/tools/tarn}
 case "$mode" in
   quick)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=10
-    train_n=128,512,2048; train_steps=2; train_rounds=1
+    train_n=16,128,512,2048; train_steps=2; train_rounds=1
     positions=10000
     quality_steps=100; quality_every=25; quality_batches=10
     long_steps=30; long_every=10; long_batches=5 ;;
   full)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
-    train_n=128,256,512,1024,2048,4096; train_steps=3; train_rounds=4
+    train_n=16,128,256,512,1024,2048,4096; train_steps=3; train_rounds=4
     positions=10000
     quality_steps=600; quality_every=50; quality_batches=20
     long_steps=300; long_every=25; long_batches=10 ;;
