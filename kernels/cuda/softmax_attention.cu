@@ -487,8 +487,9 @@ void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxA
               " and value dim e=", dims.e, " must be in [1, ", kMaxDim, "] for the CUDA kernels");
   TARN_ASSERT(!cfg.causal || dims.n_q == dims.n_k, op, ": causal attention needs Nq == Nk, got Nq=", dims.n_q,
               " Nk=", dims.n_k);
-  TARN_ASSERT(cfg.block_q > 0 && cfg.block_k > 0, op, ": block sizes must be positive, got ", cfg.block_q, " x ",
-              cfg.block_k);
+  // The CPU's blocking, ignored here; 0 (the default) leaves it to the CPU kernel.
+  TARN_ASSERT(cfg.block_q >= 0 && cfg.block_k >= 0, op,
+              ": block sizes must be 0 (the kernel's choice) or positive, got ", cfg.block_q, " x ", cfg.block_k);
   TARN_ASSERT(cfg.window >= 0, op, ": window must be >= 0, got ", cfg.window);
 }
 
