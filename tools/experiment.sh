@@ -64,8 +64,8 @@ tarn=${TARN:-build/release/tools/tarn}
   { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
 
 # Per mode: attention lengths and the predicted seconds per run above which a length is skipped;
-# training-bench lengths, steps and rounds; decoded positions; steps and validation interval (with its
-# batches) of the quality runs and of the long-sequence runs.
+# training-bench lengths, steps and rounds; decoded positions; steps and validation interval
+# (with its batches) of the quality runs and of the long-sequence runs.
 case "$mode" in
   quick)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=10
