@@ -49,7 +49,7 @@ step "6/6 denoising examples (input with <mask> spans, model output, original)"
 "$tarn" denoise --checkpoint "$ckpt" --data work/wordnet/test.txt --count 5 --beam 4 --no-repeat-ngram 3
 
 # What this machine reached, beside the README's figure for the reference machine (the same
-# numbers as README.md's "Measured" table: keep them in step).
+# numbers as the main-job table under README.md's "Two commands": keep them in step).
 ref_machine="AMD EPYC, 2 cores, OpenBLAS Cooperlake kernels"
 ref_steps=472
 ref_ppl=11.39

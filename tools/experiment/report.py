@@ -639,9 +639,8 @@ def train_facts(rows):
         for attention, rows_by_n in by_att.items():
             if attention == "softmax":
                 continue
-            ns = [n for n in sorted(soft) if measured(soft[n], "tokens_per_s")
-                  and measured(rows_by_n.get(n), "tokens_per_s")]
-            text = train_comparison(precision, attention, soft, rows_by_n, ns[-1]) if ns else \
+            ns = both_ran(soft, rows_by_n)
+            text = train_comparison(precision, attention, "softmax", soft, rows_by_n, ns[-1]) if ns else \
                 f"**Training step ({precision}), {attention} vs softmax:** no N where both ran"
             failure = first_failure(soft)
             if failure:
@@ -659,15 +658,16 @@ def linear_facts(precision, by_att):
     for attention, rows_by_n in by_att.items():
         if not lin or not attention.startswith("recipe"):
             continue
-        ns = [n for n in sorted(lin) if measured(lin[n], "tokens_per_s")
-              and measured(rows_by_n.get(n), "tokens_per_s")]
+        ns = both_ran(lin, rows_by_n)
         if ns:
-            a, b = rows_by_n[ns[0]], lin[ns[0]]
-            facts.append(f"**Training step ({precision}) at N={fmt_n(ns[0])}:** {attention} "
-                         f"{fmt(number(a['tokens_per_s']))} tokens/s vs linear "
-                         f"{fmt(number(b['tokens_per_s']))} tokens/s "
-                         f"({fmt_ratio(number(a['tokens_per_s']), number(b['tokens_per_s']))})")
+            facts.append(train_comparison(precision, attention, "linear", lin, rows_by_n, ns[0]))
     return facts
+
+
+def both_ran(ref, other):
+    """The lengths, ascending, where both {N: row} maps have a measured tokens/s."""
+    return [n for n in sorted(ref) if measured(ref[n], "tokens_per_s")
+            and measured(other.get(n), "tokens_per_s")]
 
 
 def train_cell(row, column):
@@ -678,10 +678,10 @@ def train_cell(row, column):
     return fmt(number(row[column]))
 
 
-def train_comparison(precision, attention, soft, other, n):
-    s, a = soft[n], other[n]
+def train_comparison(precision, attention, ref_name, ref, other, n):
+    s, a = ref[n], other[n]
     return (f"**Training step ({precision}) at N={fmt_n(n)}:** {attention} "
-            f"{fmt(number(a['tokens_per_s']))} tokens/s vs softmax "
+            f"{fmt(number(a['tokens_per_s']))} tokens/s vs {ref_name} "
             f"{fmt(number(s['tokens_per_s']))} tokens/s "
             f"({fmt_ratio(number(a['tokens_per_s']), number(s['tokens_per_s']))}); "
             f"allocator peak {fmt(number(a['alloc_peak_MiB']))} vs "
