@@ -117,6 +117,15 @@ inline int max_dynamic_smem() {
   return bytes;
 }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above the default 48 KiB a kernel
+// must opt in (callers check the device's limit, max_dynamic_smem, and say what needs more).
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes) {
+  constexpr size_t kDefaultSmem = 48 * 1024;
+  if (bytes > kDefaultSmem)
+    TARN_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 // Copies one value back to the host (synchronises the default stream).
 template <typename T>
 T read_back(const T* device_value) {

@@ -8,8 +8,10 @@
 // every thread of a warp reads the same k_t, q_t (one broadcast load). The backward needs sums
 // over the columns (dq_t, dk_t, d_beta_t, d_alpha_t) and runs one block per slice.
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_rule_chunked.cuh"
 #include "kernels/cuda_delta_rule.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -183,14 +185,28 @@ unsigned column_tiles(int64_t dv) { return static_cast<unsigned>((dv + kColumnsP
 // or says which dims need too much.
 template <typename Kernel>
 void reserve_shared(const char* op, Kernel kernel, size_t bytes, const DeltaRuleDims& d) {
-  constexpr size_t kDefaultSmem = 48 * 1024;
-  if (bytes <= kDefaultSmem) return;
+  if (bytes <= 48 * 1024) return;  // no opt-in needed
   TARN_CHECK(bytes <= static_cast<size_t>(device::max_dynamic_smem()), op, ": dk ", d.dk, " dv ", d.dv, " need ",
              bytes, " bytes of shared memory a block, above the device's ", device::max_dynamic_smem());
-  TARN_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  device::allow_dynamic_smem(kernel, bytes);
+}
+
+// delta_rule_set_algorithm's choice.
+std::atomic<DeltaRuleAlgorithm> g_algorithm{DeltaRuleAlgorithm::automatic};
+
+// Whether the scans of these dims run chunked (chunked forced: it must fit, or the call throws).
+bool run_chunked(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
+  const DeltaRuleAlgorithm a = g_algorithm.load();
+  return a == DeltaRuleAlgorithm::chunked || (a == DeltaRuleAlgorithm::automatic && delta_chunked::sub_chunk(d, cfg) > 0);
 }
 
 }  // namespace
+
+void delta_rule_set_algorithm(DeltaRuleAlgorithm algorithm) { g_algorithm.store(algorithm); }
+
+int64_t delta_rule_sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
+  return delta_chunked::sub_chunk(dims, cfg);
+}
 
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const int64_t longest = std::min(cfg.chunk, dims.n);  // tokens of the longest chunk
@@ -204,6 +220,9 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
   check_dims(op, dims, cfg);
   TARN_CHECK((q == nullptr) == (out == nullptr), op, ": q and out go together");
   if (dims.slices == 0) return;
+  if (run_chunked(dims, cfg))
+    return delta_chunked::forward(dims, cfg, q, k, v, beta, alpha, out, final_state, checkpoints,
+                                  checkpoints_per_slice(dims, cfg));
   const size_t smem = static_cast<size_t>(dims.dk) * kColumnsPerWarp * sizeof(float);
   reserve_shared(op, delta_rule_forward_kernel, smem, dims);
   const dim3 grid(static_cast<unsigned>(dims.slices), column_tiles(dims.dv));
@@ -220,8 +239,11 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
   TARN_CHECK((q == nullptr) == (d_out == nullptr) && (q == nullptr) == (dq == nullptr), op,
              ": q, d_out and dq go together");
   TARN_CHECK(workspace_floats >= TARN_CUDA_NS::delta_rule_backward_workspace_floats(dims, cfg), op, ": workspace too small");
-  TARN_CHECK(dims.dv <= kMaxColumns, op, ": dv ", dims.dv, " is above the ", kMaxColumns, " columns a block holds");
   if (dims.slices == 0 || dims.n == 0) return;  // no rows to write
+  if (run_chunked(dims, cfg))
+    return delta_chunked::backward(dims, cfg, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk, dv,
+                                   d_beta, d_alpha, workspace, checkpoints_per_slice(dims, cfg));
+  TARN_CHECK(dims.dv <= kMaxColumns, op, ": dv ", dims.dv, " is above the ", kMaxColumns, " columns a block holds");
   const int64_t threads = static_cast<int64_t>(column_tiles(dims.dv)) * kColumnsPerWarp;
   const size_t smem = static_cast<size_t>(threads * (dims.dk + reduction_stride(dims.dk))) * sizeof(float);
   reserve_shared(op, delta_rule_backward_kernel, smem, dims);

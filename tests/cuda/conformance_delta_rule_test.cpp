@@ -38,6 +38,8 @@ struct Case {
   bool reverse, erase, readout;
 };
 
+constexpr kernels::DeltaRuleAlgorithm kChunked = kernels::DeltaRuleAlgorithm::chunked;
+
 std::string Describe(const Case& c) {
   std::ostringstream os;
   os << "slices=" << c.slices << " n=" << c.n << " dk=" << c.dk << " dv=" << c.dv << " chunk=" << c.chunk
@@ -189,6 +191,243 @@ Reference Recurrence(const Rounding& r, const Case& c, const Inputs& in, const s
   return ref;
 }
 
+// The chunked kernels' algebra (kernels/cuda/delta_rule_chunked.cu) for one side's rounding,
+// every product and sum formed as the kernels form them (a dot product or a sum over terms as a
+// Sum: any order; the substitutions' running subtractions one by one), in sub-chunks of `sub`
+// tokens inside each checkpoint's chunk. The exact values are the recurrence's (the same
+// function); the bounds are this algorithm's.
+Reference Chunked(const Rounding& r, const Case& c, int64_t sub, const Inputs& in, const std::vector<float>& d_out,
+                  const std::vector<float>& d_final) {
+  const int64_t n = c.n, dk = c.dk, dv = c.dv, state = dk * dv;
+  const int64_t per_slice = std::max<int64_t>(0, (n + c.chunk - 1) / c.chunk - 1);
+  const Bounded zero = Exact(r, 0);
+  Reference ref;
+  ref.out.assign(static_cast<size_t>(c.slices * n * dv), zero);
+  ref.final_state.assign(static_cast<size_t>(c.slices * state), zero);
+  ref.checkpoints.assign(static_cast<size_t>(c.slices * per_slice * state), zero);
+  ref.dq.assign(static_cast<size_t>(c.slices * n * dk), zero);
+  ref.dk = ref.dq;
+  ref.dv.assign(static_cast<size_t>(c.slices * n * dv), zero);
+  ref.d_beta.assign(static_cast<size_t>(c.slices * n), zero);
+  ref.d_alpha = ref.d_beta;
+  const bool backward = !d_out.empty() || !d_final.empty();
+  for (int64_t b = 0; b < c.slices; ++b) {
+    auto row = [&](int64_t t) { return b * n + (c.reverse ? n - 1 - t : t); };
+    // A sub-chunk's quantities, as the kernels compute them from its starting state S0.
+    struct Sub {
+      int64_t u0, L;
+      std::vector<Bounded> s0, d, kk, a, qk, x, ks0, qs0, r, w;  // d: (L, L + 1), column s + 1
+    };
+    auto K = [&](int64_t t, int64_t i) { return Exact(r, in.k[row(t) * dk + i]); };
+    auto Q = [&](int64_t t, int64_t i) { return Exact(r, in.q[row(t) * dk + i]); };
+    auto compute = [&](int64_t u0, int64_t L, const std::vector<Bounded>& s0) {
+      Sub u{u0, L, s0, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+      auto D = [&](int64_t t, int64_t s) -> Bounded& { return u.d[t * (L + 1) + s + 1]; };
+      u.d.assign(static_cast<size_t>(L * (L + 1)), zero);
+      for (int64_t t = 0; t < L; ++t) {
+        Bounded p = Exact(r, 1);
+        D(t, t) = p;
+        for (int64_t s = t - 1; s >= -1; --s) D(t, s) = p = p * Exact(r, in.alpha[row(u0 + s + 1)]);
+      }
+      u.kk.assign(static_cast<size_t>(L * L), zero);
+      u.a = u.qk = u.x = u.kk;
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t s = 0; s < L; ++s) {
+          const Bounded bt = Exact(r, in.beta[row(u0 + t)]);
+          if (c.erase && s < t) {
+            std::vector<Bounded> terms;
+            for (int64_t i = 0; i < dk; ++i) terms.push_back(K(u0 + t, i) * K(u0 + s, i));
+            u.kk[t * L + s] = Sum(terms);
+            u.a[t * L + s] = bt * D(t, s) * u.kk[t * L + s];
+          }
+          if (c.readout && s <= t) {
+            std::vector<Bounded> terms;
+            for (int64_t i = 0; i < dk; ++i) terms.push_back(Q(u0 + t, i) * K(u0 + s, i));
+            u.qk[t * L + s] = Sum(terms);
+          }
+        }
+      u.ks0.assign(static_cast<size_t>(L * dv), zero);
+      u.qs0 = u.r = u.w = u.ks0;
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> kt, qt;
+          for (int64_t i = 0; i < dk; ++i) {
+            kt.push_back(K(u0 + t, i) * s0[i * dv + j]);
+            if (c.readout) qt.push_back(Q(u0 + t, i) * s0[i * dv + j]);
+          }
+          u.ks0[t * dv + j] = Sum(kt);
+          if (c.readout) u.qs0[t * dv + j] = Sum(qt);
+          const Bounded v = Exact(r, in.v[row(u0 + t) * dv + j]);
+          u.r[t * dv + j] = c.erase ? v - D(t, -1) * u.ks0[t * dv + j] : v;
+        }
+      for (int64_t col = 0; col < L; ++col)
+        for (int64_t t = col; t < L; ++t) {
+          Bounded x = t == col ? Exact(r, in.beta[row(u0 + t)]) : zero;
+          if (c.erase)
+            for (int64_t s = col; s < t; ++s) x = x - u.a[t * L + s] * u.x[s * L + col];
+          u.x[t * L + col] = x;
+        }
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> terms;
+          for (int64_t s = 0; s <= t; ++s) terms.push_back(u.x[t * L + s] * u.r[s * dv + j]);
+          u.w[t * dv + j] = Sum(terms);
+        }
+      return u;
+    };
+    auto Dof = [](const Sub& u, int64_t t, int64_t s) { return u.d[t * (u.L + 1) + s + 1]; };
+    auto advance = [&](const Sub& u) {
+      std::vector<Bounded> next(static_cast<size_t>(state));
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> terms;
+          for (int64_t s = 0; s < u.L; ++s) terms.push_back(Dof(u, u.L - 1, s) * K(u.u0 + s, i) * u.w[s * dv + j]);
+          next[i * dv + j] = Dof(u, u.L - 1, -1) * u.s0[i * dv + j] + Sum(terms);
+        }
+      return next;
+    };
+    // Forward, keeping every sub-chunk.
+    std::vector<Sub> subs;
+    std::vector<Bounded> s(static_cast<size_t>(state), zero);
+    for (int64_t t0 = 0; t0 < n; t0 += c.chunk) {
+      if (t0 > 0) std::copy(s.begin(), s.end(), ref.checkpoints.begin() + (b * per_slice + t0 / c.chunk - 1) * state);
+      const int64_t t1 = std::min(n, t0 + c.chunk);
+      for (int64_t u0 = t0; u0 < t1; u0 += sub) {
+        subs.push_back(compute(u0, std::min(sub, t1 - u0), s));
+        const Sub& u = subs.back();
+        if (c.readout)
+          for (int64_t t = 0; t < u.L; ++t)
+            for (int64_t j = 0; j < dv; ++j) {
+              std::vector<Bounded> terms{Dof(u, t, -1) * u.qs0[t * dv + j]};
+              for (int64_t p = 0; p <= t; ++p) terms.push_back(Dof(u, t, p) * u.qk[t * u.L + p] * u.w[p * dv + j]);
+              ref.out[row(u.u0 + t) * dv + j] = Sum(terms);
+            }
+        s = advance(u);
+      }
+    }
+    std::copy(s.begin(), s.end(), ref.final_state.begin() + b * state);
+    if (!backward) continue;
+    // Backward, sub-chunk by sub-chunk from the last.
+    std::vector<Bounded> ds = d_final.empty() ? std::vector<Bounded>(static_cast<size_t>(state), zero)
+                                              : Exactly(r, d_final, static_cast<size_t>(b * state), static_cast<size_t>(state));
+    for (auto it = subs.rbegin(); it != subs.rend(); ++it) {
+      const Sub& u = *it;
+      const int64_t L = u.L, u0 = u.u0;
+      auto D = [&](int64_t t, int64_t s2) { return Dof(u, t, s2); };
+      auto dO = [&](int64_t t, int64_t j) { return Exact(r, d_out[row(u0 + t) * dv + j]); };
+      auto beta = [&](int64_t t) { return Exact(r, in.beta[row(u0 + t)]); };
+      std::vector<Bounded> dy(static_cast<size_t>(L * dv)), kdsw(static_cast<size_t>(L * dv));
+      for (int64_t p = 0; p < L; ++p)
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> kt;
+          for (int64_t i = 0; i < dk; ++i) kt.push_back(K(u0 + p, i) * ds[i * dv + j]);
+          const Bounded kds = Sum(kt);
+          std::vector<Bounded> terms{D(L - 1, p) * kds};
+          if (c.readout)
+            for (int64_t t = p; t < L; ++t) terms.push_back(D(t, p) * u.qk[t * L + p] * dO(t, j));
+          dy[p * dv + j] = Sum(terms);
+          kdsw[p * dv + j] = kds * u.w[p * dv + j];
+        }
+      if (c.erase)
+        for (int64_t j = 0; j < dv; ++j)
+          for (int64_t t = L - 1; t >= 0; --t) {
+            Bounded y = dy[t * dv + j];
+            for (int64_t p = t + 1; p < L; ++p) y = y - u.a[p * L + t] * dy[p * dv + j];
+            dy[t * dv + j] = y;
+          }
+      std::vector<Bounded> da(static_cast<size_t>(L * L), zero), dkk = da, dqk = da, g(static_cast<size_t>(L * (L + 1)), zero);
+      auto G = [&](int64_t t, int64_t s2) -> Bounded& { return g[t * (L + 1) + s2 + 1]; };
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t p = 0; p < L; ++p) {
+          std::vector<Bounded> gterms;
+          if (c.erase && p < t) {
+            std::vector<Bounded> terms;
+            for (int64_t j = 0; j < dv; ++j) terms.push_back(dy[t * dv + j] * u.w[p * dv + j]);
+            da[t * L + p] = -Sum(terms);
+            dkk[t * L + p] = da[t * L + p] * beta(t) * D(t, p);
+            gterms.push_back(da[t * L + p] * beta(t) * u.kk[t * L + p]);
+          }
+          if (c.readout && p <= t) {
+            std::vector<Bounded> terms;
+            for (int64_t j = 0; j < dv; ++j) terms.push_back(dO(t, j) * u.w[p * dv + j]);
+            const Bounded dp = Sum(terms);
+            dqk[t * L + p] = dp * D(t, p);
+            if (p < t) gterms.push_back(dp * u.qk[t * L + p]);
+          }
+          if (!gterms.empty()) G(t, p) = Sum(gterms);
+        }
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t rw = row(u0 + t);
+        for (int64_t i = 0; i < dk; ++i) {
+          if (c.readout) {
+            std::vector<Bounded> so;
+            for (int64_t j = 0; j < dv; ++j) so.push_back(dO(t, j) * u.s0[i * dv + j]);
+            std::vector<Bounded> terms{D(t, -1) * Sum(so)};
+            for (int64_t p = 0; p <= t; ++p) terms.push_back(dqk[t * L + p] * K(u0 + p, i));
+            ref.dq[rw * dk + i] = Sum(terms);
+          }
+          std::vector<Bounded> wd;
+          for (int64_t j = 0; j < dv; ++j) wd.push_back(u.w[t * dv + j] * ds[i * dv + j]);
+          std::vector<Bounded> terms{D(L - 1, t) * Sum(wd)};
+          if (c.readout)
+            for (int64_t p = t; p < L; ++p) terms.push_back(dqk[p * L + t] * Q(u0 + p, i));
+          if (c.erase) {
+            for (int64_t p = 0; p < L; ++p) terms.push_back((dkk[p * L + t] + dkk[t * L + p]) * K(u0 + p, i));
+            std::vector<Bounded> ys;
+            for (int64_t j = 0; j < dv; ++j) ys.push_back(dy[t * dv + j] * u.s0[i * dv + j]);
+            terms.push_back(-(D(t, -1) * beta(t) * Sum(ys)));
+          }
+          ref.dk[rw * dk + i] = Sum(terms);
+        }
+        for (int64_t j = 0; j < dv; ++j) ref.dv[rw * dv + j] = beta(t) * dy[t * dv + j];
+        std::vector<Bounded> bterms, qd, kd, de;
+        for (int64_t j = 0; j < dv; ++j) {
+          bterms.push_back(u.r[t * dv + j] * dy[t * dv + j]);
+          if (c.readout) qd.push_back(u.qs0[t * dv + j] * dO(t, j));
+          if (c.erase) kd.push_back(u.ks0[t * dv + j] * dy[t * dv + j]);
+          de.push_back(kdsw[t * dv + j]);
+        }
+        if (c.erase)
+          for (int64_t p = 0; p < t; ++p) bterms.push_back(da[t * L + p] * D(t, p) * u.kk[t * L + p]);
+        ref.d_beta[rw] = Sum(bterms);
+        std::vector<Bounded> db{zero};
+        if (c.readout) db.push_back(Sum(qd));
+        if (c.erase) db.push_back(-(beta(t) * Sum(kd)));
+        G(t, -1) = Sum(db);
+        if (t < L - 1) G(L - 1, t) = G(L - 1, t) + Sum(de);
+      }
+      std::vector<Bounded> last;
+      for (int64_t e = 0; e < state; ++e) last.push_back(u.s0[e] * ds[e]);
+      G(L - 1, -1) = G(L - 1, -1) + Sum(last);
+      for (int64_t q = 0; q < L; ++q) {
+        std::vector<Bounded> terms;
+        for (int64_t t = q; t < L; ++t) {
+          Bounded inner = G(t, -1);
+          if (q > 0) {
+            std::vector<Bounded> it2;
+            for (int64_t p = -1; p < q; ++p) it2.push_back(G(t, p) * D(q - 1, p));
+            inner = Sum(it2);
+          }
+          terms.push_back(D(t, q) * inner);
+        }
+        ref.d_alpha[row(u0 + q)] = Sum(terms);
+      }
+      std::vector<Bounded> next(static_cast<size_t>(state));
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          std::vector<Bounded> terms{D(L - 1, -1) * ds[i * dv + j]};
+          for (int64_t t = 0; t < L; ++t) {
+            if (c.readout) terms.push_back(D(t, -1) * Q(u0 + t, i) * dO(t, j));
+            if (c.erase) terms.push_back(-(D(t, -1) * beta(t) * K(u0 + t, i) * dy[t * dv + j]));
+          }
+          next[i * dv + j] = Sum(terms);
+        }
+      ds = next;
+    }
+  }
+  return ref;
+}
+
 // The two sides' bounds added.
 std::vector<double> Bound(const std::vector<Bounded>& device, const std::vector<Bounded>& host) {
   return Plus(Errors(device), Errors(host));
@@ -196,9 +435,17 @@ std::vector<double> Bound(const std::vector<Bounded>& device, const std::vector<
 
 class DeltaRuleConformance : public Conformance {
  protected:
+  void TearDown() override {
+    TARN_ON(target(), delta_rule_set_algorithm, kernels::DeltaRuleAlgorithm::automatic);
+    Conformance::TearDown();
+  }
+
   // Forward (and with `backward` the backward) of case c on the target against the CPU kernels.
-  void Check(const Case& c, bool backward) {
-    const std::string what = Describe(c);
+  // algorithm: the device's scans (the CPU always runs the recurrence).
+  void Check(const Case& c, bool backward, kernels::DeltaRuleAlgorithm algorithm = kernels::DeltaRuleAlgorithm::recurrent) {
+    const bool chunked = algorithm == kernels::DeltaRuleAlgorithm::chunked;
+    const std::string what = Describe(c) + (chunked ? " chunked" : " recurrent");
+    TARN_ON(target(), delta_rule_set_algorithm, algorithm);
     const Inputs in = MakeInputs(c, 11);
     const cpu::DeltaRuleDims dims{c.slices, c.n, c.dk, c.dv};
     const cpu::DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
@@ -217,7 +464,9 @@ class DeltaRuleConformance : public Conformance {
     TARN_ON(target(), delta_rule_forward, dims, cfg, c.readout ? q.get() : nullptr, k.get(), v.get(), beta.get(),
             alpha.get(), c.readout ? g_out.get() : nullptr, g_final.get(), g_check.get());
 
-    const Reference on_device = Recurrence(kCudaF32, c, in, d_out, d_final, false);
+    const Reference on_device =
+        chunked ? Chunked(kCudaF32, c, TARN_ON(target(), delta_rule_sub_chunk, dims, cfg), in, d_out, d_final)
+                : Recurrence(kCudaF32, c, in, d_out, d_final, false);
     const Reference on_cpu = Recurrence(kCpuF32, c, in, d_out, d_final, true);
     if (c.readout) {
       EXPECT_TRUE(WithinBound(g_out.host(), out, Bound(on_device.out, on_cpu.out))) << what << ": out";
@@ -272,6 +521,35 @@ TEST_P(DeltaRuleConformance, StateOnlyScanBackwardFromTheFinalState) {
 
 TEST_P(DeltaRuleConformance, HeadOf64OptsInToMoreSharedMemory) {
   Check({2, 40, 64, 64, 16, false, true, true}, true);
+}
+
+// The chunked kernels (WY form) against the CPU's recurrence, bounded by their own algebra
+// (Chunked): sub-chunks of one token up to 32, a partial last one, checkpoints' chunks longer
+// than a sub-chunk (64: two sub-chunks a chunk, the backward keeping the second's starting state
+// in the workspace), both directions, both kinds, the state-only writer.
+TEST_P(DeltaRuleConformance, ChunkedScanWithReadoutForwardAndBackward) {
+  for (int64_t n : {1, 33, 70})
+    for (int64_t chunk : {1, 7, 32, 64}) Check({3, n, 16, 40, chunk, false, true, true}, true, kChunked);
+}
+
+TEST_P(DeltaRuleConformance, ChunkedReverseScanAndGatedKind) {
+  Check({2, 45, 16, 40, 8, true, true, true}, true, kChunked);
+  Check({2, 45, 16, 40, 8, false, false, true}, true, kChunked);
+  Check({2, 70, 16, 40, 64, true, false, true}, true, kChunked);
+}
+
+TEST_P(DeltaRuleConformance, ChunkedStateOnlyScanBackwardFromTheFinalState) {
+  Check({3, 37, 16, 40, 7, false, true, false}, true, kChunked);
+  Check({3, 37, 16, 40, 64, false, false, false}, true, kChunked);
+}
+
+TEST_P(DeltaRuleConformance, ChunkedHeadOf64) {
+  Check({2, 40, 64, 64, 16, false, true, true}, true, kChunked);
+  Check({1, 70, 64, 64, 64, true, true, true}, true, kChunked);
+}
+
+TEST_P(DeltaRuleConformance, ChunkedEmptySequenceWritesZeroStates) {
+  Check({2, 0, 16, 40, 32, false, true, false}, false, kChunked);
 }
 
 TEST_P(DeltaRuleConformance, EmptySequenceWritesZeroStates) {

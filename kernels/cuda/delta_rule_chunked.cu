@@ -1,0 +1,461 @@
+// The gated delta rule's scan in chunked form (kernels/cuda/delta_rule_chunked.cuh): the WY/UT
+// representation of DeltaNet's chunkwise algorithm (Yang et al., NeurIPS 2024), with Gated
+// DeltaNet's decay (Yang, Kautz & Hatamizadeh, ICLR 2025), in kernels/delta_rule.h's conventions.
+//
+// A sub-chunk of L tokens t = 0..L-1 (scan order) starts from the state S0 (dk x dv). With
+//   D_ts = prod_{s < r <= t} alpha_r   for -1 <= s <= t (D_tt = 1; D_{t,-1} = b_t, the decay
+//                                     since the sub-chunk's start; e_s = D_{L-1,s})
+// the recurrence S_t = alpha_t S_{t-1} + k_t w_t^T, w_t = beta_t (v_t - alpha_t S_{t-1}^T k_t),
+// unrolls to S_t = b_t S0 + sum_{s <= t} D_ts k_s w_s^T, so the writes W (rows w_t) solve
+//   (I + A) W = diag(beta) R,  A_ts = beta_t D_ts (k_t . k_s) for s < t (0 elsewhere),
+//                              R = V - diag(b) K S0
+// i.e. W = X R with X = (I + A)^-1 diag(beta), lower triangular (forward substitution, a
+// column a thread). Then
+//   out = diag(b) Q S0 + P W,       P_ts = D_ts (q_t . k_s) for s <= t
+//   S_L = b_{L-1} S0 + K^T diag(e) W.
+// Without the erase (kind gated) A = 0 and R = V. Everything but the substitution is a matrix
+// product over the sub-chunk, which the block's threads share.
+//
+// The backward runs the sub-chunks in reverse with dS = dL/dS_L (from the later sub-chunks, or
+// d_final_state):
+//   dW  = P^T dout + diag(e) K dS                    dY solves (I + A)^T dY = dW (back substitution)
+//   dV  = dR = diag(beta) dY                         dA_ts = -dY_t . w_s (s < t), dP_ts = dout_t . w_s
+//   dq  = diag(b) dout S0^T + (D o dP) K
+//   dk  = (D o dP)^T Q + (dKK + dKK^T) K - diag(b beta) dY S0^T + diag(e) W dS^T,   dKK = diag(beta) (D o dA)
+//   dbeta_t = r_t . dY_t + sum_s dA_ts D_ts (k_t . k_s)
+//   dS0 = b_{L-1} dS + Q^T diag(b) dout - K^T diag(b beta) dY
+// and every decay enters through D: with G = dL/dD (G_ts from A and P; G_{t,-1} = dL/db_t; e's
+// and b_{L-1}'s gradients added to row L-1), since D_ts = D_tr alpha_r D_{r-1,s} for s < r <= t,
+//   d alpha_r = sum_{t >= r} D_tr sum_{-1 <= s < r} G_ts D_{r-1,s}     (D_{-1,-1} = 1)
+// which needs no division by alpha (alpha may be 0).
+//
+// Work split: one block per slice, kThreads threads; the sub-chunk (at most 32 tokens) and the
+// state live in shared memory (forward 66 KiB, backward 141 KiB at C = 32, dk = dv = 64: both
+// opt in above 48 KiB). Every element is summed by one thread in a fixed order, so results are
+// the same bits on every run. The backward recomputes a checkpoint's chunk forward, keeping the
+// state before each of its sub-chunks in the workspace.
+#include "kernels/cuda/delta_rule_chunked.cuh"
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+
+namespace tarn::kernels::TARN_CUDA_NS::delta_chunked {
+namespace {
+
+using cpu::DeltaRuleConfig;
+using cpu::DeltaRuleDims;
+
+constexpr int kThreads = 256;
+constexpr int64_t kSubChunks[] = {32, 16, 8};  // tried in turn: the largest whose shared memory fits
+
+// Offsets (floats) of the buffers in dynamic shared memory, for sub-chunks of at most c tokens.
+// The forward's buffers come first: it takes only `forward_total` floats.
+struct Layout {
+  int64_t c;                                              // row stride of the c x c buffers
+  int64_t s0, k, q, r, w, d, x, a, qk, beta, alpha;       // forward (qk holds P there)
+  int64_t forward_total;
+  int64_t ds, dout, dy, ks0, qs0, kdsw, g, kk, da, dkk, dqk, de;  // backward
+  int64_t total;
+};
+
+__host__ __device__ inline Layout layout(int64_t c, int64_t dk, int64_t dv) {
+  Layout l{};
+  const int64_t state = dk * dv, ck = c * dk, cv = c * dv, cc = c * c, cd = c * (c + 1);
+  l.c = c;
+  l.s0 = 0;
+  l.k = l.s0 + state;
+  l.q = l.k + ck;
+  l.r = l.q + ck;
+  l.w = l.r + cv;
+  l.d = l.w + cv;
+  l.x = l.d + cd;
+  l.a = l.x + cc;
+  l.qk = l.a + cc;
+  l.beta = l.qk + cc;
+  l.alpha = l.beta + c;
+  l.forward_total = l.alpha + c;
+  l.ds = l.forward_total;
+  l.dout = l.ds + state;
+  l.dy = l.dout + cv;
+  l.ks0 = l.dy + cv;
+  l.qs0 = l.ks0 + cv;
+  l.kdsw = l.qs0 + cv;
+  l.g = l.kdsw + cv;
+  l.kk = l.g + cd;
+  l.da = l.kk + cc;
+  l.dkk = l.da + cc;
+  l.dqk = l.dkk + cc;
+  l.de = l.dqk + cc;
+  l.total = l.de + c;
+  return l;
+}
+
+// One slice's inputs; row(t) is the row of scan position t.
+struct Slice {
+  const float *q, *k, *v, *beta, *alpha;  // q null: no readout
+  int64_t b, n, dk, dv;
+  bool reverse, erase;
+  __device__ int64_t row(int64_t t) const { return b * n + (reverse ? n - 1 - t : t); }
+};
+
+// The shared buffers of a block, as pointers.
+struct Smem {
+  Layout l;
+  float *s0, *k, *q, *r, *w, *d, *x, *a, *qk, *beta, *alpha;
+  float *ds, *dout, *dy, *ks0, *qs0, *kdsw, *g, *kk, *da, *dkk, *dqk, *de;
+  __device__ Smem(float* base, const Layout& lay, bool backward) : l(lay) {
+    s0 = base + l.s0, k = base + l.k, q = base + l.q, r = base + l.r, w = base + l.w, d = base + l.d;
+    x = base + l.x, a = base + l.a, qk = base + l.qk, beta = base + l.beta, alpha = base + l.alpha;
+    float* none = nullptr;
+    ds = backward ? base + l.ds : none, dout = backward ? base + l.dout : none, dy = backward ? base + l.dy : none;
+    ks0 = backward ? base + l.ks0 : none, qs0 = backward ? base + l.qs0 : none;
+    kdsw = backward ? base + l.kdsw : none, g = backward ? base + l.g : none, kk = backward ? base + l.kk : none;
+    da = backward ? base + l.da : none, dkk = backward ? base + l.dkk : none, dqk = backward ? base + l.dqk : none;
+    de = backward ? base + l.de : none;
+  }
+  // D_ts for -1 <= s <= t (and 0 above the diagonal); G alike.
+  __device__ float& D(int64_t t, int64_t s) const { return d[t * (l.c + 1) + s + 1]; }
+  __device__ float& G(int64_t t, int64_t s) const { return g[t * (l.c + 1) + s + 1]; }
+  __device__ float& at(float* m, int64_t t, int64_t s) const { return m[t * l.c + s]; }  // a c x c buffer
+};
+
+__host__ __device__ inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
+
+__device__ inline float dot(const float* x, const float* y, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += x[i] * y[i];
+  return acc;
+}
+
+// x . column j of the row-major (n x cols) matrix m.
+__device__ inline float dot_column(const float* x, const float* m, int64_t cols, int64_t j, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += x[i] * m[i * cols + j];
+  return acc;
+}
+
+// Loads the sub-chunk's k (and q when reading out), v into r, beta and alpha.
+__device__ void load_rows(const Smem& m, const Slice& in, int64_t u0, int64_t L) {
+  const int64_t dk = in.dk, dv = in.dv;
+  for (int64_t e = threadIdx.x; e < L * dk; e += blockDim.x) {
+    const int64_t t = e / dk, i = e % dk, row = in.row(u0 + t);
+    m.k[e] = in.k[row * dk + i];
+    if (in.q != nullptr) m.q[e] = in.q[row * dk + i];
+  }
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) m.r[e] = in.v[in.row(u0 + e / dv) * dv + e % dv];
+  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
+    m.beta[t] = in.beta[in.row(u0 + t)];
+    m.alpha[t] = in.alpha[in.row(u0 + t)];
+  }
+}
+
+// D, a row a thread: running products of alpha from the diagonal leftwards.
+__device__ void decays(const Smem& m, int64_t L) {
+  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
+    float p = 1.0f;
+    m.D(t, t) = 1.0f;
+    for (int64_t s = t - 1; s >= -1; --s) {
+      p *= m.alpha[s + 1];
+      m.D(t, s) = p;
+    }
+    for (int64_t s = t + 1; s < L; ++s) m.D(t, s) = 0.0f;
+  }
+}
+
+// X = (I + A)^-1 diag(beta), a column a thread (X_tc = 0 for t < c).
+__device__ void solve_writes(const Smem& m, int64_t L, bool erase) {
+  for (int64_t c = threadIdx.x; c < L; c += blockDim.x) {
+    for (int64_t t = 0; t < L; ++t) {
+      float x = t == c ? m.beta[t] : 0.0f;
+      if (erase && t > c)
+        for (int64_t s = c; s < t; ++s) x -= m.at(m.a, t, s) * m.at(m.x, s, c);
+      m.at(m.x, t, c) = t < c ? 0.0f : x;
+    }
+  }
+}
+
+// W = X R (rows t, sums over s <= t).
+__device__ void writes(const Smem& m, int64_t L, int64_t dv) {
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
+    const int64_t t = e / dv, j = e % dv;
+    float acc = 0.0f;
+    for (int64_t s = 0; s <= t; ++s) acc += m.at(m.x, t, s) * m.r[s * dv + j];
+    m.w[e] = acc;
+  }
+}
+
+// S <- b_{L-1} S + K^T diag(e) W, in place in m.s0.
+__device__ void advance_state(const Smem& m, int64_t L, int64_t dk, int64_t dv) {
+  const float decay = m.D(L - 1, -1);
+  for (int64_t e = threadIdx.x; e < dk * dv; e += blockDim.x) {
+    const int64_t i = e / dv, j = e % dv;
+    float acc = 0.0f;
+    for (int64_t s = 0; s < L; ++s) acc += m.D(L - 1, s) * m.k[s * dk + i] * m.w[s * dv + j];
+    m.s0[e] = decay * m.s0[e] + acc;
+  }
+}
+
+// One sub-chunk forward from the state in m.s0, which it advances; out rows when in.q.
+// Starts and ends with every thread past a barrier.
+__device__ void forward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, int64_t L, float* out) {
+  const int64_t dk = in.dk, dv = in.dv;
+  load_rows(m, in, u0, L);
+  __syncthreads();
+  decays(m, L);
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int64_t t = e / L, s = e % L;
+    if (in.erase) m.at(m.a, t, s) = s < t ? m.beta[t] * m.D(t, s) * dot(m.k + t * dk, m.k + s * dk, dk) : 0.0f;
+    if (in.q != nullptr) m.at(m.qk, t, s) = s <= t ? m.D(t, s) * dot(m.q + t * dk, m.k + s * dk, dk) : 0.0f;
+  }
+  if (in.erase)  // R = V - diag(b) K S0
+    for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
+      const int64_t t = e / dv, j = e % dv;
+      m.r[e] -= m.D(t, -1) * dot_column(m.k + t * dk, m.s0, dv, j, dk);
+    }
+  __syncthreads();
+  solve_writes(m, L, in.erase);
+  __syncthreads();
+  writes(m, L, dv);
+  __syncthreads();
+  if (in.q != nullptr) {  // out = diag(b) Q S0 + P W
+    for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
+      const int64_t t = e / dv, j = e % dv;
+      float acc = m.D(t, -1) * dot_column(m.q + t * dk, m.s0, dv, j, dk);
+      for (int64_t s = 0; s <= t; ++s) acc += m.at(m.qk, t, s) * m.w[s * dv + j];
+      out[in.row(u0 + t) * dv + j] = acc;
+    }
+    __syncthreads();  // S0 is read above and written below
+  }
+  advance_state(m, L, dk, dv);
+  __syncthreads();
+}
+
+__global__ void forward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q, const float* k,
+                               const float* v, const float* beta, const float* alpha, float* out, float* final_state,
+                               float* checkpoints, int64_t per_slice_checkpoints) {
+  TARN_DYNAMIC_SHARED(float, smem);
+  const Smem m(smem, layout(c, dims.dk, dims.dv), false);
+  const Slice in{q, k, v, beta, alpha, static_cast<int64_t>(blockIdx.x), dims.n, dims.dk, dims.dv, cfg.reverse, cfg.erase};
+  const int64_t state = dims.dk * dims.dv, b = blockIdx.x;
+  for (int64_t e = threadIdx.x; e < state; e += blockDim.x) m.s0[e] = 0.0f;
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < dims.n; t0 += cfg.chunk) {
+    if (checkpoints != nullptr && t0 > 0) {
+      float* to = checkpoints + (b * per_slice_checkpoints + t0 / cfg.chunk - 1) * state;
+      for (int64_t e = threadIdx.x; e < state; e += blockDim.x) to[e] = m.s0[e];
+    }
+    const int64_t t1 = smaller(dims.n, t0 + cfg.chunk);
+    for (int64_t u0 = t0; u0 < t1; u0 += c) forward_sub_chunk(m, in, u0, smaller(c, t1 - u0), out);
+  }
+  if (final_state != nullptr)
+    for (int64_t e = threadIdx.x; e < state; e += blockDim.x) final_state[b * state + e] = m.s0[e];
+}
+
+// The backward of one sub-chunk: m.s0 holds its starting state and m.ds the gradient of the
+// state after it, which becomes the gradient of the state before it.
+__device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, int64_t L, const float* d_out, float* dq,
+                                   float* dk_out, float* dv_out, float* d_beta, float* d_alpha) {
+  const int64_t dk = in.dk, dv = in.dv, state = dk * dv;
+  const bool readout = in.q != nullptr, erase = in.erase;
+  load_rows(m, in, u0, L);
+  if (readout)
+    for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) m.dout[e] = d_out[in.row(u0 + e / dv) * dv + e % dv];
+  __syncthreads();
+  decays(m, L);
+  __syncthreads();
+  // Pairs: k_t . k_s and A (erase), q_t . k_s (readout); K S0 and Q S0.
+  for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int64_t t = e / L, s = e % L;
+    if (erase) {
+      const float kk = s < t ? dot(m.k + t * dk, m.k + s * dk, dk) : 0.0f;
+      m.at(m.kk, t, s) = kk;
+      m.at(m.a, t, s) = m.beta[t] * m.D(t, s) * kk;
+    }
+    if (readout) m.at(m.qk, t, s) = s <= t ? dot(m.q + t * dk, m.k + s * dk, dk) : 0.0f;
+  }
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
+    const int64_t t = e / dv, j = e % dv;
+    if (erase) m.ks0[e] = dot_column(m.k + t * dk, m.s0, dv, j, dk);
+    if (readout) m.qs0[e] = dot_column(m.q + t * dk, m.s0, dv, j, dk);
+  }
+  __syncthreads();
+  if (erase)
+    for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) m.r[e] -= m.D(e / dv, -1) * m.ks0[e];
+  solve_writes(m, L, erase);
+  __syncthreads();
+  writes(m, L, dv);
+  __syncthreads();
+  // dW = P^T dout + diag(e) K dS into dy; (K dS) o W for e's gradient.
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
+    const int64_t s = e / dv, j = e % dv;
+    const float kds = dot_column(m.k + s * dk, m.ds, dv, j, dk);
+    float acc = m.D(L - 1, s) * kds;
+    if (readout)
+      for (int64_t t = s; t < L; ++t) acc += m.D(t, s) * m.at(m.qk, t, s) * m.dout[t * dv + j];
+    m.dy[e] = acc;
+    m.kdsw[e] = kds * m.w[e];
+  }
+  __syncthreads();
+  if (erase)  // (I + A)^T dY = dW, a column a thread, from the last row up
+    for (int64_t j = threadIdx.x; j < dv; j += blockDim.x)
+      for (int64_t t = L - 1; t >= 0; --t) {
+        float y = m.dy[t * dv + j];
+        for (int64_t s = t + 1; s < L; ++s) y -= m.at(m.a, s, t) * m.dy[s * dv + j];
+        m.dy[t * dv + j] = y;
+      }
+  __syncthreads();
+  // dA, dP and what they give: dKK, dQK and G_ts for 0 <= s < t.
+  for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int64_t t = e / L, s = e % L;
+    float g = 0.0f;
+    if (erase) {
+      float da = 0.0f;
+      if (s < t)
+        for (int64_t j = 0; j < dv; ++j) da -= m.dy[t * dv + j] * m.w[s * dv + j];
+      m.at(m.da, t, s) = da;
+      m.at(m.dkk, t, s) = da * m.beta[t] * m.D(t, s);
+      g += da * m.beta[t] * m.at(m.kk, t, s);
+    }
+    if (readout) {
+      const float dp = s <= t ? dot(m.dout + t * dv, m.w + s * dv, dv) : 0.0f;
+      m.at(m.dqk, t, s) = dp * m.D(t, s);
+      if (s < t) g += dp * m.at(m.qk, t, s);
+    }
+    m.G(t, s) = s < t ? g : 0.0f;
+  }
+  __syncthreads();
+  // Rows: dq, dk, dv, dbeta, db_t (into G's column -1), de_s; and <S0, dS>.
+  for (int64_t e = threadIdx.x; e < L * dk; e += blockDim.x) {
+    const int64_t t = e / dk, i = e % dk, row = in.row(u0 + t);
+    if (readout) {
+      float acc = m.D(t, -1) * dot(m.dout + t * dv, m.s0 + i * dv, dv);
+      for (int64_t s = 0; s <= t; ++s) acc += m.at(m.dqk, t, s) * m.k[s * dk + i];
+      dq[row * dk + i] = acc;
+    }
+    // Token t as a key (index s in the formulas).
+    float acc = m.D(L - 1, t) * dot(m.w + t * dv, m.ds + i * dv, dv);
+    if (readout)
+      for (int64_t r = t; r < L; ++r) acc += m.at(m.dqk, r, t) * m.q[r * dk + i];
+    if (erase) {
+      for (int64_t r = 0; r < L; ++r) acc += (m.at(m.dkk, r, t) + m.at(m.dkk, t, r)) * m.k[r * dk + i];
+      acc -= m.D(t, -1) * m.beta[t] * dot(m.dy + t * dv, m.s0 + i * dv, dv);
+    }
+    dk_out[row * dk + i] = acc;
+  }
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) dv_out[in.row(u0 + e / dv) * dv + e % dv] = m.beta[e / dv] * m.dy[e];
+  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
+    float db = 0.0f, dbeta = dot(m.r + t * dv, m.dy + t * dv, dv), de = 0.0f;
+    if (readout) db += dot(m.qs0 + t * dv, m.dout + t * dv, dv);
+    if (erase) {
+      db -= m.beta[t] * dot(m.ks0 + t * dv, m.dy + t * dv, dv);
+      for (int64_t s = 0; s < t; ++s) dbeta += m.at(m.da, t, s) * m.D(t, s) * m.at(m.kk, t, s);
+    }
+    for (int64_t j = 0; j < dv; ++j) de += m.kdsw[t * dv + j];
+    m.G(t, -1) = db;
+    m.de[t] = de;
+    d_beta[in.row(u0 + t)] = dbeta;
+  }
+  float part = 0.0f;
+  for (int64_t e = threadIdx.x; e < state; e += blockDim.x) part += m.s0[e] * m.ds[e];
+  const float d_last = device::block_sum(part);  // ends past a barrier: the rows above are in
+  // e_s = D_{L-1,s} (s < L - 1) and b_{L-1} = D_{L-1,-1} join G's last row.
+  for (int64_t s = threadIdx.x; s < L - 1; s += blockDim.x) m.G(L - 1, s) += m.de[s];
+  if (threadIdx.x == 0) m.G(L - 1, -1) += d_last;
+  __syncthreads();
+  for (int64_t r = threadIdx.x; r < L; r += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t t = r; t < L; ++t) {
+      float inner = r == 0 ? m.G(t, -1) : 0.0f;  // D_{-1,-1} = 1
+      if (r > 0)
+        for (int64_t s = -1; s < r; ++s) inner += m.G(t, s) * m.D(r - 1, s);
+      acc += m.D(t, r) * inner;
+    }
+    d_alpha[in.row(u0 + r)] = acc;
+  }
+  // dS0 = b_{L-1} dS + Q^T diag(b) dout - K^T diag(b beta) dY, in place.
+  const float decay = m.D(L - 1, -1);
+  for (int64_t e = threadIdx.x; e < state; e += blockDim.x) {
+    const int64_t i = e / dv, j = e % dv;
+    float acc = decay * m.ds[e];
+    for (int64_t t = 0; t < L; ++t) {
+      if (readout) acc += m.D(t, -1) * m.q[t * dk + i] * m.dout[t * dv + j];
+      if (erase) acc -= m.D(t, -1) * m.beta[t] * m.k[t * dk + i] * m.dy[t * dv + j];
+    }
+    m.ds[e] = acc;
+  }
+  __syncthreads();
+}
+
+__global__ void backward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q, const float* k,
+                                const float* v, const float* beta, const float* alpha, const float* checkpoints,
+                                const float* d_out, const float* d_final_state, float* dq, float* dk_out,
+                                float* dv_out, float* d_beta, float* d_alpha, float* workspace,
+                                int64_t per_slice_checkpoints) {
+  TARN_DYNAMIC_SHARED(float, smem);
+  const Smem m(smem, layout(c, dims.dk, dims.dv), true);
+  const int64_t b = blockIdx.x, n = dims.n, state = dims.dk * dims.dv, chunk = cfg.chunk;
+  const Slice in{q, k, v, beta, alpha, b, n, dims.dk, dims.dv, cfg.reverse, cfg.erase};
+  const Slice writer{nullptr, k, v, beta, alpha, b, n, dims.dk, dims.dv, cfg.reverse, cfg.erase};  // no readout
+  float* states = workspace + b * (smaller(chunk, n) + 1) * state;  // one a sub-chunk of a chunk
+  for (int64_t e = threadIdx.x; e < state; e += blockDim.x)
+    m.ds[e] = d_final_state != nullptr ? d_final_state[b * state + e] : 0.0f;
+  for (int64_t ci = (n + chunk - 1) / chunk - 1; ci >= 0; --ci) {
+    const int64_t t0 = ci * chunk, t1 = smaller(n, t0 + chunk), subs = (t1 - t0 + c - 1) / c;
+    const float* from = ci == 0 ? nullptr : checkpoints + (b * per_slice_checkpoints + ci - 1) * state;
+    for (int64_t e = threadIdx.x; e < state; e += blockDim.x) m.s0[e] = from != nullptr ? from[e] : 0.0f;
+    __syncthreads();
+    for (int64_t u = 0; u < subs; ++u) {  // the state before each sub-chunk, into the workspace
+      for (int64_t e = threadIdx.x; e < state; e += blockDim.x) states[u * state + e] = m.s0[e];
+      if (u + 1 < subs) forward_sub_chunk(m, writer, t0 + u * c, c, nullptr);
+    }
+    for (int64_t u = subs - 1; u >= 0; --u) {
+      __syncthreads();  // the workspace's states are written; the last sub-chunk's reads of s0 are done
+      for (int64_t e = threadIdx.x; e < state; e += blockDim.x) m.s0[e] = states[u * state + e];
+      const int64_t u0 = t0 + u * c;
+      backward_sub_chunk(m, in, u0, smaller(c, t1 - u0), d_out, dq, dk_out, dv_out, d_beta, d_alpha);
+    }
+  }
+}
+
+int64_t checked_sub_chunk(const char* op, const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
+  const int64_t c = sub_chunk(dims, cfg);
+  TARN_CHECK(c > 0, op, ": dk ", dims.dk, " dv ", dims.dv, " do not fit the chunked kernels' shared memory");
+  return c;
+}
+
+}  // namespace
+
+int64_t sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
+  const size_t limit = static_cast<size_t>(device::max_dynamic_smem());
+  for (int64_t c : kSubChunks) {
+    const int64_t used = std::min(c, cfg.chunk);
+    if (static_cast<size_t>(layout(used, dims.dk, dims.dv).total) * sizeof(float) <= limit) return used;
+  }
+  return 0;
+}
+
+void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
+             const float* beta, const float* alpha, float* out, float* final_state, float* checkpoints,
+             int64_t per_slice_checkpoints) {
+  const int64_t c = checked_sub_chunk("delta_rule_forward", dims, cfg);
+  const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).forward_total) * sizeof(float);
+  device::allow_dynamic_smem(forward_kernel, smem);
+  tarn::launch(forward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims, cfg, c, q, k, v,
+               beta, alpha, out, final_state, checkpoints, per_slice_checkpoints);
+}
+
+void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
+              const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+              const float* d_final_state, float* dq, float* dk, float* dv, float* d_beta, float* d_alpha,
+              float* workspace, int64_t per_slice_checkpoints) {
+  const int64_t c = checked_sub_chunk("delta_rule_backward", dims, cfg);
+  const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).total) * sizeof(float);
+  device::allow_dynamic_smem(backward_kernel, smem);
+  tarn::launch(backward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims, cfg, c, q, k, v,
+               beta, alpha, checkpoints, d_out, d_final_state, dq, dk, dv, d_beta, d_alpha, workspace,
+               per_slice_checkpoints);
+}
+
+}  // namespace tarn::kernels::TARN_CUDA_NS::delta_chunked

@@ -1,0 +1,31 @@
+#pragma once
+// The gated delta rule's scan in chunked (WY) form on CUDA, the other algorithm behind
+// kernels/cuda_delta_rule.h's delta_rule_forward and delta_rule_backward (kernels/cuda/delta_rule.cu
+// picks one; kernels/cuda/delta_rule_chunked.cu has the algebra). Same semantics, shapes,
+// layouts and checkpoints as the CPU kernels; its sums run in another order than the
+// recurrence's, so its bits differ from it within f32 rounding.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.cuh"  // TARN_CUDA_NS
+#include "kernels/delta_rule.h"
+
+namespace tarn::kernels::TARN_CUDA_NS::delta_chunked {
+
+// The sub-chunk the kernels would use on this device for these dims (tokens a block turns into
+// matrix products at once), or 0 when its shared memory does not fit: then the recurrent kernels
+// run.
+int64_t sub_chunk(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg);
+
+// As kernels/delta_rule.h's; sub_chunk(dims, cfg) > 0 is required. The backward's workspace is
+// delta_rule_backward_workspace_floats' (it keeps up to min(chunk, n) + 1 states a slice; this
+// kernel keeps one per sub-chunk of a checkpoint's chunk).
+void forward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, const float* q, const float* k,
+             const float* v, const float* beta, const float* alpha, float* out, float* final_state,
+             float* checkpoints, int64_t per_slice_checkpoints);
+void backward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, const float* q, const float* k,
+              const float* v, const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+              const float* d_final_state, float* dq, float* dk, float* dv, float* d_beta, float* d_alpha,
+              float* workspace, int64_t per_slice_checkpoints);
+
+}  // namespace tarn::kernels::TARN_CUDA_NS::delta_chunked
