@@ -270,10 +270,11 @@ do_run() {
   step cuda_attention_bench 90 "$bundle/bin/cuda_attention_bench" --quick || overall=1
   step cuda_kernels_bench 45 "$bundle/bin/cuda_kernels_bench" --quick || overall=1
 
-  # 4. compute-sanitizer on the causal attention conformance tests (and one of the delta rule's).
-  # The delta rule's case with a head of 64 opts in to more shared memory and runs both of the
-  # backward's barriers a token.
-  local causal='*LinearAttention*Causal*/Gpu:*SoftmaxAttention*Causal*/Gpu:*DeltaRuleConformance.HeadOf64*/Gpu'
+  # 4. compute-sanitizer on the causal attention conformance tests (and two of the delta rule's).
+  # The delta rule's cases with a head of 64 opt in to more shared memory: the recurrent one runs
+  # both of the backward's barriers a token, the chunked one (ChunkedHeadOf64) every barrier of
+  # its sub-chunks, two sub-chunks a checkpoint's chunk.
+  local causal='*LinearAttention*Causal*/Gpu:*SoftmaxAttention*Causal*/Gpu:*DeltaRuleConformance.*HeadOf64*/Gpu'
   summary_lines+=("" "| sanitizer | tests | verdict |" "|---|---|---|")
   local tool
   for tool in racecheck memcheck; do

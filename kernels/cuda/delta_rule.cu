@@ -1,5 +1,7 @@
-// The gated delta rule on CUDA (kernels/cuda_delta_rule.h): the CPU's recurrence
-// (kernels/delta_rule.h), one thread per (slice, value column). Column j of the state obeys
+// The gated delta rule on CUDA (kernels/cuda_delta_rule.h): the entry points, which run the
+// chunked kernels (kernels/cuda/delta_rule_chunked.cu) where they fit and this file's otherwise,
+// and this file's kernels: the CPU's recurrence (kernels/delta_rule.h), one thread per (slice,
+// value column). Column j of the state obeys
 //
 //   u_j = S[:, j] . k_t,   w_j = beta_t (v_tj - alpha_t u_j)  (beta_t v_tj without the erase),
 //   S[:, j] <- alpha_t S[:, j] + k_t w_j,   out_tj = S[:, j] . q_t
@@ -197,7 +199,8 @@ std::atomic<DeltaRuleAlgorithm> g_algorithm{DeltaRuleAlgorithm::automatic};
 // Whether the scans of these dims run chunked (chunked forced: it must fit, or the call throws).
 bool run_chunked(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
   const DeltaRuleAlgorithm a = g_algorithm.load();
-  return a == DeltaRuleAlgorithm::chunked || (a == DeltaRuleAlgorithm::automatic && delta_chunked::sub_chunk(d, cfg) > 0);
+  return a == DeltaRuleAlgorithm::chunked ||
+         (a == DeltaRuleAlgorithm::automatic && delta_chunked::sub_chunk(d, cfg) > 0);
 }
 
 }  // namespace

@@ -40,7 +40,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-namespace tarn::kernels::TARN_CUDA_NS::delta_chunked {
+namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
 using cpu::DeltaRuleConfig;
@@ -232,12 +232,14 @@ __device__ void forward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, in
   __syncthreads();
 }
 
-__global__ void forward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q, const float* k,
-                               const float* v, const float* beta, const float* alpha, float* out, float* final_state,
-                               float* checkpoints, int64_t per_slice_checkpoints) {
+__global__ void __launch_bounds__(kThreads)
+    delta_rule_chunked_forward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q,
+                                      const float* k, const float* v, const float* beta, const float* alpha, float* out,
+                                      float* final_state, float* checkpoints, int64_t per_slice_checkpoints) {
   TARN_DYNAMIC_SHARED(float, smem);
   const Smem m(smem, layout(c, dims.dk, dims.dv), false);
-  const Slice in{q, k, v, beta, alpha, static_cast<int64_t>(blockIdx.x), dims.n, dims.dk, dims.dv, cfg.reverse, cfg.erase};
+  const Slice in{q,      k,       v,       beta,        alpha, static_cast<int64_t>(blockIdx.x),
+                 dims.n, dims.dk, dims.dv, cfg.reverse, cfg.erase};
   const int64_t state = dims.dk * dims.dv, b = blockIdx.x;
   for (int64_t e = threadIdx.x; e < state; e += blockDim.x) m.s0[e] = 0.0f;
   __syncthreads();
@@ -344,7 +346,8 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
     }
     dk_out[row * dk + i] = acc;
   }
-  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) dv_out[in.row(u0 + e / dv) * dv + e % dv] = m.beta[e / dv] * m.dy[e];
+  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x)
+    dv_out[in.row(u0 + e / dv) * dv + e % dv] = m.beta[e / dv] * m.dy[e];
   for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
     float db = 0.0f, dbeta = dot(m.r + t * dv, m.dy + t * dv, dv), de = 0.0f;
     if (readout) db += dot(m.qs0 + t * dv, m.dout + t * dv, dv);
@@ -388,11 +391,12 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   __syncthreads();
 }
 
-__global__ void backward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q, const float* k,
-                                const float* v, const float* beta, const float* alpha, const float* checkpoints,
-                                const float* d_out, const float* d_final_state, float* dq, float* dk_out,
-                                float* dv_out, float* d_beta, float* d_alpha, float* workspace,
-                                int64_t per_slice_checkpoints) {
+__global__ void __launch_bounds__(kThreads)
+    delta_rule_chunked_backward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t c, const float* q,
+                                       const float* k, const float* v, const float* beta, const float* alpha,
+                                       const float* checkpoints, const float* d_out, const float* d_final_state,
+                                       float* dq, float* dk_out, float* dv_out, float* d_beta, float* d_alpha,
+                                       float* workspace, int64_t per_slice_checkpoints) {
   TARN_DYNAMIC_SHARED(float, smem);
   const Smem m(smem, layout(c, dims.dk, dims.dv), true);
   const int64_t b = blockIdx.x, n = dims.n, state = dims.dk * dims.dv, chunk = cfg.chunk;
@@ -419,6 +423,11 @@ __global__ void backward_kernel(DeltaRuleDims dims, DeltaRuleConfig cfg, int64_t
   }
 }
 
+}  // namespace
+
+namespace delta_chunked {
+namespace {
+
 int64_t checked_sub_chunk(const char* op, const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const int64_t c = sub_chunk(dims, cfg);
   TARN_CHECK(c > 0, op, ": dk ", dims.dk, " dv ", dims.dv, " do not fit the chunked kernels' shared memory");
@@ -441,9 +450,9 @@ void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float*
              int64_t per_slice_checkpoints) {
   const int64_t c = checked_sub_chunk("delta_rule_forward", dims, cfg);
   const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).forward_total) * sizeof(float);
-  device::allow_dynamic_smem(forward_kernel, smem);
-  tarn::launch(forward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims, cfg, c, q, k, v,
-               beta, alpha, out, final_state, checkpoints, per_slice_checkpoints);
+  device::allow_dynamic_smem(delta_rule_chunked_forward_kernel, smem);
+  tarn::launch(delta_rule_chunked_forward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims,
+               cfg, c, q, k, v, beta, alpha, out, final_state, checkpoints, per_slice_checkpoints);
 }
 
 void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
@@ -452,10 +461,11 @@ void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float
               float* workspace, int64_t per_slice_checkpoints) {
   const int64_t c = checked_sub_chunk("delta_rule_backward", dims, cfg);
   const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).total) * sizeof(float);
-  device::allow_dynamic_smem(backward_kernel, smem);
-  tarn::launch(backward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims, cfg, c, q, k, v,
-               beta, alpha, checkpoints, d_out, d_final_state, dq, dk, dv, d_beta, d_alpha, workspace,
+  device::allow_dynamic_smem(delta_rule_chunked_backward_kernel, smem);
+  tarn::launch(delta_rule_chunked_backward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims,
+               cfg, c, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk, dv, d_beta, d_alpha, workspace,
                per_slice_checkpoints);
 }
 
-}  // namespace tarn::kernels::TARN_CUDA_NS::delta_chunked
+}  // namespace delta_chunked
+}  // namespace tarn::kernels::TARN_CUDA_NS

@@ -7,10 +7,14 @@
 // columns) and 64 with dk 64 (the backward's 49,920 bytes of shared memory: above the default
 // 48 KiB, so the kernel opts in).
 //
+// Both device algorithms (kernels/cuda_delta_rule.h): the recurrent kernels, and the chunked
+// (WY form) ones on the same kinds of cases plus checkpoints' chunks of two sub-chunks.
+//
 // Tolerance: the recurrence written once in Bounded arithmetic (tests/cuda/tolerance.h), run for
 // the device's rounding and the CPU's; every dot product and every sum over columns is a Sum
-// (any order), so the bound holds for the kernels' orders, whatever they are. Each element of
-// got may differ from want by the two sides' bounds.
+// (any order), so the bound holds for the kernels' orders, whatever they are. The chunked
+// kernels' bound is their own algebra written the same way (Chunked). Each element of got may
+// differ from want by the two sides' bounds.
 //
 // Thread orders: every test runs under the three emulated orders (and on a GPU when there is
 // one). The backward's two barriers a token are load-bearing: without the first the column sums
@@ -308,8 +312,9 @@ Reference Chunked(const Rounding& r, const Case& c, int64_t sub, const Inputs& i
     std::copy(s.begin(), s.end(), ref.final_state.begin() + b * state);
     if (!backward) continue;
     // Backward, sub-chunk by sub-chunk from the last.
-    std::vector<Bounded> ds = d_final.empty() ? std::vector<Bounded>(static_cast<size_t>(state), zero)
-                                              : Exactly(r, d_final, static_cast<size_t>(b * state), static_cast<size_t>(state));
+    std::vector<Bounded> ds =
+        d_final.empty() ? std::vector<Bounded>(static_cast<size_t>(state), zero)
+                        : Exactly(r, d_final, static_cast<size_t>(b * state), static_cast<size_t>(state));
     for (auto it = subs.rbegin(); it != subs.rend(); ++it) {
       const Sub& u = *it;
       const int64_t L = u.L, u0 = u.u0;
@@ -335,7 +340,8 @@ Reference Chunked(const Rounding& r, const Case& c, int64_t sub, const Inputs& i
             for (int64_t p = t + 1; p < L; ++p) y = y - u.a[p * L + t] * dy[p * dv + j];
             dy[t * dv + j] = y;
           }
-      std::vector<Bounded> da(static_cast<size_t>(L * L), zero), dkk = da, dqk = da, g(static_cast<size_t>(L * (L + 1)), zero);
+      std::vector<Bounded> da(static_cast<size_t>(L * L), zero), dkk = da, dqk = da;
+      std::vector<Bounded> g(static_cast<size_t>(L * (L + 1)), zero);
       auto G = [&](int64_t t, int64_t s2) -> Bounded& { return g[t * (L + 1) + s2 + 1]; };
       for (int64_t t = 0; t < L; ++t)
         for (int64_t p = 0; p < L; ++p) {
@@ -442,7 +448,8 @@ class DeltaRuleConformance : public Conformance {
 
   // Forward (and with `backward` the backward) of case c on the target against the CPU kernels.
   // algorithm: the device's scans (the CPU always runs the recurrence).
-  void Check(const Case& c, bool backward, kernels::DeltaRuleAlgorithm algorithm = kernels::DeltaRuleAlgorithm::recurrent) {
+  void Check(const Case& c, bool backward,
+             kernels::DeltaRuleAlgorithm algorithm = kernels::DeltaRuleAlgorithm::recurrent) {
     const bool chunked = algorithm == kernels::DeltaRuleAlgorithm::chunked;
     const std::string what = Describe(c) + (chunked ? " chunked" : " recurrent");
     TARN_ON(target(), delta_rule_set_algorithm, algorithm);

@@ -69,11 +69,13 @@ enum class Algo {
   softmax_bidir,
   softmax_causal_bf16,
   softmax_bidir_bf16,
-  delta_causal_f32
+  delta_causal_f32,            // the kernels' automatic choice: chunked (WY form) where it fits
+  delta_causal_f32_recurrent  // the token-by-token recurrence, forced
 };
 constexpr Algo kAllAlgos[] = {Algo::linear_causal_f32,   Algo::linear_bidir_f32, Algo::linear_causal_bf16,
                               Algo::linear_bidir_bf16,   Algo::softmax_causal,   Algo::softmax_bidir,
-                              Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16, Algo::delta_causal_f32};
+                              Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16, Algo::delta_causal_f32,
+                              Algo::delta_causal_f32_recurrent};
 
 const char* algo_name(Algo a) {
   switch (a) {
@@ -86,6 +88,7 @@ const char* algo_name(Algo a) {
     case Algo::softmax_causal_bf16: return "softmax_causal_bf16";
     case Algo::softmax_bidir_bf16: return "softmax_bidir_bf16";
     case Algo::delta_causal_f32: return "delta_causal_f32";
+    case Algo::delta_causal_f32_recurrent: return "delta_causal_f32_recurrent";
   }
   return "?";
 }
@@ -97,7 +100,11 @@ bool is_softmax(Algo a) {
   return a == Algo::softmax_causal || a == Algo::softmax_bidir || a == Algo::softmax_causal_bf16 ||
          a == Algo::softmax_bidir_bf16;
 }
-bool is_delta(Algo a) { return a == Algo::delta_causal_f32; }
+bool is_delta(Algo a) { return a == Algo::delta_causal_f32 || a == Algo::delta_causal_f32_recurrent; }
+tarn::kernels::DeltaRuleAlgorithm delta_algorithm(Algo a) {
+  return a == Algo::delta_causal_f32_recurrent ? tarn::kernels::DeltaRuleAlgorithm::recurrent
+                                               : tarn::kernels::DeltaRuleAlgorithm::automatic;
+}
 bool is_causal(Algo a) {
   return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::softmax_causal ||
          a == Algo::softmax_causal_bf16 || is_delta(a);
@@ -306,6 +313,7 @@ struct Run : RunBase {
 
 template <>
 void Run<float>::forward() {
+  if (is_delta(algo)) TARN_BENCH_ON(gpu, delta_rule_set_algorithm, delta_algorithm(algo));
   if (is_delta(algo))
     TARN_BENCH_ON(gpu, delta_rule_forward, ddims, dcfg, q.get(), k.get(), v.get(), beta.get(), alpha.get(), out.get(),
                   nullptr, checkpoints.get());
@@ -319,6 +327,7 @@ void Run<float>::forward() {
 
 template <>
 void Run<float>::backward() {
+  if (is_delta(algo)) TARN_BENCH_ON(gpu, delta_rule_set_algorithm, delta_algorithm(algo));
   if (is_delta(algo))
     TARN_BENCH_ON(gpu, delta_rule_backward, ddims, dcfg, q.get(), k.get(), v.get(), beta.get(), alpha.get(),
                   checkpoints.get(), dout.get(), nullptr, dq.get(), dk.get(), dv.get(), aux.get(), d_alpha.get(),
@@ -458,7 +467,7 @@ bool check(Algo a, bool gpu) {
 }
 
 constexpr const char* kDescription = R"(Linear attention (causal and bidirectional, f32 and bf16, elu1 feature map fused)
-and the causal gated delta rule (f32) against the FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and
+and the causal gated delta rule (f32; chunked and recurrent) against the FlashAttention-style softmax baseline (f32, and bf16 on tensor cores), forward and
 forward + backward, on the roofline of the device it runs on (issue 7).
 
 The delta rule's inputs are unit q, k rows, beta in (0.1, 0.9) and alpha in (0.9, 1); its
@@ -478,10 +487,12 @@ algorithm is timed for N = 1K..64K (as far as memory allows), B*H = 4 and 128, d
                       C = 64 rows per chunk, as tools/bench/attention_bench.cpp (per chunk of r
                       rows: forward 4 r d (e+1) + 2 r(r+1)/2 (d + e + 1), backward 10 r d (e+1)
                       + 6 r(r+1)/2 (d + e + 1); bidirectional 2 (Nq + Nk) d (e+1) forward).
-                      Delta rule: the token-by-token recurrence the kernels run (the chunked
-                      WY form is not written), per token 6 d e forward (S^T k, the rank-1
-                      write, the readout) and 21 d e backward (the chunk's states recomputed,
-                      dq, dS, dw, dk, d_alpha and dS's update).
+                      Delta rule: the token-by-token recurrence's count for both of its
+                      algorithms (delta_causal_f32: the kernels' choice, the chunked WY form
+                      where it fits; delta_causal_f32_recurrent: the recurrence forced), per
+                      token 6 d e forward (S^T k, the rank-1 write, the readout) and 21 d e
+                      backward (the chunk's states recomputed, dq, dS, dw, dk, d_alpha and dS's
+                      update): the same work done, so the two compare by time.
   gbps                compulsory bytes / time: the tensors the API reads and writes, once each
                       (forward q, k, v -> out, lse or den; backward q, k, v, out, lse or den,
                       dout -> dq, dk, dv), at 4 bytes (f32) or 2 (bf16; den stays f32); the
