@@ -78,6 +78,7 @@ namespace tarn::kernels {
   X(delta_rule_backward_workspace_floats)                                                            \
   X(delta_rule_backward)                                                                             \
   X(delta_rule_step)                                                                                 \
+  X(delta_rule_set_algorithm)                                                                        \
   X(causal_conv_forward)                                                                             \
   X(causal_conv_backward)
 

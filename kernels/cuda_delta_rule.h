@@ -58,10 +58,6 @@
   void causal_conv_backward(const CausalConvDims& d, const float* x, const float* w, const float* dy, float* dx,  \
                             float* dw);
 
-namespace tarn::kernels {
-enum class DeltaRuleAlgorithm { automatic, recurrent, chunked };
-}  // namespace tarn::kernels
-
 TARN_DECLARE_CUDA_API(TARN_CUDA_DELTA_RULE_API)
 
 #undef TARN_CUDA_DELTA_RULE_API

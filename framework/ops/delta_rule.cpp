@@ -1,6 +1,7 @@
 #include "framework/ops/delta_rule.h"
 
 #include "framework/autograd.h"
+#include "framework/backend.h"
 #include "framework/ops/elementwise_internal.h"
 
 namespace tarn {
@@ -102,6 +103,10 @@ Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Te
   kb.delta_rule_step(B * H, dk, dv, state.device_f32(), q.device_f32(), k.device_f32(), v.device_f32(),
                      beta.device_f32(), alpha.device_f32(), out.device_f32(), erase);
   return out;
+}
+
+void set_delta_rule_algorithm(Device device, kernels::DeltaRuleAlgorithm algorithm) {
+  backend_for(device).delta_rule_set_algorithm(algorithm);
 }
 
 }  // namespace tarn

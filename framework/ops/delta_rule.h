@@ -26,6 +26,10 @@ Tensor delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 Tensor delta_rule_state(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
                         const DeltaRuleOptions& opt = {});
 
+// Which algorithm the scans on `device` run from now on (kernels/delta_rule.h; process-wide):
+// benches compare them, tests pin one. automatic is the default.
+void set_delta_rule_algorithm(Device device, kernels::DeltaRuleAlgorithm algorithm);
+
 // Decoding: one token (q, k (B, H, dk); v (B, H, dv); beta, alpha (B, H)) written into state
 // (B, H, dk, dv) in place; returns S^T q (B, H, dv). No autograd.
 Tensor delta_rule_step(Tensor& state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,

@@ -12,17 +12,20 @@
 // no faster either (forward+backward at B*H = 4, N = 4,096: 18.5-21.8 ms against 19.0-21.3 ms,
 // three rounds each, AMD EPYC with AVX-512): a pass moves every row of the state through L1 once
 // (one 256-byte load and store per row and token), and the stores, not the FMAs, bound it. The
-// chunked (WY) form, which would trade the passes for matrix products, is not written
-// (docs/design.md section 2 counts its cost).
+// chunked (WY) form (kernels/cpu/delta_rule_chunked.cpp) runs instead where a sequence is a
+// single chunk, whose d^2 terms vanish (kernels/delta_rule.h says when; docs/design.md section 2
+// counts its cost).
 #include "kernels/delta_rule.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/cpu/delta_rule_chunked.h"
 
 namespace tarn::kernels::cpu {
 namespace {
@@ -253,14 +256,28 @@ int64_t backward_share(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
   return (longest + 2) * state + (longest + 4) * d.dv + (1 + kLanes) * d.dk;
 }
 
+std::atomic<DeltaRuleAlgorithm> g_algorithm{DeltaRuleAlgorithm::automatic};
+
+bool run_chunked(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
+  const DeltaRuleAlgorithm a = g_algorithm.load();
+  if (a == DeltaRuleAlgorithm::chunked)
+    TARN_CHECK(cfg.chunk <= kMaxChunkedDeltaRuleChunk, "delta rule: the chunked algorithm takes chunks of at most ",
+               kMaxChunkedDeltaRuleChunk, " tokens, got ", cfg.chunk);
+  return a == DeltaRuleAlgorithm::chunked ||
+         (a == DeltaRuleAlgorithm::automatic && dims.n <= std::min(cfg.chunk, kMaxChunkedDeltaRuleChunk));
+}
+
 }  // namespace
+
+void delta_rule_set_algorithm(DeltaRuleAlgorithm algorithm) { g_algorithm.store(algorithm); }
 
 int64_t delta_rule_checkpoints(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   return std::max<int64_t>(0, (dims.n + cfg.chunk - 1) / cfg.chunk - 1);
 }
 
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  return static_cast<size_t>(backward_share(dims, cfg)) * static_cast<size_t>(threads_for(dims.slices));
+  const int64_t share = std::max(backward_share(dims, cfg), delta_chunked::backward_share(dims, cfg));
+  return static_cast<size_t>(share) * static_cast<size_t>(threads_for(dims.slices));
 }
 
 void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k,
@@ -268,6 +285,9 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
                         float* checkpoints) {
   check_dims(dims, cfg);
   TARN_CHECK((q == nullptr) == (out == nullptr), "delta rule: q and out go together");
+  if (run_chunked(dims, cfg))
+    return delta_chunked::forward(dims, cfg, q, k, v, beta, alpha, out, final_state, checkpoints,
+                                  threads_for(dims.slices));
   const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv;
   const int64_t per_slice_checkpoints = delta_rule_checkpoints(dims, cfg);
 #pragma omp parallel num_threads(threads_for(dims.slices))
@@ -304,6 +324,9 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
              "delta rule backward: q, d_out and dq go together");
   TARN_CHECK(workspace_floats >= delta_rule_backward_workspace_floats(dims, cfg),
              "delta rule backward: workspace too small");
+  if (run_chunked(dims, cfg))
+    return delta_chunked::backward(dims, cfg, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk_out,
+                                   dv_out, d_beta, d_alpha, workspace, threads_for(dims.slices));
   const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = cfg.chunk;
   const int64_t per_slice_checkpoints = delta_rule_checkpoints(dims, cfg);
   const int64_t share = backward_share(dims, cfg), longest = std::max<int64_t>(1, std::min(chunk, n));

@@ -1,11 +1,13 @@
-// The gated delta rule's CPU kernel (kernels/delta_rule.h) against the recurrence written
-// naively in double, and its backward against central differences of that double recurrence.
+// The gated delta rule's CPU kernels (kernels/delta_rule.h), both algorithms (the recurrence and
+// the chunked WY form), against the recurrence written naively in double, and their backward
+// against central differences of that double recurrence.
 #include "kernels/delta_rule.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace tarn::kernels::cpu {
@@ -38,6 +40,14 @@ Inputs random_inputs(DeltaRuleDims dims, unsigned seed) {
   if (rows > 2) in.beta[2] = 0.0f, in.alpha[2] = 1.0f;
   return in;
 }
+
+// Runs the kernels with `algorithm` until the scope ends (then automatic again).
+struct AlgorithmScope {
+  explicit AlgorithmScope(DeltaRuleAlgorithm a) { delta_rule_set_algorithm(a); }
+  ~AlgorithmScope() { delta_rule_set_algorithm(DeltaRuleAlgorithm::automatic); }
+};
+constexpr DeltaRuleAlgorithm kAlgorithms[] = {DeltaRuleAlgorithm::recurrent, DeltaRuleAlgorithm::chunked};
+const char* Name(DeltaRuleAlgorithm a) { return a == DeltaRuleAlgorithm::chunked ? "chunked" : "recurrent"; }
 
 struct Reference {
   std::vector<double> out, state;
@@ -89,12 +99,14 @@ struct Case {
 
 class DeltaRule : public ::testing::TestWithParam<Case> {};
 
-// Each test runs a small odd shape (the generic loops) and one with dv = 64 (the kernel's
-// fixed-width passes, tarn's head size).
+// Each test runs both algorithms on a small odd shape (the generic loops) and one with dv = 64
+// (the recurrence's fixed-width passes, tarn's head size).
 TEST_P(DeltaRule, ForwardMatchesTheRecurrenceInDouble) {
   const Case c = GetParam();
+  for (const DeltaRuleAlgorithm algorithm : kAlgorithms)
   for (const DeltaRuleDims dims : {DeltaRuleDims{3, 11, 6, 5}, DeltaRuleDims{2, 33, 16, 64}}) {
-    SCOPED_TRACE(dims.dv);
+    SCOPED_TRACE(std::string(Name(algorithm)) + " dv " + std::to_string(dims.dv));
+    const AlgorithmScope scope(algorithm);
     const Inputs in = random_inputs(dims, 1);
     const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
     std::vector<float> out(in.v.size()), state(static_cast<size_t>(dims.slices * dims.dk * dims.dv)),
@@ -112,8 +124,10 @@ TEST_P(DeltaRule, ForwardMatchesTheRecurrenceInDouble) {
 
 TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
   const Case c = GetParam();
+  for (const DeltaRuleAlgorithm algorithm : kAlgorithms)
   for (const DeltaRuleDims dims : {DeltaRuleDims{2, 7, 4, 3}, DeltaRuleDims{1, 6, 8, 64}}) {
-    SCOPED_TRACE(dims.dv);
+    SCOPED_TRACE(std::string(Name(algorithm)) + " dv " + std::to_string(dims.dv));
+    const AlgorithmScope scope(algorithm);
     const Inputs in = random_inputs(dims, 2);
     const DeltaRuleConfig cfg{c.reverse, c.chunk, c.erase};
     std::mt19937 gen(3);
@@ -161,6 +175,7 @@ TEST_P(DeltaRule, BackwardMatchesCentralDifferencesOfTheDoubleRecurrence) {
 
 INSTANTIATE_TEST_SUITE_P(ReadoutDirectionAndChunk, DeltaRule,
                          ::testing::Values(Case{true, false, 1}, Case{true, false, 3}, Case{true, false, 64},
+                                           Case{true, false, 32}, Case{false, false, 5},
                                            Case{true, true, 3}, Case{false, false, 3}, Case{false, true, 4},
                                            Case{true, false, 3, false}, Case{false, true, 2, false}),
                          [](const ::testing::TestParamInfo<Case>& info) {
@@ -169,9 +184,13 @@ INSTANTIATE_TEST_SUITE_P(ReadoutDirectionAndChunk, DeltaRule,
                                   std::to_string(info.param.chunk) + (info.param.erase ? "" : "NoErase");
                          });
 
+// The decoding step is the recurrence: it gives the recurrent scan's bits, and the chunked
+// scan's rows within f32 rounding.
 TEST(DeltaRuleStep, EqualsTheScansRowForEachToken) {
+  for (const DeltaRuleAlgorithm algorithm : kAlgorithms)
   for (const DeltaRuleDims dims : {DeltaRuleDims{2, 9, 8, 8}, DeltaRuleDims{2, 9, 16, 64}}) {
-    SCOPED_TRACE(dims.dv);
+    SCOPED_TRACE(std::string(Name(algorithm)) + " dv " + std::to_string(dims.dv));
+    const AlgorithmScope scope(algorithm);
     const Inputs in = random_inputs(dims, 4);
     std::vector<float> out(in.v.size());
     delta_rule_forward(dims, {}, in.q.data(), in.k.data(), in.v.data(), in.beta.data(), in.alpha.data(), out.data(),
@@ -190,8 +209,13 @@ TEST(DeltaRuleStep, EqualsTheScansRowForEachToken) {
       delta_rule_step(dims.slices, dims.dk, dims.dv, state.data(), q.data(), k.data(), v.data(), beta.data(),
                       alpha.data(), step_out.data());
       for (int64_t b = 0; b < dims.slices; ++b)
-        for (int64_t j = 0; j < dims.dv; ++j)
-          EXPECT_EQ(step_out[b * dims.dv + j], out[(b * dims.n + t) * dims.dv + j]) << "token " << t;
+        for (int64_t j = 0; j < dims.dv; ++j) {
+          const float scan = out[(b * dims.n + t) * dims.dv + j];
+          if (algorithm == DeltaRuleAlgorithm::recurrent)
+            EXPECT_EQ(step_out[b * dims.dv + j], scan) << "token " << t;
+          else
+            EXPECT_NEAR(step_out[b * dims.dv + j], scan, 2e-6) << "token " << t;
+        }
     }
   }
 }

@@ -441,8 +441,14 @@ std::vector<double> Bound(const std::vector<Bounded>& device, const std::vector<
 
 class DeltaRuleConformance : public Conformance {
  protected:
+  // The CPU side runs the recurrence, which Recurrence(kCpuF32, ...) bounds.
+  void SetUp() override {
+    Conformance::SetUp();
+    cpu::delta_rule_set_algorithm(kernels::DeltaRuleAlgorithm::recurrent);
+  }
   void TearDown() override {
     TARN_ON(target(), delta_rule_set_algorithm, kernels::DeltaRuleAlgorithm::automatic);
+    cpu::delta_rule_set_algorithm(kernels::DeltaRuleAlgorithm::automatic);
     Conformance::TearDown();
   }
 

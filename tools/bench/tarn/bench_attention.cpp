@@ -38,7 +38,9 @@ gradients included) of one attention op, for B x H heads of dimension D:
   linear_causal    the causal chunked scan, per feature map
   linear_cross     queries attending a source of N keys through a padding mask, per map
   delta_causal     the gated delta rule's causal scan (kind delta: unit q and k rows, beta
-                   0.5, alpha 0.99; checkpoints every 32 tokens); feature_map "-"
+                   0.5, alpha 0.99; chunks of 32 tokens), the kernels' own choice of
+                   algorithm (the chunked WY form); feature_map "-"
+  delta_causal_recurrent  the same scan with the token-by-token recurrence forced
   gated_causal     the same scan without the erase (kind gated)
   window           softmax over a sliding window of each --windows size (|i - j| <= w/2),
                    the blocked kernel skipping the blocks outside it; feature_map "wW"
@@ -49,7 +51,10 @@ and so is one whose predicted time per run exceeds --max-seconds; both stay in t
 
 const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense", "linear",
                                          "linear_causal", "linear_cross",  "delta_causal",  "gated_causal",
-                                         "window",        "window_causal"};
+                                         "window",        "window_causal", "delta_causal_recurrent"};
+// What --algos defaults to: every kind, without the recurrence forced (delta_causal runs it too
+// from two chunks on).
+const std::vector<std::string> kDefaultAlgos(kAlgos.begin(), kAlgos.end() - 1);
 
 struct Shape4 {
   int64_t batch, heads, n, dim;
@@ -57,7 +62,7 @@ struct Shape4 {
 };
 
 bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0; }
-bool is_recurrent(const std::string& algo) { return algo == "delta_causal" || algo == "gated_causal"; }
+bool is_recurrent(const std::string& algo) { return algo.rfind("delta_causal", 0) == 0 || algo == "gated_causal"; }
 // Algorithms over a sliding window: their feature_map field names the window ("w64").
 bool is_windowed(const std::string& algo) { return algo.rfind("window", 0) == 0; }
 // Algorithms that take no feature map ("-" in the CSV).
@@ -110,7 +115,7 @@ struct AttentionFlags {
   std::string device = "cpu";
   std::vector<int64_t> lengths = default_lengths();
   int64_t batch = 1, heads = 4, dim = 64;
-  std::vector<std::string> algos = kAlgos, maps = {"elu1", "favor"};
+  std::vector<std::string> algos = kDefaultAlgos, maps = {"elu1", "favor"};
   std::vector<int64_t> windows = {64, 256, 512};
   int reps = 3;
   double min_time = 0.2, max_seconds = 30;
@@ -177,7 +182,11 @@ class AttentionBench {
       o.window = std::stoll(map.substr(1));  // "w64"
       return softmax_attention(q, k, v, o);
     }
-    if (is_recurrent(algo)) return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo == "delta_causal"});
+    if (is_recurrent(algo)) {
+      set_delta_rule_algorithm(device_, algo == "delta_causal_recurrent" ? kernels::DeltaRuleAlgorithm::recurrent
+                                                                         : kernels::DeltaRuleAlgorithm::automatic);
+      return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo != "gated_causal"});
+    }
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
       o.causal = algo == "softmax_causal";
@@ -279,7 +288,8 @@ cli::Command add_bench_attention(CLI::App& bench, const std::string& command_lin
   cli::add_integer(*app, "--heads", f->heads, 1, 4096, "heads H", "H");
   cli::add_integer(*app, "--head-dim", f->dim, 1, 1024, "head dimension D (the defaults: the small preset's attention)",
                    "D");
-  cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))->default_str("all");
+  cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))
+      ->default_str("all but delta_causal_recurrent");
   cli::add_list(*app, "--maps", f->maps, "feature maps of the linear algos",
                 cli::one_of({"elu1", "relu", "exp", "favor"}));
   cli::add_list(*app, "--windows", f->windows, "window sizes of the window algos", cli::integer(1, int64_t{1} << 24))

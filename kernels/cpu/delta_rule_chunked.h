@@ -1,0 +1,23 @@
+#pragma once
+// The chunked (WY) form of the gated delta rule's scan on the CPU, behind kernels/delta_rule.h's
+// delta_rule_forward and delta_rule_backward (kernels/cpu/delta_rule.cpp picks it): one chunk of
+// cfg.chunk <= kMaxChunkedDeltaRuleChunk tokens at a time, from the checkpoint before it. The
+// algebra is kernels/cuda/delta_rule_chunked.cu's (the same formulas, the sub-chunk being the
+// whole chunk). Same arguments as the public functions, checked there.
+#include <cstdint>
+
+#include "kernels/delta_rule.h"
+
+namespace tarn::kernels::cpu::delta_chunked {
+
+// Floats of the backward's workspace each thread takes.
+int64_t backward_share(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg);
+
+void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
+             const float* beta, const float* alpha, float* out, float* final_state, float* checkpoints, int threads);
+void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
+              const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+              const float* d_final_state, float* dq, float* dk, float* dv, float* d_beta, float* d_alpha,
+              float* workspace, int threads);
+
+}  // namespace tarn::kernels::cpu::delta_chunked
