@@ -258,13 +258,18 @@ int64_t backward_share(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
 
 std::atomic<DeltaRuleAlgorithm> g_algorithm{DeltaRuleAlgorithm::automatic};
 
-bool run_chunked(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
+// The chunk the chunked form runs with (kernels/cpu/delta_rule_chunked.h's span), or 0 for the
+// recurrence: forced, the checkpoints' chunks; automatic, the whole sequence when it is short
+// enough to be one chunk.
+int64_t chunked_span(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const DeltaRuleAlgorithm a = g_algorithm.load();
-  if (a == DeltaRuleAlgorithm::chunked)
+  if (a == DeltaRuleAlgorithm::chunked) {
     TARN_CHECK(cfg.chunk <= kMaxChunkedDeltaRuleChunk, "delta rule: the chunked algorithm takes chunks of at most ",
                kMaxChunkedDeltaRuleChunk, " tokens, got ", cfg.chunk);
-  return a == DeltaRuleAlgorithm::chunked ||
-         (a == DeltaRuleAlgorithm::automatic && dims.n <= std::min(cfg.chunk, kMaxChunkedDeltaRuleChunk));
+    return cfg.chunk;
+  }
+  return a == DeltaRuleAlgorithm::automatic && dims.n <= kAutomaticChunkedDeltaRuleTokens ? std::max<int64_t>(dims.n, 1)
+                                                                                          : 0;
 }
 
 }  // namespace
@@ -285,8 +290,8 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
                         float* checkpoints) {
   check_dims(dims, cfg);
   TARN_CHECK((q == nullptr) == (out == nullptr), "delta rule: q and out go together");
-  if (run_chunked(dims, cfg))
-    return delta_chunked::forward(dims, cfg, q, k, v, beta, alpha, out, final_state, checkpoints,
+  if (const int64_t span = chunked_span(dims, cfg))
+    return delta_chunked::forward(dims, cfg, span, q, k, v, beta, alpha, out, final_state, checkpoints,
                                   threads_for(dims.slices));
   const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv;
   const int64_t per_slice_checkpoints = delta_rule_checkpoints(dims, cfg);
@@ -324,8 +329,8 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
              "delta rule backward: q, d_out and dq go together");
   TARN_CHECK(workspace_floats >= delta_rule_backward_workspace_floats(dims, cfg),
              "delta rule backward: workspace too small");
-  if (run_chunked(dims, cfg))
-    return delta_chunked::backward(dims, cfg, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk_out,
+  if (const int64_t span = chunked_span(dims, cfg))
+    return delta_chunked::backward(dims, cfg, span, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk_out,
                                    dv_out, d_beta, d_alpha, workspace, threads_for(dims.slices));
   const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = cfg.chunk;
   const int64_t per_slice_checkpoints = delta_rule_checkpoints(dims, cfg);

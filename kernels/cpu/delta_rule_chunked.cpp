@@ -136,24 +136,29 @@ void advance(const Buffers& m, const Rows& row, const float* k, int64_t L, bool 
 
 }  // namespace
 
+// The longest chunk a span gives.
+int64_t longest(const DeltaRuleDims& dims, int64_t span) { return std::max<int64_t>(1, std::min(span, dims.n)); }
+
 int64_t backward_share(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  const int64_t c = std::max<int64_t>(1, std::min(cfg.chunk, dims.n));
+  const int64_t c = longest(dims, std::max(cfg.chunk, kMaxChunkedDeltaRuleChunk));
   return Buffers::floats(c, dims.dk, dims.dv);
 }
 
-void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
-             const float* beta, const float* alpha, float* out, float* final_state, float* checkpoints, int threads) {
-  const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = cfg.chunk;
+void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t span, const float* q, const float* k,
+             const float* v, const float* beta, const float* alpha, float* out, float* final_state,
+             float* checkpoints, int threads) {
+  const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = span;
+  const bool own_checkpoints = span == cfg.chunk;  // else one chunk, the checkpoints taken inside it
   const int64_t per_slice = delta_rule_checkpoints(dims, cfg);
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> space(static_cast<size_t>(backward_share(dims, cfg)));
-    const Buffers m(space.data(), std::max<int64_t>(1, std::min(chunk, n)), dk, dv);
+    const Buffers m(space.data(), longest(dims, span), dk, dv);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < dims.slices; ++b) {
       bool s0_zero = true;
       for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        if (checkpoints != nullptr && t0 > 0) {
+        if (checkpoints != nullptr && t0 > 0 && own_checkpoints) {
           float* to = checkpoints + (b * per_slice + t0 / chunk - 1) * state;
           if (s0_zero)
             std::fill(to, to + state, 0.0f);
@@ -164,6 +169,13 @@ void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float*
         const Rows row{dims, cfg, b, t0};
         decays(m, row, alpha, L);
         chunk_writes(m, row, q, k, v, beta, L, cfg.erase, s0_zero);
+        if (checkpoints != nullptr && !own_checkpoints)  // S before token p = K^T diag(D_{p-1,.}) W over s < p
+          for (int64_t p = cfg.chunk; p < L; p += cfg.chunk) {
+            float* to = checkpoints + (b * per_slice + p / cfg.chunk - 1) * state;
+            std::fill(to, to + state, 0.0f);
+            for (int64_t i = 0; i < dk; ++i)
+              for (int64_t s = 0; s < p; ++s) axpy(m.D(p - 1, s) * k[row(s) * dk + i], m.w + s * dv, to + i * dv, dv);
+          }
         if (q != nullptr)  // out = diag(b) Q S0 + (D o Q K^T) W
           for (int64_t t = 0; t < L; ++t) {
             float* ot = out + row(t) * dv;
@@ -189,16 +201,16 @@ void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float*
   }
 }
 
-void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
-              const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t span, const float* q, const float* k,
+              const float* v, const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
               const float* d_final_state, float* dq, float* dk_out, float* dv_out, float* d_beta, float* d_alpha,
               float* workspace, int threads) {
-  const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = cfg.chunk;
+  const int64_t n = dims.n, dk = dims.dk, dv = dims.dv, state = dk * dv, chunk = span;
   const int64_t per_slice = delta_rule_checkpoints(dims, cfg), share = backward_share(dims, cfg);
   const bool readout = q != nullptr, erase = cfg.erase;
 #pragma omp parallel num_threads(threads)
   {
-    const int64_t c = std::max<int64_t>(1, std::min(chunk, n));
+    const int64_t c = longest(dims, span);
     const Buffers m(workspace + static_cast<int64_t>(omp_get_thread_num()) * share, c, dk, dv);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < dims.slices; ++b) {
