@@ -59,6 +59,16 @@ inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// x <- decay x, or 0 where x is known to be zero (not yet written).
+inline void decay_rows(float* x, int64_t n, float decay, bool zero) {
+  if (zero) {
+    std::fill(x, x + n, 0.0f);
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] *= decay;
+}
+
 // One chunk's rows: row(t) of scan position u0 + t.
 struct Rows {
   const DeltaRuleDims& dims;
@@ -123,21 +133,17 @@ void chunk_writes(const Buffers& m, const Rows& row, const float* q, const float
 // S0 <- b_{L-1} S0 + K^T diag(e) W.
 void advance(const Buffers& m, const Rows& row, const float* k, int64_t L, bool s0_zero) {
   const int64_t dk = m.dk, dv = m.dv;
-  const float decay = m.D(L - 1, -1);
+  decay_rows(m.s0, dk * dv, m.D(L - 1, -1), s0_zero);
   for (int64_t i = 0; i < dk; ++i) {
     float* si = m.s0 + i * dv;
-    if (s0_zero)
-      std::fill(si, si + dv, 0.0f);
-    else
-      for (int64_t j = 0; j < dv; ++j) si[j] *= decay;
     for (int64_t s = 0; s < L; ++s) axpy(m.D(L - 1, s) * k[row(s) * dk + i], m.w + s * dv, si, dv);
   }
 }
 
-}  // namespace
-
 // The longest chunk a span gives.
 int64_t longest(const DeltaRuleDims& dims, int64_t span) { return std::max<int64_t>(1, std::min(span, dims.n)); }
+
+}  // namespace
 
 int64_t backward_share(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const int64_t c = longest(dims, std::max(cfg.chunk, kMaxChunkedDeltaRuleChunk));
@@ -169,13 +175,14 @@ void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t span
         const Rows row{dims, cfg, b, t0};
         decays(m, row, alpha, L);
         chunk_writes(m, row, q, k, v, beta, L, cfg.erase, s0_zero);
-        if (checkpoints != nullptr && !own_checkpoints)  // S before token p = K^T diag(D_{p-1,.}) W over s < p
-          for (int64_t p = cfg.chunk; p < L; p += cfg.chunk) {
-            float* to = checkpoints + (b * per_slice + p / cfg.chunk - 1) * state;
-            std::fill(to, to + state, 0.0f);
-            for (int64_t i = 0; i < dk; ++i)
-              for (int64_t s = 0; s < p; ++s) axpy(m.D(p - 1, s) * k[row(s) * dk + i], m.w + s * dv, to + i * dv, dv);
-          }
+        // One chunk over several checkpoints' chunks: the state before token p, sum over s < p of
+        // D_{p-1,s} k_s w_s^T (from a zero state).
+        for (int64_t p = cfg.chunk; checkpoints != nullptr && !own_checkpoints && p < L; p += cfg.chunk) {
+          float* to = checkpoints + (b * per_slice + p / cfg.chunk - 1) * state;
+          std::fill(to, to + state, 0.0f);
+          for (int64_t i = 0; i < dk; ++i)
+            for (int64_t s = 0; s < p; ++s) axpy(m.D(p - 1, s) * k[row(s) * dk + i], m.w + s * dv, to + i * dv, dv);
+        }
         if (q != nullptr)  // out = diag(b) Q S0 + (D o Q K^T) W
           for (int64_t t = 0; t < L; ++t) {
             float* ot = out + row(t) * dv;
@@ -309,13 +316,9 @@ void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t spa
         }
         if (ci == 0) continue;  // no state before the first chunk
         // dS0 = b_{L-1} dS + Q^T diag(b) dout - K^T diag(b beta) dY.
-        const float decay = m.D(L - 1, -1);
+        decay_rows(m.ds, state, m.D(L - 1, -1), ds_zero);
         for (int64_t i = 0; i < dk; ++i) {
           float* dsi = m.ds + i * dv;
-          if (ds_zero)
-            std::fill(dsi, dsi + dv, 0.0f);
-          else
-            for (int64_t j = 0; j < dv; ++j) dsi[j] *= decay;
           for (int64_t t = 0; t < L; ++t) {
             const int64_t rt = row(t);
             if (readout) axpy(m.D(t, -1) * q[rt * dk + i], d_out + rt * dv, dsi, dv);
