@@ -68,20 +68,22 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
 // The CPU scans run one of two algorithms (delta_rule_set_algorithm; process-wide, for tests and
 // benches): the recurrence above, token by token, or the chunked (WY) form of Yang et al.
 // (NeurIPS 2024; docs/design.md section 2), which turns each chunk of `chunk` tokens into
-// products of chunk x chunk and chunk x d matrices (chunk <= kMaxChunkedDeltaRuleChunk). automatic:
-// a sequence of at most kAutomaticChunkedDeltaRuleTokens runs chunked as one chunk, whatever
-// cfg.chunk (the checkpoints' states are taken inside it), a longer one the recurrence. A single
-// chunk starts from a zero state and (read out, no d_final_state) ends with a zero gradient, so
-// the chunked form's d^2 terms vanish: it costs about 10 n d FLOPs a token against the
-// recurrence's 27 d^2. Measured at 2,048 tokens x 4 heads, d = 64 (tarn bench attention --algos
-// delta_causal,delta_causal_recurrent --n N --batch 2048/N --heads 4; AMD EPYC, 2 threads),
-// forward+backward: N = 16, 3.9 ms against 8.6-8.8; N = 32, 7.1-7.2 against 8.8-9.0; N = 48,
-// 11.4-13.6 against 8.7-11.0; N = 64, 15.0 against 8.6-9.0. Over several chunks its d^2 terms,
-// written as row updates, ran 4-5x slower than the recurrence's fused passes (N = 128 to 4,096,
-// chunk 32). Both are deterministic; they agree within f32 rounding, not bit for bit.
+// products of chunk x chunk and chunk x d matrices (chunk <= kMaxChunkedDeltaRuleChunk) on the
+// attention kernels' tile GEMM. automatic: a sequence of at most kAutomaticChunkedDeltaRuleTokens
+// runs chunked as one chunk, whatever cfg.chunk (the checkpoints' states are taken inside it), a
+// longer one the recurrence. A single chunk starts from a zero state and (read out, no
+// d_final_state) ends with a zero gradient, so the chunked form's d^2 terms vanish: it costs
+// about 10 n d FLOPs a token against the recurrence's 27 d^2. Measured at about 2,048 tokens x 4
+// heads, d = 64 (tarn bench attention --algos delta_causal,delta_causal_recurrent --n N --batch
+// 2048/N --heads 4; AMD EPYC, 2 threads, medians of 4-6 alternating runs), forward+backward:
+// N = 16, 3.2 ms against 5.8; N = 32, 5.5 against 7.6; N = 48, 6.9 against 9.1; N = 64, 8.9
+// against 9.1. Over many chunks (N = 2,048, B*H = 4) the chunked form ran 41-48 ms against the
+// recurrence's 29-32 (chunk 32; 41-58 against 32-40 with chunk 64): its d^2 products on 32 x 64
+// operands do not reach the recurrence's fused passes. Both are deterministic; they agree within
+// f32 rounding, not bit for bit.
 void delta_rule_set_algorithm(DeltaRuleAlgorithm algorithm);
 constexpr int64_t kMaxChunkedDeltaRuleChunk = 64;
-constexpr int64_t kAutomaticChunkedDeltaRuleTokens = 32;
+constexpr int64_t kAutomaticChunkedDeltaRuleTokens = 48;
 
 // One token of the causal recurrence for decoding: updates state (slices, dk, dv) in place with
 // q, k (slices, dk), v (slices, dv), beta, alpha (slices) and writes out (slices, dv) = S^T q.

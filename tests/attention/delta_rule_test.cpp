@@ -46,7 +46,7 @@ struct AlgorithmScope {
   explicit AlgorithmScope(DeltaRuleAlgorithm a) { delta_rule_set_algorithm(a); }
   ~AlgorithmScope() { delta_rule_set_algorithm(DeltaRuleAlgorithm::automatic); }
 };
-// automatic runs a sequence of up to 32 tokens as one chunk whatever cfg.chunk (taking the
+// automatic runs a sequence of up to 48 tokens as one chunk whatever cfg.chunk (taking the
 // checkpoints' states inside it), forced chunked one chunk of cfg.chunk tokens at a time.
 constexpr DeltaRuleAlgorithm kAlgorithms[] = {DeltaRuleAlgorithm::recurrent, DeltaRuleAlgorithm::chunked,
                                               DeltaRuleAlgorithm::automatic};

@@ -40,7 +40,9 @@ gradients included) of one attention op, for B x H heads of dimension D:
   delta_causal     the gated delta rule's causal scan (kind delta: unit q and k rows, beta
                    0.5, alpha 0.99; chunks of 32 tokens), the kernels' own choice of
                    algorithm (the chunked WY form); feature_map "-"
-  delta_causal_recurrent  the same scan with the token-by-token recurrence forced
+  delta_causal_recurrent, delta_causal_chunked
+                   the same scan with the token-by-token recurrence, or the chunked form,
+                   forced (kernels/delta_rule.h)
   gated_causal     the same scan without the erase (kind gated)
   window           softmax over a sliding window of each --windows size (|i - j| <= w/2),
                    the blocked kernel skipping the blocks outside it; feature_map "wW"
@@ -51,10 +53,11 @@ and so is one whose predicted time per run exceeds --max-seconds; both stay in t
 
 const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense", "linear",
                                          "linear_causal", "linear_cross",  "delta_causal",  "gated_causal",
-                                         "window",        "window_causal", "delta_causal_recurrent"};
-// What --algos defaults to: every kind, without the recurrence forced (delta_causal runs it too
-// from two chunks on).
-const std::vector<std::string> kDefaultAlgos(kAlgos.begin(), kAlgos.end() - 1);
+                                         "window",        "window_causal", "delta_causal_recurrent",
+                                         "delta_causal_chunked"};
+// What --algos defaults to: every kind, without the forced algorithms (delta_causal runs one of
+// them).
+const std::vector<std::string> kDefaultAlgos(kAlgos.begin(), kAlgos.end() - 2);
 
 struct Shape4 {
   int64_t batch, heads, n, dim;
@@ -184,6 +187,7 @@ class AttentionBench {
     }
     if (is_recurrent(algo)) {
       set_delta_rule_algorithm(device_, algo == "delta_causal_recurrent" ? kernels::DeltaRuleAlgorithm::recurrent
+                                        : algo == "delta_causal_chunked" ? kernels::DeltaRuleAlgorithm::chunked
                                                                          : kernels::DeltaRuleAlgorithm::automatic);
       return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo != "gated_causal"});
     }
@@ -289,7 +293,7 @@ cli::Command add_bench_attention(CLI::App& bench, const std::string& command_lin
   cli::add_integer(*app, "--head-dim", f->dim, 1, 1024, "head dimension D (the defaults: the small preset's attention)",
                    "D");
   cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))
-      ->default_str("all but delta_causal_recurrent");
+      ->default_str("all but delta_causal_recurrent and delta_causal_chunked");
   cli::add_list(*app, "--maps", f->maps, "feature maps of the linear algos",
                 cli::one_of({"elu1", "relu", "exp", "favor"}));
   cli::add_list(*app, "--windows", f->windows, "window sizes of the window algos", cli::integer(1, int64_t{1} << 24))
