@@ -39,7 +39,8 @@ gradients included) of one attention op, for B x H heads of dimension D:
   linear_cross     queries attending a source of N keys through a padding mask, per map
   delta_causal     the gated delta rule's causal scan (kind delta: unit q and k rows, beta
                    0.5, alpha 0.99; chunks of 32 tokens), the kernels' own choice of
-                   algorithm (the chunked WY form); feature_map "-"
+                   algorithm (on the CPU the chunked WY form up to 48 tokens, the
+                   recurrence beyond; on CUDA the chunked form); feature_map "-"
   delta_causal_recurrent, delta_causal_chunked
                    the same scan with the token-by-token recurrence, or the chunked form,
                    forced (kernels/delta_rule.h)
