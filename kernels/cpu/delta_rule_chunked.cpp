@@ -268,7 +268,10 @@ void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t spa
       for (int64_t ci = (n + chunk - 1) / chunk - 1; ci >= 0; --ci) {
         const int64_t t0 = ci * chunk, L = std::min(chunk, n - t0);
         const bool s0_zero = ci == 0;
-        if (!s0_zero) load_state(m, checkpoints + (b * per_slice + ci - 1) * state, m.s0);
+        if (!s0_zero) {  // S0, and S0^T for dq's and dk's products with it
+          load_state(m, checkpoints + (b * per_slice + ci - 1) * state, m.s0);
+          simd::transpose(m.s0, dk, dv, dvp, m.s0t, dkp, dkp);
+        }
         const Rows row{dims, cfg, b, t0};
         decays(m, row, alpha, L);
         chunk_writes(m, row, q, k, v, beta, L, erase, s0_zero);
@@ -318,7 +321,6 @@ void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t spa
         // dq = diag(b) dout S0^T + dQK K.
         if (readout) {
           if (!s0_zero) {
-            simd::transpose(m.s0, dk, dv, dvp, m.s0t, dkp, dkp);
             gemm(L, dkp, dv, rows_of(m.dout, dvp), m.s0t, dkp, m.dqc, dkp, false);
             for (int64_t t = 0; t < L; ++t) decay_rows(m.dqc + t * dkp, dkp, m.D(t, -1), false);
           }
@@ -340,7 +342,6 @@ void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t spa
           gemm(L, dkp, L, rows_of(m.sym, cp), m.kc, dkp, m.dkc, dkp, dk_written);
           dk_written = true;
           if (!s0_zero) {
-            if (!readout) simd::transpose(m.s0, dk, dv, dvp, m.s0t, dkp, dkp);
             gemm(L, dkp, dv, rows_of(m.dy, dvp), m.s0t, dkp, m.tk, dkp, false);
             for (int64_t t = 0; t < L; ++t) axpy(-m.D(t, -1) * beta[row(t)], m.tk + t * dkp, m.dkc + t * dkp, dkp);
           }

@@ -196,11 +196,15 @@ void reserve_shared(const char* op, Kernel kernel, size_t bytes, const DeltaRule
 // delta_rule_set_algorithm's choice.
 std::atomic<DeltaRuleAlgorithm> g_algorithm{DeltaRuleAlgorithm::automatic};
 
-// Whether the scans of these dims run chunked (chunked forced: it must fit, or the call throws).
-bool run_chunked(const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
+// The sub-chunk the scans of these dims run chunked with, or 0 for the recurrence (chunked
+// forced: it must fit, or the call throws).
+int64_t chunked_sub_chunk(const char* op, const DeltaRuleDims& d, const DeltaRuleConfig& cfg) {
   const DeltaRuleAlgorithm a = g_algorithm.load();
-  return a == DeltaRuleAlgorithm::chunked ||
-         (a == DeltaRuleAlgorithm::automatic && delta_chunked::sub_chunk(d, cfg) > 0);
+  if (a == DeltaRuleAlgorithm::recurrent) return 0;
+  const int64_t c = delta_chunked::sub_chunk(d, cfg);
+  TARN_CHECK(c > 0 || a == DeltaRuleAlgorithm::automatic, op, ": dk ", d.dk, " dv ", d.dv,
+             " do not fit the chunked kernels' shared memory");
+  return c;
 }
 
 }  // namespace
@@ -223,8 +227,8 @@ void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, c
   check_dims(op, dims, cfg);
   TARN_CHECK((q == nullptr) == (out == nullptr), op, ": q and out go together");
   if (dims.slices == 0) return;
-  if (run_chunked(dims, cfg))
-    return delta_chunked::forward(dims, cfg, q, k, v, beta, alpha, out, final_state, checkpoints,
+  if (const int64_t c = chunked_sub_chunk(op, dims, cfg))
+    return delta_chunked::forward(dims, cfg, c, q, k, v, beta, alpha, out, final_state, checkpoints,
                                   checkpoints_per_slice(dims, cfg));
   const size_t smem = static_cast<size_t>(dims.dk) * kColumnsPerWarp * sizeof(float);
   reserve_shared(op, delta_rule_forward_kernel, smem, dims);
@@ -243,9 +247,9 @@ void delta_rule_backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, 
              ": q, d_out and dq go together");
   TARN_CHECK(workspace_floats >= TARN_CUDA_NS::delta_rule_backward_workspace_floats(dims, cfg), op, ": workspace too small");
   if (dims.slices == 0 || dims.n == 0) return;  // no rows to write
-  if (run_chunked(dims, cfg))
-    return delta_chunked::backward(dims, cfg, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk, dv,
-                                   d_beta, d_alpha, workspace, checkpoints_per_slice(dims, cfg));
+  if (const int64_t c = chunked_sub_chunk(op, dims, cfg))
+    return delta_chunked::backward(dims, cfg, c, q, k, v, beta, alpha, checkpoints, d_out, d_final_state, dq, dk,
+                                   dv, d_beta, d_alpha, workspace, checkpoints_per_slice(dims, cfg));
   TARN_CHECK(dims.dv <= kMaxColumns, op, ": dv ", dims.dv, " is above the ", kMaxColumns, " columns a block holds");
   const int64_t threads = static_cast<int64_t>(column_tiles(dims.dv)) * kColumnsPerWarp;
   const size_t smem = static_cast<size_t>(threads * (dims.dk + reduction_stride(dims.dk))) * sizeof(float);

@@ -426,15 +426,6 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 namespace delta_chunked {
-namespace {
-
-int64_t checked_sub_chunk(const char* op, const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  const int64_t c = sub_chunk(dims, cfg);
-  TARN_CHECK(c > 0, op, ": dk ", dims.dk, " dv ", dims.dv, " do not fit the chunked kernels' shared memory");
-  return c;
-}
-
-}  // namespace
 
 int64_t sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const size_t limit = static_cast<size_t>(device::max_dynamic_smem());
@@ -445,21 +436,19 @@ int64_t sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   return 0;
 }
 
-void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
-             const float* beta, const float* alpha, float* out, float* final_state, float* checkpoints,
+void forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t c, const float* q, const float* k,
+             const float* v, const float* beta, const float* alpha, float* out, float* final_state, float* checkpoints,
              int64_t per_slice_checkpoints) {
-  const int64_t c = checked_sub_chunk("delta_rule_forward", dims, cfg);
   const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).forward_total) * sizeof(float);
   device::allow_dynamic_smem(delta_rule_chunked_forward_kernel, smem);
   tarn::launch(delta_rule_chunked_forward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims,
                cfg, c, q, k, v, beta, alpha, out, final_state, checkpoints, per_slice_checkpoints);
 }
 
-void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k, const float* v,
-              const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+void backward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t c, const float* q, const float* k,
+              const float* v, const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
               const float* d_final_state, float* dq, float* dk, float* dv, float* d_beta, float* d_alpha,
               float* workspace, int64_t per_slice_checkpoints) {
-  const int64_t c = checked_sub_chunk("delta_rule_backward", dims, cfg);
   const size_t smem = static_cast<size_t>(layout(c, dims.dk, dims.dv).total) * sizeof(float);
   device::allow_dynamic_smem(delta_rule_chunked_backward_kernel, smem);
   tarn::launch(delta_rule_chunked_backward_kernel, static_cast<unsigned>(dims.slices), kThreads, smem, nullptr, dims,

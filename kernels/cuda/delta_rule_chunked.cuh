@@ -17,14 +17,15 @@ namespace tarn::kernels::TARN_CUDA_NS::delta_chunked {
 // run.
 int64_t sub_chunk(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg);
 
-// As kernels/delta_rule.h's; sub_chunk(dims, cfg) > 0 is required. The backward's workspace is
-// delta_rule_backward_workspace_floats' (it keeps up to min(chunk, n) + 1 states a slice; this
-// kernel keeps one per sub-chunk of a checkpoint's chunk).
-void forward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, const float* q, const float* k,
-             const float* v, const float* beta, const float* alpha, float* out, float* final_state,
+// As kernels/delta_rule.h's, with c = sub_chunk(dims, cfg) > 0 (the caller's, so that the device
+// is asked once). The backward's workspace is delta_rule_backward_workspace_floats' (it keeps up
+// to min(chunk, n) + 1 states a slice; this kernel keeps one per sub-chunk of a checkpoint's chunk).
+void forward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, int64_t c, const float* q,
+             const float* k, const float* v, const float* beta, const float* alpha, float* out, float* final_state,
              float* checkpoints, int64_t per_slice_checkpoints);
-void backward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, const float* q, const float* k,
-              const float* v, const float* beta, const float* alpha, const float* checkpoints, const float* d_out,
+void backward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, int64_t c, const float* q,
+              const float* k, const float* v, const float* beta, const float* alpha, const float* checkpoints,
+              const float* d_out,
               const float* d_final_state, float* dq, float* dk, float* dv, float* d_beta, float* d_alpha,
               float* workspace, int64_t per_slice_checkpoints);
 
