@@ -8,7 +8,7 @@
 # from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
-#                       [--resume] [--only PHASES]
+#                       [--resume] [--only PHASES] [--device DEVICE]
 #
 # --quick (default) takes about 70 minutes on 2 cores; --full takes 7-8 hours there (27 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
@@ -22,6 +22,10 @@
 #                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
 #   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
 #                  shows whatever DIR holds.
+#   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
+#                  cpu, the default, or cuda, cuda:N): the same recipes and token budget, so the
+#                  same perplexities up to f32 rounding order; the report names the device. The
+#                  benches stay on the CPU.
 # Needs the build of README's set-up command (build/release/tools/tarn, or $TARN) and
 # python3-matplotlib (tools/setup.sh installs it).
 set -euo pipefail
@@ -32,6 +36,7 @@ out=work/experiment
 doc=docs/experiment.md
 jobs=1
 resume=0
+device=cpu
 phases=bench,quality,long,report
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +48,8 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="$2"; shift ;;
     --resume) resume=1 ;;
     --only) phases="$2"; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --device) device="$2"; shift ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -60,8 +66,10 @@ wants() { [[ ",$phases," == *",$1,"* ]]; }
 
 tarn=${TARN:-build/release/tools/tarn}
 [ -x "$tarn" ] || { echo "experiment.sh: $tarn is missing: run tools/quickstart.sh (it sets up and builds tarn) first" >&2; exit 2; }
-/usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
-  { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
+if wants report || wants bench; then  # the report and the benches' PNGs draw with matplotlib
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
+    { echo "experiment.sh: python3-matplotlib is missing: run tools/setup.sh" >&2; exit 2; }
+fi
 
 # Per mode: attention lengths and the predicted seconds per run above which a length is skipped;
 # training-bench lengths, steps and rounds; decoded positions; steps and validation interval
@@ -140,9 +148,9 @@ if wants bench; then
   bench decode "$out" recipes/small-hybrid.yaml --attention softmax,linear,recipe --positions "$positions"
 fi
 
-# Training runs, $jobs at a time; each on nproc / $jobs threads when there are several.
-threads=()
-[ "$jobs" -gt 1 ] && threads=(--set training.threads=$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 )))
+# Training runs, $jobs at a time, on $device; each on nproc / $jobs threads when there are several.
+placement=(--set training.device="$device")
+[ "$jobs" -gt 1 ] && placement+=(--set training.threads=$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 )))
 train_setting() {  # folder, seed, recipe, extra --set flags...
   local dir="$1" seed="$2" recipe="$3"
   shift 3
@@ -152,14 +160,15 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
   fi
   mkdir -p "$dir"
   # shellcheck disable=SC2086  # $budget holds several flags
-  run "$tarn" train "$recipe" $budget "${threads[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
+  run "$tarn" train "$recipe" $budget "${placement[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
     --restart > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
   run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt.part" 2>> "$dir.log" &&
     mv "$dir/test.txt.part" "$dir/test.txt"
 }
 running=0
-# The report says whether a phase's runs shared the machine (their times are then not speeds).
-note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; }
+# The report says whether a phase's runs shared the machine (their times are then not speeds),
+# and on which device they ran.
+note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; echo "$device" >> "$out/$1/device.txt"; }
 # start <train_setting arguments...>: in the background once $jobs > 1, waiting for a free slot.
 start() {
   if [ "$jobs" = 1 ]; then

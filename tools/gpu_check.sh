@@ -5,7 +5,7 @@
 # carried there as one relocatable bundle.
 #
 #   tools/gpu_check.sh bundle [--arch "90"]
-#       On the CPU machine: builds the CUDA test executables and benches for the GPU (Release,
+#       On the CPU machine: builds the CUDA test executables, benches and tarn for the GPU (Release,
 #       no -march=native, oneDNN off) in build/gpu, packs them stripped with the non-system
 #       shared libraries they load (CUDA's own left out) into build/gpu_bundle/ and
 #       build/gpu_bundle.tar.gz, then checks the bundle from a clean folder: every library
@@ -18,6 +18,10 @@
 #       and one of flash softmax, then a one-page summary (summary.md). Each step has its own
 #       timeout and writes its log as it goes, into --out (default: $OUT when set, else
 #       gpu_check_out/). The whole run stays under 9 minutes. Without a GPU it says so and exits 2.
+#   tools/gpu_check.sh exec [--bundle DIR|TARBALL] -- COMMAND...
+#       On the GPU machine: runs COMMAND with the bundle's programs first on PATH, TARN set to its
+#       tarn and the loader path set as for run, e.g. the experiment's training runs on the device:
+#       tools/gpu_check.sh exec -- tools/experiment.sh --full --only quality --device cuda --jobs 6
 #   tools/gpu_check.sh --help
 #
 # Exit status of run: 0 when every step passed, 1 when a test failed, a sanitizer found a
@@ -29,9 +33,11 @@ bundle_dir="$root/build/gpu_bundle"
 tarball="$root/build/gpu_bundle.tar.gz"
 build_dir="$root/build/gpu"
 
-# What the bundle holds. The test executables carry every GPU suite; the benches time the kernels.
+# What the bundle holds. The test executables carry every GPU suite; the benches time the kernels;
+# tarn itself trains, evaluates and benches recipes on the device (--set training.device=cuda).
 tests=(tarn_cuda_tests tarn_cuda_model_tests)
 benches=(cuda_attention_bench cuda_kernels_bench)
+programs=(tarn)
 # Libraries the GPU machine has of its own: the C and C++ runtimes (its distribution's, newer
 # than Debian 12's, so backward compatible) and CUDA's, which must match its driver.
 system_libs='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s)\.so'
@@ -58,13 +64,14 @@ do_bundle() {
   if command -v ccache >/dev/null 2>&1; then
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
+  mkdir -p "$root/build"  # a fresh checkout has none, and the configure log goes there
   echo "[gpu_check] configure $build_dir (sm $arch, no -march=native, oneDNN off)"
   cmake -S "$root" -B "$build_dir" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTARN_NATIVE=OFF -DTARN_WITH_DNNL=OFF -DTARN_BUILD_TESTS=ON \
     -DTARN_BUILD_BENCH=ON >"$root/build/gpu_configure.log" 2>&1 ||
     { tail -30 "$root/build/gpu_configure.log" >&2; die "configure failed (build/gpu_configure.log)"; }
   echo "[gpu_check] build ${tests[*]} ${benches[*]} (the CUDA kernels take a while on 2 cores)"
-  cmake --build "$build_dir" -j"${TARN_JOBS:-$(nproc)}" --target "${tests[@]}" "${benches[@]}" ||
+  cmake --build "$build_dir" -j"${TARN_JOBS:-$(nproc)}" --target "${tests[@]}" "${benches[@]}" "${programs[@]}" ||
     die "build failed"
 
   rm -rf "$bundle_dir" "$tarball"
@@ -72,6 +79,7 @@ do_bundle() {
   local exe
   for exe in "${tests[@]}"; do cp "$build_dir/tests/$exe" "$bundle_dir/bin/"; done
   for exe in "${benches[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
+  for exe in "${programs[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
   strip "$bundle_dir"/bin/*
   # The non-system libraries they load, as the loader resolves them here (sonames kept).
   local lib name
@@ -195,23 +203,18 @@ find_cuda_libs() {
   export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-do_run() {
-  local given=""
-  out=${OUT:-$root/gpu_check_out}
-  while [ $# -gt 0 ]; do
-    case "$1" in
-      --bundle) [ $# -ge 2 ] || die "--bundle needs a folder or a .tar.gz"; given=$2; shift 2 ;;
-      --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift 2 ;;
-      *) die "run: unknown argument '$1' (see --help)" ;;
-    esac
-  done
-  # No GPU, no run: say so before anything else.
+# No GPU, no run: says so before anything else. $1: the subcommand, for the message.
+require_gpu() {
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     die "no GPU here (nvidia-smi $(command -v nvidia-smi >/dev/null 2>&1 && echo 'lists no device' || echo 'is not installed')):" \
-        "tools/gpu_check.sh run is for the GPU machine; build the bundle here with tools/gpu_check.sh bundle"
+        "tools/gpu_check.sh $1 is for the GPU machine; build the bundle here with tools/gpu_check.sh bundle"
   fi
-  mkdir -p "$out" || die "cannot create the output folder $out"
-  out=$(cd "$out" && pwd)
+}
+
+# Sets $bundle to the unpacked bundle (the folder or tarball given, else build/gpu_bundle, else
+# build/gpu_bundle.tar.gz) and the loader path to its libraries and CUDA's.
+open_bundle() {
+  local given=$1
   bundle=${given:-$bundle_dir}
   if [ -z "$given" ] && [ ! -d "$bundle" ] && [ -f "$tarball" ]; then bundle=$tarball; fi
   if [ -f "$bundle" ]; then
@@ -224,6 +227,41 @@ do_run() {
     die "no bundle at ${given:-$bundle_dir} (build one on the CPU machine: tools/gpu_check.sh bundle, then carry build/gpu_bundle)"
   bundle=$(cd "$bundle" && pwd)
   find_cuda_libs
+}
+
+# Runs a command with the bundle's programs first on PATH, TARN set to its tarn (which
+# tools/experiment.sh and the bench scripts take) and the loader path set as for run.
+do_exec() {
+  local given=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bundle) [ $# -ge 2 ] || die "--bundle needs a folder or a .tar.gz"; given=$2; shift 2 ;;
+      --) shift; break ;;
+      *) die "exec: unknown argument '$1' (the command comes after --; see --help)" ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "exec: no command (tools/gpu_check.sh exec [--bundle B] -- COMMAND...)"
+  require_gpu exec
+  open_bundle "$given"
+  [ -x "$bundle/bin/tarn" ] || die "the bundle at $bundle has no tarn (built before tarn joined it): build it again"
+  export PATH="$bundle/bin:$PATH" TARN="$bundle/bin/tarn"
+  exec "$@"
+}
+
+do_run() {
+  local given=""
+  out=${OUT:-$root/gpu_check_out}
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bundle) [ $# -ge 2 ] || die "--bundle needs a folder or a .tar.gz"; given=$2; shift 2 ;;
+      --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift 2 ;;
+      *) die "run: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  require_gpu run
+  mkdir -p "$out" || die "cannot create the output folder $out"
+  out=$(cd "$out" && pwd)
+  open_bundle "$given"
   local started=$SECONDS
 
   # 1. The environment.
@@ -365,6 +403,7 @@ write_summary() {
 case "${1:-}" in
   bundle) shift; do_bundle "$@" ;;
   run) shift; do_run "$@"; exit $? ;;
+  exec) shift; do_exec "$@" ;;
   -h | --help | help) usage ;;
   "") usage >&2; exit 2 ;;
   *) echo "gpu_check: unknown command '$1'" >&2; usage >&2; exit 2 ;;

@@ -903,14 +903,21 @@ def training_runs_section(folder, title):
 
 
 def shared_note(root):
-    """What root/jobs.txt (experiment.sh --jobs J, one line per invocation) says of the times."""
+    """What root/jobs.txt and root/device.txt (experiment.sh --jobs J --device D, one line per
+    invocation) say of the times and of where the runs trained."""
     jobs = [number(line) for line in (read_text(os.path.join(root, "jobs.txt")) or "").split()]
     jobs = max((j for j in jobs if j is not None), default=1)
-    if jobs <= 1:
-        return ""
-    return (f"These runs shared the machine, up to {int(jobs)} at a time (experiment.sh --jobs): "
-            "their wall times and tokens/s are not speeds. The perplexity at a step does not "
-            "depend on it.")
+    devices = sorted(set((read_text(os.path.join(root, "device.txt")) or "cpu").split()))
+    notes = []
+    if devices != ["cpu"]:
+        notes.append(f"These runs trained on {', '.join(devices)} (experiment.sh --device): the same "
+                     "recipes, data and token budget as on the CPU, so the same perplexities up to "
+                     "the order of f32 rounding; their wall times are not the CPU's.")
+    if jobs > 1:
+        notes.append(f"These runs shared the machine, up to {int(jobs)} at a time (experiment.sh --jobs): "
+                     "their wall times and tokens/s are not speeds. The perplexity at a step does not "
+                     "depend on it.")
+    return " ".join(notes)
 
 
 def runs_body(intro, plots, link, runs, with_test, facts):
