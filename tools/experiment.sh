@@ -25,7 +25,8 @@
 #   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
 #                  cpu, the default, or cuda, cuda:N): the same recipes and token budget, so the
 #                  same perplexities up to f32 rounding order; the report names the device. The
-#                  benches stay on the CPU.
+#                  benches stay on the CPU. Give a GPU --jobs 1: processes time-slice it, and 8
+#                  at a time on an H100 were slower in all than one at a time.
 # Needs the build of README's set-up command (build/release/tools/tarn, or $TARN) and
 # python3-matplotlib (tools/setup.sh installs it).
 set -euo pipefail
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
     --resume) resume=1 ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
