@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     --resume) resume=1 ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
