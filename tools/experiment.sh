@@ -8,7 +8,7 @@
 # from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
-#                       [--resume] [--only PHASES] [--device DEVICE]
+#                       [--resume] [--only PHASES] [--device DEVICE] [--settings LIST] [--seeds LIST]
 #
 # --quick (default) takes about 70 minutes on 2 cores; --full takes 7-8 hours there (27 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
@@ -22,6 +22,9 @@
 #                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
 #   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
 #                  shows whatever DIR holds.
+#   --settings L   comma-separated quality settings to train, in that order (default: all nine,
+#                  as listed above); --seeds L: comma-separated seeds, each 1, 2 or 3 (default:
+#                  1,2,3), seed by seed. With --resume they fill in a DIR in the order wanted.
 #   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
 #                  cpu, the default, or cuda, cuda:N): the same recipes and token budget, so the
 #                  same perplexities up to f32 rounding order; the report names the device. The
@@ -38,6 +41,9 @@ doc=docs/experiment.md
 jobs=1
 resume=0
 device=cpu
+all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated small-delta-taylor small-hybrid small-interleaved"
+settings=$all_settings
+seeds="1 2 3"
 phases=bench,quality,long,report
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,6 +56,8 @@ while [ $# -gt 0 ]; do
     --resume) resume=1 ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
+    --settings) settings="${2//,/ }"; shift ;;
+    --seeds) seeds="${2//,/ }"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -64,6 +72,13 @@ for phase in ${phases//,/ }; do
   esac
 done
 wants() { [[ ",$phases," == *",$1,"* ]]; }
+for setting in $settings; do
+  [[ " $all_settings " == *" $setting "* ]] ||
+    { echo "experiment.sh: --settings: unknown setting $setting (one of: ${all_settings// /, })" >&2; exit 2; }
+done
+for seed in $seeds; do
+  [[ "$seed" =~ ^[123]$ ]] || { echo "experiment.sh: --seeds: $seed is not one of 1, 2, 3" >&2; exit 2; }
+done
 
 tarn=${TARN:-build/release/tools/tarn}
 [ -x "$tarn" ] || { echo "experiment.sh: $tarn is missing: run tools/quickstart.sh (it sets up and builds tarn) first" >&2; exit 2; }
@@ -207,9 +222,8 @@ budget="$budget --set validation.every_steps=$quality_every --set validation.max
 budget="$budget --set checkpoints.every_steps=$quality_steps"
 if wants quality; then
   note_jobs quality
-  for seed in 1 2 3; do
-    for setting in small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated \
-      small-delta-taylor small-hybrid small-interleaved; do
+  for seed in $seeds; do
+    for setting in $settings; do
       dir="$out/quality/$setting/seed$seed"
       case "$setting" in
         small-linear-favor) start "$dir" "$seed" recipes/small-linear.yaml "${favor[@]}" ;;
