@@ -8,7 +8,8 @@
 # from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
-#                       [--resume] [--only PHASES] [--device DEVICE] [--settings LIST] [--seeds LIST]
+#                       [--resume] [--from DIR2] [--only PHASES] [--device DEVICE]
+#                       [--settings LIST] [--seeds LIST]
 #
 # --quick (default) takes about 70 minutes on 2 cores; --full takes 7-8 hours there (27 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
@@ -20,8 +21,13 @@
 #   --resume       keep DIR and what is finished in it: a bench whose JSON exists and a run whose
 #                  test perplexity exists are not run again (an unfinished run starts over). The
 #                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
+#   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins)
+#                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
+#                  report, so that the experiment grows across machines and sessions.
 #   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
-#                  shows whatever DIR holds.
+#                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
+#                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
+#                  <DOC's folder>/experiment/data beside its plots.
 #   --settings L   comma-separated quality settings to train, in that order (default: all nine,
 #                  as listed above); --seeds L: comma-separated seeds, each 1, 2 or 3 (default:
 #                  1,2,3), seed by seed. With --resume they fill in a DIR in the order wanted.
@@ -40,6 +46,7 @@ out=work/experiment
 doc=docs/experiment.md
 jobs=1
 resume=0
+from=""
 device=cpu
 all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated small-delta-taylor small-hybrid small-interleaved"
 settings=$all_settings
@@ -54,6 +61,7 @@ while [ $# -gt 0 ]; do
     --doc) doc="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
     --resume) resume=1 ;;
+    --from) from="$2"; resume=1; shift ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
     --settings) settings="${2//,/ }"; shift ;;
@@ -111,6 +119,16 @@ case "$mode" in
     long_steps=2; long_every=1; long_batches=1 ;;
 esac
 
+if [ -n "$from" ]; then
+  [ -f "$from/mode.txt" ] || { echo "experiment.sh: --from $from: no mode.txt there (not an experiment folder)" >&2; exit 2; }
+  from_mode=$(cat "$from/mode.txt")
+  [ "$from_mode" = "$mode" ] || { echo "experiment.sh: --from: $from holds a $from_mode run, not $mode" >&2; exit 2; }
+  if [ -f "$out/mode.txt" ] && [ "$(cat "$out/mode.txt")" != "$mode" ]; then
+    echo "experiment.sh: --from: $out was started in $(cat "$out/mode.txt") mode, not $mode" >&2; exit 2
+  fi
+  mkdir -p "$out"
+  cp -r -n "$from/." "$out/"
+fi
 if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then
   started_as=$(cat "$out/mode.txt")
   [ "$started_as" = "$mode" ] || { echo "experiment.sh: --resume: $out was started in $started_as mode, not $mode" >&2; exit 2; }
@@ -250,7 +268,24 @@ if wants long; then
   finish_all
 fi
 
+# The report's inputs beside its plots, without checkpoints or logs: the figures can be checked,
+# and --from goes on from them elsewhere.
+archive_inputs() {
+  local data
+  data="$(cd "$(dirname "$doc")" && pwd)/experiment/data"
+  rm -rf "$data"
+  mkdir -p "$data"
+  # The benches' files and the notes; a training run only once finished (its test.txt written).
+  (cd "$out" && {
+    find . -path '*/step_*' -prune -o -type f \( -name '*.csv' -o -name '*.json' -o -name jobs.txt \
+      -o -name device.txt -o -name commands.txt -o -name mode.txt \) -print0
+    find . -path '*/step_*' -prune -o -type f -name test.txt -print0 |
+      while IFS= read -r -d '' t; do printf '%s\0%s\0' "$t" "$(dirname "$t")/metrics.jsonl"; done
+  } | xargs -0 -r cp --parents -t "$data")
+  echo "[experiment] the report's inputs: $data ($(du -sh "$data" | cut -f1))" >&3
+}
 if wants report; then
   run /usr/bin/python3 tools/experiment/report.py --in "$out" --doc "$doc"
+  archive_inputs
 fi
 echo "[experiment] done in $(( ($(date +%s) - started) / 60 )) min: $doc" >&2

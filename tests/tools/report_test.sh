@@ -56,6 +56,8 @@ expect_line "$doc" "Attention crossover (bidirectional, forward+backward, linear
 expect_line "$doc" "Attention crossover (causal, forward+backward, linear_causal elu1 vs softmax_causal):** linear faster from N=1,024"
 expect_line "$doc" "skipped: needs 34.0 GiB, limit 12.0 GiB (--max-gib)"
 expect_line "$doc" "small-linear/seed1: 1"
+# quality/device.txt (experiment.sh --device): the section says where its runs trained.
+expect_line "$doc" "These runs trained on cpu, cuda (experiment.sh --device)"
 # train-small-delta/train.csv joins train.csv's rows, named after its recipe.
 expect_line "$doc" "**Training step (f32) at N=1,024:** recipe (small-delta) 7,877 tokens/s vs softmax 6,606 tokens/s"
 expect_line "$doc" "**Training step (f32) at N=256:** recipe (small-delta) 8,192 tokens/s vs linear 9,102 tokens/s (0.900×)"
