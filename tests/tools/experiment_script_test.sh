@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tools/experiment.sh's own logic, without training or timing anything: bad --settings, --seeds
+# and --from are refused with exit 2 and a message naming the value; the report phase started
+# --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
+# finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
+# --from that copy states the same quality figures.
+#   experiment_script_test.sh <repo root>
+set -euo pipefail
+root=$1
+script=$root/tools/experiment.sh
+fixture=$root/tests/tools/experiment_fixture
+
+if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  echo "python3-matplotlib is missing: run tools/setup.sh"
+  exit 1
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export TARN=/bin/true  # no phase here runs tarn but the corpus check, which it then skips
+
+fail() {
+  echo "[experiment_script_test] FAIL: $*"
+  exit 1
+}
+
+# refused <text> <arguments...>: experiment.sh exits 2 and says <text> on stderr.
+refused() {
+  local want=$1 status=0
+  shift
+  "$script" "$@" --out "$work/refused" >"$work/out.txt" 2>"$work/err.txt" || status=$?
+  [ "$status" = 2 ] || fail "experiment.sh $* exited $status, not 2"
+  grep -qF -- "$want" "$work/err.txt" || fail "experiment.sh $* did not say '$want' (it said: $(cat "$work/err.txt"))"
+}
+refused "unknown setting small-foo" --only report --settings small-softmax,small-foo
+refused "--seeds: 4 is not one of 1, 2, 3" --only report --seeds 1,4
+refused "no mode.txt there" --only report --from "$work"
+refused "holds a quick run, not full" --full --only report --from "$fixture"
+
+# The report phase, started from the fixture: the doc, and its inputs beside the plots.
+mkdir -p "$work/docs"
+"$script" --quick --only report --from "$fixture" --out "$work/run" --doc "$work/docs/experiment.md" \
+  >"$work/report.txt" 2>&1 || fail "the report phase failed: $(cat "$work/report.txt")"
+[ -s "$work/docs/experiment.md" ] || fail "no report written"
+data=$work/docs/experiment/data
+for f in mode.txt commands.txt attention.csv attention.json train.csv decode.csv train-small-delta/train.csv \
+  quality/device.txt quality/small-softmax/seed2/metrics.jsonl quality/small-softmax/seed2/test.txt \
+  quality/small-linear/seed1/metrics.jsonl; do
+  [ -f "$data/$f" ] || fail "the report's inputs lack $f"
+done
+# The fixture's long runs have no test.txt: unfinished, so not copied.
+[ ! -e "$data/long" ] || fail "unfinished runs were copied: $(find "$data/long" -type f | head -3)"
+expected=$(cd "$fixture" && find . -path ./long -prune -o -type f -print | sort)
+copied=$(cd "$data" && find . -type f -print | sort)
+[ "$expected" = "$copied" ] || fail "the copy is not the fixture's finished inputs: $(diff <(echo "$expected") <(echo "$copied"))"
+
+# A report made from that copy states the same quality figures.
+mkdir -p "$work/again"
+"$script" --quick --only report --from "$data" --out "$work/run2" --doc "$work/again/experiment.md" \
+  >"$work/report2.txt" 2>&1 || fail "the report from the copy failed: $(cat "$work/report2.txt")"
+first=$(grep -F '**Quality, test ppl' "$work/docs/experiment.md") || fail "the report has no quality headline"
+grep -qF -- "$first" "$work/again/experiment.md" || fail "the report from the copy differs in: $first"
+echo "[experiment_script_test] ok"
