@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh where there is no GPU (CI, a developer's machine): `run` refuses at once with
 # exit 2 and says why; with a GPU but no bundle it names the command that builds one; bad
-# arguments exit 2; --help tells both subcommands. Skipped (77) on a machine with a GPU.
+# arguments exit 2; --help tells every subcommand; `exec` refuses alike, and with a stand-in GPU
+# and a bundle it runs the command with the bundle's tarn as $TARN. Skipped (77) with a GPU.
 #   gpu_check_test.sh <repo root>
 set -uo pipefail
 root=$1
@@ -38,6 +39,10 @@ expect 0 "tools/gpu_check.sh run" --help
 expect 2 "unknown command 'frobnicate'" frobnicate
 expect 2 "--bundle needs a folder" run --bundle
 expect 2 "unknown argument '--fast'" run --fast
+expect 0 "tools/gpu_check.sh exec" --help
+expect 2 "no GPU here" exec -- true
+expect 2 "no command" exec --
+expect 2 "the command comes after --" exec true
 
 # A machine whose nvidia-smi lists a GPU, but no bundle was carried to it.
 mkdir -p "$work/bin"
@@ -45,4 +50,16 @@ printf '#!/bin/sh\necho "GPU 0: Stand-in (UUID: GPU-0)"\n' >"$work/bin/nvidia-sm
 chmod +x "$work/bin/nvidia-smi"
 path="$work/bin:$PATH"
 expect 2 "no bundle at $work/nothing" run --bundle "$work/nothing" --out "$work/out"
-echo "[gpu_check_test] run refuses without a GPU (exit 2) and without a bundle; bad arguments exit 2"
+expect 2 "no bundle at $work/nothing" exec --bundle "$work/nothing" -- true
+# A stand-in bundle: exec puts its programs first on PATH and names its tarn in TARN.
+mkdir -p "$work/bundle/bin" "$work/bundle/lib"
+for exe in tarn_cuda_tests tarn; do printf '#!/bin/sh
+echo "%s ran"
+' "$exe" >"$work/bundle/bin/$exe"; done
+chmod +x "$work/bundle/bin/"*
+expect 0 "tarn ran" exec --bundle "$work/bundle" -- sh -c '"$TARN"'
+expect 0 "tarn_cuda_tests ran" exec --bundle "$work/bundle" -- tarn_cuda_tests
+rm "$work/bundle/bin/tarn"
+expect 2 "has no tarn" exec --bundle "$work/bundle" -- true
+echo "[gpu_check_test] run and exec refuse without a GPU (exit 2) and without a bundle; bad arguments exit 2;" \
+     "exec runs a command with the bundle's programs"
