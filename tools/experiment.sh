@@ -80,6 +80,10 @@ for phase in ${phases//,/ }; do
   esac
 done
 wants() { [[ ",$phases," == *",$1,"* ]]; }
+if [ "$device" != cpu ] && [ "$jobs" -gt 1 ]; then
+  echo "experiment.sh: note: --jobs $jobs on $device: the runs time-slice one GPU (8 at a time on an H100 were" \
+       "slower in all than one at a time would be); --jobs 1 is the better choice there" >&2
+fi
 for setting in $settings; do
   [[ " $all_settings " == *" $setting "* ]] ||
     { echo "experiment.sh: --settings: unknown setting $setting (one of: ${all_settings// /, })" >&2; exit 2; }
