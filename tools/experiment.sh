@@ -201,12 +201,13 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
   run "$tarn" train "$recipe" $budget "${placement[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
     --restart > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
   run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt.part" 2>> "$dir.log" &&
-    mv "$dir/test.txt.part" "$dir/test.txt"
+    mv "$dir/test.txt.part" "$dir/test.txt" &&
+    echo "$device" >> "$(dirname "$(dirname "$dir")")/device.txt"  # the phase's: where its finished runs trained
 }
 running=0
-# The report says whether a phase's runs shared the machine (their times are then not speeds),
-# and on which device they ran.
-note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; echo "$device" >> "$out/$1/device.txt"; }
+# The report says whether a phase's runs shared the machine (their times are then not speeds);
+# train_setting notes the device of each finished run.
+note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; }
 # start <train_setting arguments...>: in the background once $jobs > 1, waiting for a free slot.
 start() {
   if [ "$jobs" = 1 ]; then
