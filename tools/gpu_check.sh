@@ -21,7 +21,7 @@
 #   tools/gpu_check.sh exec [--bundle DIR|TARBALL] -- COMMAND...
 #       On the GPU machine: runs COMMAND with the bundle's programs first on PATH, TARN set to its
 #       tarn and the loader path set as for run, e.g. the experiment's training runs on the device:
-#       tools/gpu_check.sh exec -- tools/experiment.sh --full --only quality --device cuda --jobs 6
+#       tools/gpu_check.sh exec -- tools/experiment.sh --full --only quality --device cuda --jobs 1
 #   tools/gpu_check.sh --help
 #
 # Exit status of run: 0 when every step passed, 1 when a test failed, a sanitizer found a
@@ -70,7 +70,7 @@ do_bundle() {
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTARN_NATIVE=OFF -DTARN_WITH_DNNL=OFF -DTARN_BUILD_TESTS=ON \
     -DTARN_BUILD_BENCH=ON >"$root/build/gpu_configure.log" 2>&1 ||
     { tail -30 "$root/build/gpu_configure.log" >&2; die "configure failed (build/gpu_configure.log)"; }
-  echo "[gpu_check] build ${tests[*]} ${benches[*]} (the CUDA kernels take a while on 2 cores)"
+  echo "[gpu_check] build ${tests[*]} ${benches[*]} ${programs[*]} (the CUDA kernels take a while on 2 cores)"
   cmake --build "$build_dir" -j"${TARN_JOBS:-$(nproc)}" --target "${tests[@]}" "${benches[@]}" "${programs[@]}" ||
     die "build failed"
 

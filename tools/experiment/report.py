@@ -903,8 +903,8 @@ def training_runs_section(folder, title):
 
 
 def shared_note(root):
-    """What root/jobs.txt and root/device.txt (experiment.sh --jobs J --device D, one line per
-    invocation) say of the times and of where the runs trained."""
+    """What root/jobs.txt (experiment.sh --jobs J, a line per invocation) and root/device.txt
+    (--device D, a line per finished run) say of the times and of where the runs trained."""
     jobs = [number(line) for line in (read_text(os.path.join(root, "jobs.txt")) or "").split()]
     jobs = max((j for j in jobs if j is not None), default=1)
     devices = sorted(set((read_text(os.path.join(root, "device.txt")) or "cpu").split()))
