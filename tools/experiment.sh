@@ -200,6 +200,9 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
   # shellcheck disable=SC2086  # $budget holds several flags
   run "$tarn" train "$recipe" $budget "${placement[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
     --restart > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
+  # A run stopped early (SIGTERM, SIGINT) exits 0 too: only one that reached its last step counts.
+  grep -q 'stopped (max_steps)' "$dir.log" ||
+    { echo "experiment.sh: $dir stopped before its last step, see $dir.log" >&2; return 1; }
   run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt.part" 2>> "$dir.log" &&
     mv "$dir/test.txt.part" "$dir/test.txt" &&
     echo "$device" >> "$(dirname "$(dirname "$dir")")/device.txt"  # the phase's: where its finished runs trained
