@@ -127,11 +127,8 @@ if [ -n "$from" ]; then
   [ -f "$from/mode.txt" ] || { echo "experiment.sh: --from $from: no mode.txt there (not an experiment folder)" >&2; exit 2; }
   from_mode=$(cat "$from/mode.txt")
   [ "$from_mode" = "$mode" ] || { echo "experiment.sh: --from: $from holds a $from_mode run, not $mode" >&2; exit 2; }
-  if [ -f "$out/mode.txt" ] && [ "$(cat "$out/mode.txt")" != "$mode" ]; then
-    echo "experiment.sh: --from: $out was started in $(cat "$out/mode.txt") mode, not $mode" >&2; exit 2
-  fi
   mkdir -p "$out"
-  cp -r -n "$from/." "$out/"
+  cp -r -n "$from/." "$out/"  # -n: DIR's own mode.txt stays, for the --resume check below
 fi
 if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then
   started_as=$(cat "$out/mode.txt")

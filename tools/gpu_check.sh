@@ -78,8 +78,7 @@ do_bundle() {
   mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
   local exe
   for exe in "${tests[@]}"; do cp "$build_dir/tests/$exe" "$bundle_dir/bin/"; done
-  for exe in "${benches[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
-  for exe in "${programs[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
+  for exe in "${benches[@]}" "${programs[@]}"; do cp "$build_dir/tools/$exe" "$bundle_dir/bin/"; done
   strip "$bundle_dir"/bin/*
   # The non-system libraries they load, as the loader resolves them here (sonames kept).
   local lib name
