@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=${TARN_JOBS:-$(nproc)}
 
+start=$(date +%s)
 bash tools/setup.sh
 
 launcher=()
@@ -22,13 +23,15 @@ run_suite() {  # name, build dir, cmake args...; $targets (optional): build only
   shift 2
   echo "[test] === $name: configure ==="
   cmake -S "$root" -B "$dir" "${launcher[@]}" "$@"
-  echo "[test] === $name: build ==="
+  echo "[test] === $name: build ($(( $(date +%s) - start )) s in) ==="
   cmake --build "$dir" -j"$jobs" ${targets:+--target $targets}
-  echo "[test] === $name: ctest ==="
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$dir" --output-on-failure -j1
+  echo "[test] === $name: ctest ($(( $(date +%s) - start )) s in) ==="
+  # Tests run side by side, one per core: the suites that train models use one thread each
+  # (tests/CMakeLists.txt), and the MPI jobs ask ctest for their ranks' cores (PROCESSORS).
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+  echo "[test] === $name: done ($(( $(date +%s) - start )) s in) ==="
 }
 
-start=$(date +%s)
 run_suite "Release" build/release -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=AUTO
 if [ -f build/release/cuda_resource_usage.txt ]; then
   # nvcc's per-kernel registers, spills and shared memory (cmake/TarnEmulator.cmake): CI's artefact.

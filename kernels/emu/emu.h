@@ -393,7 +393,8 @@ const char* thread_order_name(ThreadOrder order);
 // Seed of the random order (initially TARN_EMU_SEED, else a fixed value).
 void set_seed(uint64_t seed);
 uint64_t seed();
-// Worker OS threads that run blocks (initially TARN_EMU_WORKERS, else the core count, at most 8).
+// Worker OS threads that run blocks (initially TARN_EMU_WORKERS, else the CPUs the process may
+// run on, at most 8).
 void set_workers(int n);
 int workers();
 // Bytes of each fiber's stack (initially TARN_EMU_STACK_KB KiB, else 64 KiB; 512 KiB under ASan).

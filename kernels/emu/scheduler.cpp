@@ -10,6 +10,8 @@
 // result. __syncthreads resolves once every live thread waits at it. When nothing is runnable
 // and nothing resolves, the block is divergent or deadlocked, and the error names the threads
 // involved and the file:line where each waits.
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -86,8 +88,13 @@ int workers_from_env() {
     TARN_CHECK(n >= 1 && n <= 256, "TARN_EMU_WORKERS=", e, ": expected a count in [1, 256]");
     return n;
   }
-  const unsigned hc = std::thread::hardware_concurrency();
-  return static_cast<int>(std::clamp(hc == 0 ? 1u : hc, 1u, 8u));
+  // The CPUs this process may run on (a container or taskset may allow fewer than the machine
+  // has, which is what hardware_concurrency counts): more workers than those only queue.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const unsigned cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? static_cast<unsigned>(CPU_COUNT(&allowed))
+                                                                     : std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp(cpus == 0 ? 1u : cpus, 1u, 8u));
 }
 
 size_t stack_bytes() {

@@ -62,7 +62,7 @@ inline std::vector<std::string> tiny_overrides(const std::string& dir, int64_t m
           "data.tokenizer.train.model_prefix=" + dir + "/spm",
           "checkpoints.dir=" + dir + "/run",
           "training.max_steps=" + std::to_string(max_steps),
-          "training.threads=2",
+          "training.threads=1",  // ctest runs tests side by side (tests/CMakeLists.txt)
           "logging.every_steps=5"};
 }
 

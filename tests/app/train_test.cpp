@@ -95,7 +95,7 @@ TEST(Train, DeltaAndGatedAttentionTrainEndToEndAndLossFalls) {
     extra.push_back("validation.every_steps=0");
     const TrainSummary first = train(options(dir, 5, extra));
     ASSERT_TRUE(first.valid.has_value());
-    const TrainSummary later = train(options(dir, 60, extra));
+    const TrainSummary later = train(options(dir, 30, extra));
     ASSERT_TRUE(later.valid.has_value());
     EXPECT_LT(later.valid->mean_nll(), first.valid->mean_nll() - 0.5) << kind << ": validation NLL did not fall enough";
     EXPECT_FALSE(later.failed) << kind;
@@ -373,11 +373,11 @@ TEST(Train, ResidentPeakStaysWithinTheBoundOfTheLivePeak) {
   std::ofstream("/proc/self/clear_refs") << "5";        // VmHWM := VmRSS (Linux 4.0 and later)
   const int64_t before = resident_memory().peak_bytes;
   const TrainSummary r =
-      train(options(dir, 40, {"training.tokens_per_batch=8192", "validation.every_steps=40", "model.d_model=128",
+      train(options(dir, 20, {"training.tokens_per_batch=8192", "validation.every_steps=20", "model.d_model=128",
                               "model.ffn_dim=512", "data.max_source_len=128", "data.max_target_len=128"}));
   ASSERT_GT(r.live_peak_bytes, 0);
   const int64_t grown = r.rss_peak_bytes - before;
-  constexpr int64_t kFixedCosts = 48 << 20;  // OpenBLAS buffers for 2 threads, the data set
+  constexpr int64_t kFixedCosts = 48 << 20;  // OpenBLAS buffers, the data set
   EXPECT_LE(grown, 1.5 * static_cast<double>(r.live_peak_bytes) + kFixedCosts)
       << "resident peak grew by " << grown / 1048576 << " MiB for a live peak of " << r.live_peak_bytes / 1048576
       << " MiB";

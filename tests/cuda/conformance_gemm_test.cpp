@@ -136,8 +136,11 @@ TEST_P(GemmConformance, CastsRoundToNearestEvenAsTheCpuDoes) {
   TARN_ON(target(), cast_from_bf16, dy.get(), back.get(), static_cast<int64_t>(x.size()));
   const std::vector<float> widened = back.host();
   const std::vector<float> exact = ToFloat(want);
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!std::isnan(exact[i])) ASSERT_EQ(widened[i], exact[i]) << "bf16 bits " << want[i].bits;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isnan(exact[i])) {
+      ASSERT_EQ(widened[i], exact[i]) << "bf16 bits " << want[i].bits;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, GemmConformance, ::testing::ValuesIn(kAllTargets), TargetName);

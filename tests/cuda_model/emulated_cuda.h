@@ -13,6 +13,7 @@
 
 #include "framework/tensor.h"
 #include "kernels/backend.h"
+#include "kernels/emu/emu.h"
 #include "tests/cuda/tolerance.h"
 
 namespace tarn::testing {
@@ -21,8 +22,13 @@ inline Device emulated_cuda() {
   static const bool installed = [] {
     const char* want = std::getenv("TARN_TEST_CUDA");
     const bool force_emulator = want && std::string(want) == "emulated";
-    if (force_emulator || kernels::cuda_device_count() == 0)
+    if (force_emulator || kernels::cuda_device_count() == 0) {
       kernels::install_cuda_backend(&kernels::cuda_emu::backend());
+      // One worker runs every block: these tests check the model, not races between blocks
+      // (the conformance suites in tests/cuda look for those), and a step's thousands of
+      // launches then hand nothing to other threads, which a busy shared machine makes slow.
+      if (!std::getenv("TARN_EMU_WORKERS")) emu::set_workers(1);
+    }
     return true;
   }();
   (void)installed;
