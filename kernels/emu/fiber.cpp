@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -102,6 +104,7 @@ FiberStack::FiberStack(size_t bytes) {
     throw Error(str_cat("tarn emulator: mprotect of a fiber stack's guard page failed: ", std::strerror(err)));
   }
   usable_ = map_ + page;
+  poisoned_from_ = usable_ + size_;  // fresh pages: no poison
 }
 
 FiberStack::~FiberStack() {
@@ -110,8 +113,28 @@ FiberStack::~FiberStack() {
   munmap(map_, map_bytes_);
 }
 
-void* fiber_prepare(const FiberStack& stack, void (*entry)(void*), void* arg) {
-  TARN_EMU_UNPOISON(stack.bottom(), stack.size());  // an earlier fiber's frames never returned
+// Below the noted stack pointer: x86-64's 128-byte red zone and whatever the switch's caller
+// left there, with room to spare.
+constexpr size_t kBelowSwitchSlack = 4096;
+
+void FiberStack::note_switched_away_at(const void* sp) {
+#ifdef TARN_EMU_ASAN
+  char* p = static_cast<char*>(const_cast<void*>(sp));
+  p = p - usable_ > static_cast<ptrdiff_t>(kBelowSwitchSlack) ? p - kBelowSwitchSlack : usable_;
+  if (p < usable_ || p > usable_ + size_) p = usable_;  // not on this stack: clear everything
+  poisoned_from_ = std::min(poisoned_from_, p);
+#else
+  (void)sp;
+#endif
+}
+
+void FiberStack::unpoison_used() {
+  TARN_EMU_UNPOISON(poisoned_from_, static_cast<size_t>(usable_ + size_ - poisoned_from_));
+  poisoned_from_ = usable_ + size_;
+}
+
+void* fiber_prepare(FiberStack& stack, void (*entry)(void*), void* arg) {
+  stack.unpoison_used();  // an earlier fiber's frames never returned
   // The fiber's first instruction after `ret` is tarn_emu_fiber_start with rsp 16-byte
   // aligned, so the `call` into entry leaves it as the ABI wants at a function's start.
   uintptr_t top = reinterpret_cast<uintptr_t>(stack.top()) & ~uintptr_t{15};

@@ -350,6 +350,10 @@ void BlockRun::run() {
   const dim3 b = g_.block;
   n_ = b.x * b.y * b.z;
   Worker& w = w_;
+  // Where the previous block's fibers last left their stacks (finished or abandoned by a
+  // failed block): what fiber_prepare must clear of ASan poison before reuse.
+  for (const Fiber& f : w.fibers)
+    if (f.stack) f.stack->note_switched_away_at(f.sp);
   const size_t want = stack_bytes();
   if (w.stack_bytes != want) {
     w.stacks.clear();
@@ -363,10 +367,6 @@ void BlockRun::run() {
     f.linear = i;
     f.idx = uint3{i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
     f.stack = w.stacks[i].get();
-#if defined(TARN_EMU_ASAN)
-    // A fiber abandoned by an earlier failed block may have left its frames poisoned.
-    ASAN_UNPOISON_MEMORY_REGION(f.stack->bottom(), f.stack->size());
-#endif
     f.sp = fiber_prepare(*f.stack, &fiber_main, &f);
   }
 

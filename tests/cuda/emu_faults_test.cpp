@@ -146,6 +146,29 @@ __device__ int recurse(int depth) {
 }
 __global__ void overflow_stack(int* out) { out[threadIdx.x] = recurse(1 << 20); }
 
+// Deep frames with locals (their ASan redzones poisoned while the frame lives): the first
+// parks every thread but 0 at a barrier inside such a frame (thread 0 returns early, so the
+// block fails and its fibers are abandoned there); the second writes every byte of a larger
+// frame's array over the same stack range.
+__attribute__((noinline)) __device__ void park_in_a_deep_frame(int* out) {
+  volatile char pad[2048];
+  for (int i = 0; i < 2048; i += 64) pad[i] = static_cast<char>(i);
+  __syncthreads();
+  out[threadIdx.x] = pad[64];
+}
+__global__ void abandoned_in_deep_frames(int* out) {
+  if (threadIdx.x == 0) return;
+  park_in_a_deep_frame(out);
+}
+__attribute__((noinline)) __device__ int fill_a_deep_frame() {
+  volatile char pad[16384];
+  for (int i = 0; i < 16384; ++i) pad[i] = static_cast<char>(i);
+  int sum = 0;
+  for (int i = 0; i < 16384; i += 512) sum += pad[i];
+  return sum;
+}
+__global__ void deep_frames(int* out) { out[threadIdx.x] = fill_a_deep_frame(); }
+
 __global__ void throws_inside(int* out) {
   if (threadIdx.x == 5) throw std::runtime_error("thrown from a kernel body");
   out[threadIdx.x] = 1;
@@ -285,6 +308,21 @@ TEST_P(EmuFaultsEveryOrder, AnExceptionInsideAKernelBecomesALaunchError) {
   // The emulator is usable after a failed launch.
   EXPECT_EQ(ErrorOf([&] { tarn::launch(barrier_on_both_sides, 1, 1, 0, nullptr, reinterpret_cast<float*>(out.data())); }),
             "");
+}
+
+// A fiber's last frames never return, so their ASan poison stays on its stack; the emulator
+// clears it before the stack's next use (kernels/emu/fiber.h), from where each fiber last
+// left it. Under ASan, stale poison would be reported as a stack-buffer-underflow in the
+// second launch; elsewhere this checks that reused stacks run deep frames.
+TEST_P(EmuFaultsEveryOrder, StacksOfFinishedAndAbandonedBlocksAreReusedCleanly) {
+  std::vector<int> out(64);
+  EXPECT_NE(ErrorOf([&] { tarn::launch(abandoned_in_deep_frames, 1, 64, 0, nullptr, out.data()); }), "");
+  for (int round = 0; round < 2; ++round) {  // after the abandoned block, then after a finished one
+    EXPECT_EQ(ErrorOf([&] { tarn::launch(deep_frames, 1, 64, 0, nullptr, out.data()); }), "");
+    int want = 0;
+    for (int i = 0; i < 16384; i += 512) want += static_cast<char>(i);
+    for (int t = 0; t < 64; ++t) ASSERT_EQ(out[t], want) << "thread " << t;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, EmuFaultsEveryOrder, ::testing::ValuesIn(kAllOrders), OrderName);
