@@ -18,6 +18,10 @@ namespace tarn::app {
 namespace {
 
 TEST(Copy, TheTinyRecipeReturnsUnmaskedInputsItNeverSawWordForWord) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "a behaviour test: its 500 steps take 140 s under AddressSanitizer and reach no code the "
+                  "shorter training and generation tests do not (the Release build runs it)";
+#endif
   const std::string dir = testing::fresh_dir("copy");
   testing::write_word_salad(dir + "/train.txt", 300, 1);
   testing::write_word_salad(dir + "/valid.txt", 40, 2);
