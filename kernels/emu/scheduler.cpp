@@ -92,8 +92,9 @@ int workers_from_env() {
   // has, which is what hardware_concurrency counts): more workers than those only queue.
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  const unsigned cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? static_cast<unsigned>(CPU_COUNT(&allowed))
-                                                                     : std::thread::hardware_concurrency();
+  const unsigned cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                            ? static_cast<unsigned>(CPU_COUNT(&allowed))
+                            : std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp(cpus == 0 ? 1u : cpus, 1u, 8u));
 }
 
