@@ -13,16 +13,18 @@
 //     chunk from the checkpoint into the workspace, then walks the chunk backwards; the gradients
 //     that sum over columns (dq, dk, d_beta, d_alpha) go through shared memory, summed in column
 //     order.
-//   chunked (kernels/cuda/delta_rule_chunked.cu): DeltaNet's WY form, a block per slice turning up
-//     to 32 tokens at a time into matrix products in shared memory (f32, on the CUDA cores; the
-//     tensor-core and bf16 variants are not written). Its sums run in another order than the
-//     recurrence's: its results differ from the CPU's within f32 rounding, not bit for bit.
+//   chunked (kernels/cuda/delta_rule_chunked.cu): DeltaNet's WY form, turning up to 32 tokens at
+//     a time into matrix products in shared memory (f32, on the CUDA cores; the tensor-core and
+//     bf16 variants are not written). Only the state's pass over the sub-chunks runs in order, a
+//     block per (slice, tile of 16 state columns); the backward's gradients run a block per
+//     (slice, sub-chunk), all at once. Its sums run in another order than the recurrence's: its
+//     results differ from the CPU's within f32 rounding, not bit for bit.
 // Both give the same bits on every run. The decoding step is always the recurrence.
 //
 // Workspace of the backward (device memory): delta_rule_backward_workspace_floats(dims, cfg),
-// slices * (min(chunk, n) + 1) * dk * dv floats: at most chunk + 1 states a slice whatever n, so
-// memory stays linear in n.
-// The chunked backward keeps one state per sub-chunk of a checkpoint's chunk there, fewer.
+// enough for either algorithm: the recurrent kernels keep up to min(chunk, n) + 1 states a
+// slice, the chunked ones two a sub-chunk (the state before it and the gradient of the one
+// after), 2 ceil(n / chunk) ceil(chunk / C) states a slice. Both are linear in n.
 // Limits: recurrent, dv <= 1024 (one block holds a slice's columns) and the backward's shared
 // memory, 4 (3 dk + 3) bytes a column, columns rounded up to whole warps, within the device's
 // opt-in limit (dk = dv = 64: 49,920 bytes, above the default 48 KiB: the kernel opts in);

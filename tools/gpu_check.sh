@@ -310,8 +310,10 @@ do_run() {
   # 4. compute-sanitizer on the causal attention conformance tests (and two of the delta rule's).
   # The delta rule's cases with a head of 64 opt in to more shared memory: the recurrent one runs
   # both of the backward's barriers a token, the chunked one (ChunkedHeadOf64) every barrier of
-  # its sub-chunks, two sub-chunks a checkpoint's chunk.
+  # its sub-chunks, two sub-chunks a checkpoint's chunk; ChunkedChunksOf... runs all four of the
+  # chunked kernels on partial column tiles and sub-chunks.
   local causal='*LinearAttention*Causal*/Gpu:*SoftmaxAttention*Causal*/Gpu:*DeltaRuleConformance.*HeadOf64*/Gpu'
+  causal+=':*DeltaRuleConformance.ChunkedChunksOf*/Gpu'
   summary_lines+=("" "| sanitizer | tests | verdict |" "|---|---|---|")
   local tool
   for tool in racecheck memcheck; do

@@ -215,9 +215,13 @@ int64_t delta_rule_sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& c
   return delta_chunked::sub_chunk(dims, cfg);
 }
 
+// Enough for either algorithm, so that a workspace sized before delta_rule_set_algorithm serves
+// after it.
 size_t delta_rule_backward_workspace_floats(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
   const int64_t longest = std::min(cfg.chunk, dims.n);  // tokens of the longest chunk
-  return static_cast<size_t>(dims.slices * (longest + 1) * dims.dk * dims.dv);
+  const size_t recurrent = static_cast<size_t>(dims.slices * (longest + 1) * dims.dk * dims.dv);
+  const int64_t c = delta_chunked::sub_chunk(dims, cfg);
+  return c > 0 ? std::max(recurrent, delta_chunked::backward_workspace_floats(dims, cfg, c)) : recurrent;
 }
 
 void delta_rule_forward(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, const float* q, const float* k,

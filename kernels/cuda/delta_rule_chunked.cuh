@@ -17,9 +17,13 @@ namespace tarn::kernels::TARN_CUDA_NS::delta_chunked {
 // run.
 int64_t sub_chunk(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg);
 
+// The chunked backward's workspace for sub-chunks of c tokens: two states (the state before and
+// the gradient of the state after) per sub-chunk of the sequence, slices * 2 * ceil(n / chunk) *
+// ceil(chunk / c) * dk * dv floats.
+size_t backward_workspace_floats(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, int64_t c);
+
 // As kernels/delta_rule.h's, with c = sub_chunk(dims, cfg) > 0 (the caller's, so that the device
-// is asked once). The backward's workspace is delta_rule_backward_workspace_floats' (it keeps up
-// to min(chunk, n) + 1 states a slice; this kernel keeps one per sub-chunk of a checkpoint's chunk).
+// is asked once) and a workspace of at least backward_workspace_floats(dims, cfg, c) floats.
 void forward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg, int64_t c, const float* q,
              const float* k, const float* v, const float* beta, const float* alpha, float* out, float* final_state,
              float* checkpoints, int64_t per_slice_checkpoints);

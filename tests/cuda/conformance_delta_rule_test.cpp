@@ -561,6 +561,14 @@ TEST_P(DeltaRuleConformance, ChunkedHeadOf64) {
   Check({1, 70, 64, 64, 64, true, true, true}, true, kChunked);
 }
 
+// Chunks of 40 tokens: a sub-chunk of 32 and one of 8 each, so kernel 1 recomputes a state
+// inside every chunk and the last chunk (35 tokens) leaves a slot empty; dv 48 is three column
+// tiles of the in-order passes; dk 32.
+TEST_P(DeltaRuleConformance, ChunkedChunksOfAFullAndAPartialSubChunk) {
+  Check({2, 75, 32, 48, 40, false, true, true}, true, kChunked);
+  Check({2, 75, 32, 48, 40, true, true, false}, true, kChunked);
+}
+
 TEST_P(DeltaRuleConformance, ChunkedEmptySequenceWritesZeroStates) {
   Check({2, 0, 16, 40, 32, false, true, false}, false, kChunked);
 }
