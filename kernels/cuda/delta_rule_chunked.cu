@@ -351,33 +351,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dS <- dS0 over one sub-chunk for the block's columns: m.ds holds the gradient of the state
-// after the sub-chunk and ends holding the gradient of the state before it. The same
-// arithmetic, element by element, as backward_sub_chunk's.
-__device__ void state_gradient_sub_chunk(const Smem& m, const Slice& in, int64_t u0, int64_t L, const float* d_out) {
-  const int64_t dk = in.dk, cols = in.cols;
-  const bool readout = in.q != nullptr, erase = in.erase;
+// The backward's start on a sub-chunk: its rows (and d_out's, when reading out), then D. Ends
+// past a barrier.
+__device__ void load_for_backward(const Smem& m, const Slice& in, int64_t u0, int64_t L, const float* d_out) {
   load_rows(m, in, u0, L);
-  if (readout) load_d_out(m, in, u0, L, d_out);
+  if (in.q != nullptr) load_d_out(m, in, u0, L, d_out);
   __syncthreads();
   decays(m, L);
   __syncthreads();
+}
+
+// The backward's pairs: A (erase; with keep_kk the k_t . k_s themselves into m.kk too) and
+// q_t . k_s without D (readout). No barrier.
+__device__ void backward_pairs(const Smem& m, const Slice& in, int64_t L, bool keep_kk) {
+  const int64_t dk = in.dk;
   for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
     const int64_t t = e / L, s = e % L;
-    if (erase) m.at(m.a, t, s) = m.beta[t] * m.D(t, s) * (s < t ? dot(m.k + t * dk, m.k + s * dk, dk) : 0.0f);
-    if (readout) m.at(m.qk, t, s) = s <= t ? dot(m.q + t * dk, m.k + s * dk, dk) : 0.0f;
+    if (in.erase) {
+      const float kk = s < t ? dot(m.k + t * dk, m.k + s * dk, dk) : 0.0f;
+      if (keep_kk) m.at(m.kk, t, s) = kk;
+      m.at(m.a, t, s) = m.beta[t] * m.D(t, s) * kk;
+    }
+    if (in.q != nullptr) m.at(m.qk, t, s) = s <= t ? dot(m.q + t * dk, m.k + s * dk, dk) : 0.0f;
   }
-  __syncthreads();
-  // dW = P^T dout + diag(e) K dS into dy, then (I + A)^T dY = dW.
+}
+
+// dY for the block's columns: dW = P^T dout + diag(e) K dS into m.dy (and, with kdsw, (K dS) o W
+// for e's gradient into m.kdsw), then with the erase (I + A)^T dY = dW, a column a thread from
+// the last row up. Ends past a barrier.
+__device__ void write_gradients(const Smem& m, const Slice& in, int64_t L, bool kdsw) {
+  const int64_t dk = in.dk, cols = in.cols;
   for (int64_t e = threadIdx.x; e < L * cols; e += blockDim.x) {
     const int64_t s = e / cols, j = e % cols;
-    float acc = m.D(L - 1, s) * dot_column(m.k + s * dk, m.ds, cols, j, dk);
-    if (readout)
+    const float kds = dot_column(m.k + s * dk, m.ds, cols, j, dk);
+    float acc = m.D(L - 1, s) * kds;
+    if (in.q != nullptr)
       for (int64_t t = s; t < L; ++t) acc += m.D(t, s) * m.at(m.qk, t, s) * m.dout[t * cols + j];
     m.dy[e] = acc;
+    if (kdsw) m.kdsw[e] = kds * m.w[e];
   }
   __syncthreads();
-  if (erase)
+  if (in.erase)
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       for (int64_t t = L - 1; t >= 0; --t) {
         float y = m.dy[t * cols + j];
@@ -385,6 +399,18 @@ __device__ void state_gradient_sub_chunk(const Smem& m, const Slice& in, int64_t
         m.dy[t * cols + j] = y;
       }
   __syncthreads();
+}
+
+// dS <- dS0 over one sub-chunk for the block's columns: m.ds holds the gradient of the state
+// after the sub-chunk and ends holding the gradient of the state before it. The same
+// arithmetic, element by element, as backward_sub_chunk's.
+__device__ void state_gradient_sub_chunk(const Smem& m, const Slice& in, int64_t u0, int64_t L, const float* d_out) {
+  const int64_t dk = in.dk, cols = in.cols;
+  const bool readout = in.q != nullptr, erase = in.erase;
+  load_for_backward(m, in, u0, L, d_out);
+  backward_pairs(m, in, L, false);
+  __syncthreads();
+  write_gradients(m, in, L, false);
   // dS0 = b_{L-1} dS + Q^T diag(b) dout - K^T diag(b beta) dY, in place.
   const float decay = m.D(L - 1, -1);
   for (int64_t e = threadIdx.x; e < dk * cols; e += blockDim.x) {
@@ -429,21 +455,9 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
                                    float* dk_out, float* dv_out, float* d_beta, float* d_alpha) {
   const int64_t dk = in.dk, dv = in.dv, state = dk * dv;
   const bool readout = in.q != nullptr, erase = in.erase;
-  load_rows(m, in, u0, L);
-  if (readout) load_d_out(m, in, u0, L, d_out);
-  __syncthreads();
-  decays(m, L);
-  __syncthreads();
+  load_for_backward(m, in, u0, L, d_out);
   // Pairs: k_t . k_s and A (erase), q_t . k_s (readout); K S0 and Q S0.
-  for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int64_t t = e / L, s = e % L;
-    if (erase) {
-      const float kk = s < t ? dot(m.k + t * dk, m.k + s * dk, dk) : 0.0f;
-      m.at(m.kk, t, s) = kk;
-      m.at(m.a, t, s) = m.beta[t] * m.D(t, s) * kk;
-    }
-    if (readout) m.at(m.qk, t, s) = s <= t ? dot(m.q + t * dk, m.k + s * dk, dk) : 0.0f;
-  }
+  backward_pairs(m, in, L, true);
   for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
     const int64_t t = e / dv, j = e % dv;
     if (erase) m.ks0[e] = dot_column(m.k + t * dk, m.s0, dv, j, dk);
@@ -456,25 +470,7 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   __syncthreads();
   writes(m, L, dv);
   __syncthreads();
-  // dW = P^T dout + diag(e) K dS into dy; (K dS) o W for e's gradient.
-  for (int64_t e = threadIdx.x; e < L * dv; e += blockDim.x) {
-    const int64_t s = e / dv, j = e % dv;
-    const float kds = dot_column(m.k + s * dk, m.ds, dv, j, dk);
-    float acc = m.D(L - 1, s) * kds;
-    if (readout)
-      for (int64_t t = s; t < L; ++t) acc += m.D(t, s) * m.at(m.qk, t, s) * m.dout[t * dv + j];
-    m.dy[e] = acc;
-    m.kdsw[e] = kds * m.w[e];
-  }
-  __syncthreads();
-  if (erase)  // (I + A)^T dY = dW, a column a thread, from the last row up
-    for (int64_t j = threadIdx.x; j < dv; j += blockDim.x)
-      for (int64_t t = L - 1; t >= 0; --t) {
-        float y = m.dy[t * dv + j];
-        for (int64_t s = t + 1; s < L; ++s) y -= m.at(m.a, s, t) * m.dy[s * dv + j];
-        m.dy[t * dv + j] = y;
-      }
-  __syncthreads();
+  write_gradients(m, in, L, true);
   // dA, dP and what they give: dKK, dQK and G_ts for 0 <= s < t.
   for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
     const int64_t t = e / L, s = e % L;
