@@ -443,6 +443,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t u = (t1 - t0 + c - 1) / c - 1; u >= 0; --u) {
       __syncthreads();  // m.ds is written
       store_state(ws.grads + (ci * subs.per_chunk + u) * state, m.ds, in);
+      if (ci == 0 && u == 0) break;  // the scan starts from zero: nothing reads dS before it
       const int64_t u0 = t0 + u * c;
       state_gradient_sub_chunk(m, in, u0, smaller(c, t1 - u0), d_out);
     }
