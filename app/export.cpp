@@ -27,6 +27,10 @@ json::Value attention_json(const AttentionConfig& a) {
     o.set("feature_map", json::Value::string(kernels::cpu::feature_map_name(a.feature_map)));
     o.set("chunk", json::Value::number(a.chunk));
     o.set("favor_features", json::Value::number(a.favor_features));
+    if (a.feature_map == kernels::cpu::FeatureMap::taylor) {
+      o.set("taylor_order", json::Value::number(a.taylor_order));
+      o.set("taylor_dim", json::Value::number(a.taylor_dim));
+    }
     o.set("eps", json::Value::number(a.eps));
   }
   if (a.has_delta_block()) {

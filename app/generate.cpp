@@ -162,7 +162,7 @@ double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d,
   const double f = 4.0;
   if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
   const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
-  const double features = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head;
+  const double features = static_cast<double>(a.feature_count(d / std::max<int64_t>(1, heads)));
   const double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head  // S (the convolutions' tails aside)
                                            : f * static_cast<double>(heads) * features * (head + 1);  // S and z
   if (!a.is_hybrid()) return state;

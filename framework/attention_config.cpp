@@ -1,6 +1,7 @@
 #include "framework/attention_config.h"
 
 #include "kernels/check.h"
+#include "kernels/taylor_map.h"
 
 namespace tarn {
 
@@ -21,9 +22,21 @@ std::string AttentionConfig::str() const {
   if (is_hybrid() && has_delta_block())
     return "hybrid(window " + std::to_string(window) + ", " + attention_kind_name(global) + " conv " +
            std::to_string(conv_size) + ")";
-  if (is_hybrid())
-    return "hybrid(window " + std::to_string(window) + ", " + kernels::cpu::feature_map_name(feature_map) + ")";
-  return std::string("linear(") + kernels::cpu::feature_map_name(feature_map) + ")";
+  // "taylor" at Based's settings, else "taylor order 4 r 8".
+  std::string map = kernels::cpu::feature_map_name(feature_map);
+  if (feature_map == FeatureMap::taylor && (taylor_order != 2 || taylor_dim != 16))
+    map += " order " + std::to_string(taylor_order) + " r " + std::to_string(taylor_dim);
+  if (is_hybrid()) return "hybrid(window " + std::to_string(window) + ", " + map + ")";
+  return "linear(" + map + ")";
+}
+
+int64_t AttentionConfig::feature_count(int64_t head_dim) const {
+  switch (feature_map) {
+    case FeatureMap::favor: return favor_features > 0 ? favor_features : head_dim;
+    case FeatureMap::taylor: return kernels::cpu::taylor_feature_count(taylor_dim, static_cast<int>(taylor_order));
+    case FeatureMap::hedgehog: return 2 * head_dim;
+    default: return head_dim;
+  }
 }
 
 void AttentionConfig::validate(const std::string& key) const {
@@ -41,6 +54,13 @@ void AttentionConfig::validate(const std::string& key) const {
   TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);
+  TARN_CHECK(taylor_order == 2 || taylor_order == 4, key,
+             ".taylor_order: must be 2 or 4 (an even order keeps the kernel positive), got ", taylor_order);
+  TARN_CHECK(taylor_dim >= 1 && taylor_dim <= 255, key, ".taylor_dim: must be 1..255, got ", taylor_dim);
+  const int64_t features = kernels::cpu::taylor_feature_count(taylor_dim, static_cast<int>(taylor_order));
+  TARN_CHECK(features <= kernels::cpu::kMaxTaylorFeatures, key, ".taylor_dim: ", taylor_dim, " at order ",
+             taylor_order, " gives ", features, " features, above the ", kernels::cpu::kMaxTaylorFeatures,
+             " the kernels take");
 }
 
 }  // namespace tarn

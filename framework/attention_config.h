@@ -36,6 +36,10 @@ struct AttentionConfig {
   int64_t favor_features = 0;      // m, the FAVOR+ feature count; 0 = head_dim
   int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
   double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
+  // Taylor map (kernels/taylor_map.h): the order P of exp's series (2 or 4: an even order keeps
+  // the kernel positive) and r, the width of the learned projection it takes per head.
+  int64_t taylor_order = 2;
+  int64_t taylor_dim = 16;
   // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
@@ -58,6 +62,9 @@ struct AttentionConfig {
   // The delta rule's erase (kernels/delta_rule.h): delta, and hybrid over delta.
   bool erases() const { return kind == Kind::delta || (kind == Kind::hybrid && global == Kind::delta); }
   bool is_softmax() const { return kind == Kind::softmax; }
+  // Features per head of the feature map for heads of head_dim (favor: m; taylor: C(r + P, P);
+  // hedgehog: 2 head_dim; the row-local maps keep head_dim).
+  int64_t feature_count(int64_t head_dim) const;
   static AttentionConfig softmax_attention() { return {}; }
   static AttentionConfig linear_attention(FeatureMap map = FeatureMap::elu1) {
     AttentionConfig c;

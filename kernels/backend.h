@@ -21,6 +21,7 @@
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
 #include "kernels/cuda_softmax_attention_bf16.h"
+#include "kernels/cuda_taylor_map.h"
 #include "kernels/feature_maps.h"
 
 namespace tarn::kernels {
@@ -80,7 +81,9 @@ namespace tarn::kernels {
   X(delta_rule_step)                                                                                 \
   X(delta_rule_set_algorithm)                                                                        \
   X(causal_conv_forward)                                                                             \
-  X(causal_conv_backward)
+  X(causal_conv_backward)                                                                            \
+  X(taylor_map_forward)                                                                              \
+  X(taylor_map_backward)
 
 // The entry points of a bf16 attention kernel, given the function types of its two
 // *_workspace_floats, its forward and its backward, and the largest d and e it takes.

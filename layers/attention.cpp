@@ -18,9 +18,6 @@ namespace {
 // exp() of it is exactly 0 in f32, and unlike -inf a fully masked row stays finite.
 constexpr float kMaskedScore = -1e9f;
 
-// Based's feature dimension before the Taylor map: 1 + 16 + 16^2 = 273 features.
-constexpr int64_t kTaylorDim = 16;
-
 // The epsilon of delta attention's per-head RMSNorm (LayerNorm's, 1e-5).
 constexpr float kDeltaNormEps = 1e-5f;
 
@@ -164,7 +161,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   if (config_.uses_feature_map()) {
     map_ = config_.feature_map;
     if (map_ == FeatureMap::taylor) {
-      taylor_proj_ = std::make_unique<Linear>(head_dim_, kTaylorDim, init, /*with_bias=*/false);
+      taylor_proj_ = std::make_unique<Linear>(head_dim_, config_.taylor_dim, init, /*with_bias=*/false);
       register_module("taylor_proj", *taylor_proj_);
     }
     if (map_ == FeatureMap::hedgehog) {
@@ -189,24 +186,11 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
 }
 
 int64_t MultiHeadAttention::feature_dim() const {
-  if (map_ == FeatureMap::taylor) return 1 + kTaylorDim + kTaylorDim * kTaylorDim;
-  if (map_ == FeatureMap::hedgehog) return 2 * head_dim_;
-  return map_ == FeatureMap::favor ? favor_.m : head_dim_;
+  return map_ == FeatureMap::favor ? favor_.m : config_.feature_count(head_dim_);
 }
 
 Tensor MultiHeadAttention::taylor_features(const Tensor& x) const {
-  const Tensor p = taylor_proj_->forward(x);  // (..., N, r)
-  std::vector<int64_t> col = p.shape().vec(), row = col, flat = col, one = col;
-  col.push_back(1);  // (..., N, r, 1)
-  row.back() = 1;    // (..., N, 1, r)
-  row.push_back(kTaylorDim);
-  flat.back() = kTaylorDim * kTaylorDim;
-  one.back() = 1;
-  const float r = static_cast<float>(kTaylorDim);
-  const Tensor outer = reshape(mul(reshape(p, Shape(col)), reshape(p, Shape(row))), Shape(flat));  // p_i p_j
-  return concat({Tensor::ones(Shape(one), x.device()), scale(p, 1.0f / std::pow(r, 0.25f)),
-                 scale(outer, 1.0f / (std::sqrt(2.0f) * std::sqrt(r)))},
-                -1);
+  return taylor_feature_map(taylor_proj_->forward(x), static_cast<int>(config_.taylor_order));
 }
 
 Tensor MultiHeadAttention::hedgehog_features(const Tensor& x, const Tensor& w) const {

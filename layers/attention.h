@@ -11,8 +11,9 @@
 // probabilities, as HF does, to drop them; linear attention has no probabilities and ignores
 // attention_dropout.
 //
-// Taylor (Based, Arora et al. 2024): a learned (16, dh) projection per attention module, shared
-// by its heads ("taylor_proj.weight"), then the 2nd-order Taylor map of exp (273 features).
+// Taylor (Based, Arora et al. 2024): a learned (taylor_dim, dh) projection per attention module,
+// shared by its heads ("taylor_proj.weight"), then the Taylor map of exp to order taylor_order
+// (kernels/taylor_map.h: C(r + P, P) features; r = 16, P = 2: 153).
 // Hedgehog (Zhang et al., ICLR 2024): per head a learned (dh, dh) matrix for the queries and one
 // for the keys ("hedgehog_q", "hedgehog_k", (H, dh, dh), the identity at the start), then
 // [softmax(p), softmax(-p)] over the features of p (2 dh features): trained with the model,
@@ -133,8 +134,8 @@ class MultiHeadAttention : public Module {
   FeatureMap fused_map() const;
   // favor and taylor: the layer computes the features and hands them to the kernels.
   bool materialises_features() const { return map_ == FeatureMap::favor || kernels::cpu::feature_map_is_learned(map_); }
-  // Based's map: [1, p / r^(1/4), vec(p p^T) / (sqrt(2) sqrt(r))] of p = x taylor_proj^T (r = 16),
-  // so that phi(q).phi(k) = 1 + q'.k'/sqrt(r) + (q'.k')^2 / (2 r), exp's Taylor series to order 2.
+  // Based's map to order P of p = x taylor_proj^T (r = taylor_dim wide): phi(q).phi(k) =
+  // sum_{n <= P} x^n / n! with x = q'.k' / sqrt(r), exp's Taylor series (taylor_feature_map).
   Tensor taylor_features(const Tensor& x) const;
   // Hedgehog's map (Zhang et al. 2024): [softmax(p), softmax(-p)] over the features of
   // p = x W_h^T with W_h the head's (dh, dh) slice of `w` (H, dh, dh): 2 dh features.

@@ -8,6 +8,7 @@
 
 #include "framework/config/schema.h"
 #include "framework/model_presets.h"
+#include "kernels/taylor_map.h"
 
 namespace tarn {
 namespace {
@@ -80,8 +81,8 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
                        FeatureMap::hedgehog, FeatureMap::identity})
     maps.emplace_back(kernels::cpu::feature_map_name(m), m);
   a.template enumeration<FeatureMap>(&AttentionConfig::feature_map, "feature_map",
-                "linear attention's (and hybrid's global part's) feature map phi (taylor: Based's 2nd-order Taylor map of exp(q.k) on a learned "
-                "16-dimensional projection of each head, 273 features; hedgehog: [softmax(W x), softmax(-W x)] with a learned "
+                "linear attention's (and hybrid's global part's) feature map phi (taylor: Based's Taylor map of exp(q.k) to order "
+                "taylor_order on a learned taylor_dim-wide projection of each head; hedgehog: [softmax(W x), softmax(-W x)] with a learned "
                 "dh x dh W per head, 2 dh features; identity: ablations only, warns)",
                 maps);
   a.integer(&AttentionConfig::chunk, "chunk",
@@ -107,6 +108,15 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
             "redraw the FAVOR+ projection every this many steps; 0 = never")
       .non_negative();
   a.number(&AttentionConfig::eps, "eps", "linear attention's normaliser epsilon: num / (den + eps)").positive();
+  a.integer(&AttentionConfig::taylor_order, "taylor_order",
+            "taylor: the order P of exp's series, sum_{n <= P} x^n / n! (2: Based's map; 4: sharper; an even order "
+            "keeps the kernel positive)")
+      .check([](const int64_t& v) { return v == 2 || v == 4; }, "2 or 4");
+  a.integer(&AttentionConfig::taylor_dim, "taylor_dim",
+            "taylor: r, the width of the learned per-head projection the map takes; C(r + P, P) features (r = 16: "
+            "153 at order 2, 4,845 at order 4; r = 8, order 4: 495)")
+      .min(1)
+      .max(255);
 }
 
 config::Schema build_schema() {
@@ -469,7 +479,7 @@ void check_cross_field(const Recipe& r, Loader& loader) {
       continue;
     }
     if (!a.uses_feature_map()) {
-      for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps"}) {
+      for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps", "taylor_order", "taylor_dim"}) {
         if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, ignored);
       }
       if (a.is_softmax() && loader.given(prefix + ".chunk")) loader.warn(prefix + ".chunk", "ignored: kind is softmax");
@@ -478,6 +488,16 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     if (a.feature_map == kernels::cpu::FeatureMap::identity) {
       loader.warn_at(first_given(loader, {prefix + ".feature_map", prefix + ".kind", prefix}), prefix + ".feature_map",
                      "identity makes linear attention a mean over positions: for ablations only");
+    }
+    if (a.feature_map != kernels::cpu::FeatureMap::taylor) {
+      for (const char* key : {"taylor_order", "taylor_dim"}) {
+        if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, "ignored: feature_map is not taylor");
+      }
+    } else if (const int64_t features = kernels::cpu::taylor_feature_count(a.taylor_dim, static_cast<int>(a.taylor_order));
+               features > kernels::cpu::kMaxTaylorFeatures) {
+      loader.error(prefix + ".taylor_dim", str_cat(a.taylor_dim, " at taylor_order ", a.taylor_order, " gives ", features,
+                                                   " features, above the ", kernels::cpu::kMaxTaylorFeatures,
+                                                   " the kernels take"));
     }
     if (a.feature_map != kernels::cpu::FeatureMap::favor) {
       for (const char* key : {"favor_features", "favor_redraw_every"}) {

@@ -60,6 +60,11 @@ enum class FeatureRole : uint8_t { query, key, unstabilized };
 Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role = FeatureRole::query,
                    const Tensor& projection = Tensor());
 
+// Based's Taylor map to order `order` (kernels/taylor_map.h): p (..., r) -> (..., F) with
+// F = C(r + order, order) = taylor_feature_count(r, order) and phi(p) . phi(p') = sum_{n <=
+// order} x^n / n!, x = p . p' / sqrt(r). Differentiable with respect to p. r <= 255, order 1-4.
+Tensor taylor_feature_map(const Tensor& p, int order);
+
 // ---- linear attention ----
 
 struct LinearAttentionOptions {

@@ -26,6 +26,7 @@
 #include "kernels/rms_norm.h"
 #include "kernels/softmax.h"
 #include "kernels/softmax_attention.h"
+#include "kernels/taylor_map.h"
 
 namespace tarn::kernels {
 namespace {

@@ -29,10 +29,15 @@ std::string trained_run(const std::string& name, const std::string& attention_ki
   o.overrides = testing::tiny_overrides(dir, steps);
   // hybrid: in every stack (cross-attention's window around the target position); hybrid_delta
   // (hybrid over the delta rule, self-attention only under hybrid) keeps cross-attention linear.
-  const bool hybrid = attention_kind.rfind("hybrid", 0) == 0;
+  // taylor4: linear attention, cross-attention's with the 4th-order Taylor map.
+  const bool hybrid = attention_kind.rfind("hybrid", 0) == 0, taylor4 = attention_kind == "taylor4";
   for (const char* stack : {"encoder_self", "decoder_self", "cross"})
     if (!(attention_kind == "hybrid_delta" && std::string(stack) == "cross"))
-      o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" + (hybrid ? "hybrid" : attention_kind));
+      o.overrides.push_back(std::string("model.attention.") + stack + ".kind=" +
+                            (hybrid ? "hybrid" : taylor4 ? "linear" : attention_kind));
+  if (taylor4)
+    for (const char* setting : {"feature_map=taylor", "taylor_order=4", "taylor_dim=5"})
+      o.overrides.push_back(std::string("model.attention.cross.") + setting);
   if (hybrid) o.overrides.push_back("model.attention.decoder_self.window=3");  // shorter than the glosses
   if (attention_kind == "hybrid") o.overrides.push_back("model.attention.cross.window=4");
   if (attention_kind == "hybrid_delta") {
@@ -83,6 +88,20 @@ TEST(Export, ReloadedDeltaExportGivesIdenticalPerplexity) {
   const json::Value* cross = c.find("tarn")->find("cross_attention");
   EXPECT_EQ(cross->find("kind")->as_string("kind"), "delta");
   EXPECT_EQ(cross->find("conv_size")->as_u64("conv_size"), 4u);
+}
+
+TEST(Export, ReloadedTaylorOrder4ExportGivesIdenticalPerplexity) {
+  const std::string dir = expect_reloaded_export_gives_identical_perplexity("taylor4");
+  const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
+  const Tensor* proj = f.find("model.decoder.layers.0.encoder_attn.taylor_proj.weight");
+  ASSERT_TRUE(proj);
+  EXPECT_EQ(proj->size(0), 5);  // (taylor_dim, head_dim)
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Value* cross = c.find("tarn")->find("cross_attention");
+  EXPECT_EQ(cross->find("feature_map")->as_string("feature_map"), "taylor");
+  EXPECT_EQ(cross->find("taylor_order")->as_u64("taylor_order"), 4u);
+  EXPECT_EQ(cross->find("taylor_dim")->as_u64("taylor_dim"), 5u);
+  EXPECT_EQ(c.find("tarn")->find("decoder_self_attention")->find("taylor_order"), nullptr);  // elu1 there
 }
 
 TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {

@@ -416,6 +416,43 @@ TEST(RecipeErrors, StrayCommaWhereADocumentStartsIsASyntaxErrorNotAHang) {
 
 // ------------------------------------------------------------------------------ warnings
 
+TEST(RecipeAttention, TaylorOrderAndWidthParseAndAreChecked) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n"
+                                    "    cross: {kind: linear, feature_map: taylor, taylor_order: 4, taylor_dim: 8}\n",
+                                "t.yaml");
+  EXPECT_EQ(r.model.attention.cross.taylor_order, 4);
+  EXPECT_EQ(r.model.attention.cross.taylor_dim, 8);
+  EXPECT_EQ(r.model.attention.cross.feature_count(64), 495);
+  EXPECT_EQ(r.model.attention.cross.str(), "linear(taylor order 4 r 8)");
+  EXPECT_TRUE(r.warnings.empty());
+  const Recipe back = parse_recipe(to_yaml(r), "written.yaml");
+  EXPECT_EQ(first_difference(r, back), "");
+  // Based's map is the default, so recipes written before the keys mean what they meant.
+  const AttentionConfig based = parse_recipe(std::string(kMinimal)).model.attention.cross;
+  EXPECT_EQ(based.taylor_order, 2);
+  EXPECT_EQ(based.taylor_dim, 16);
+  // An odd order (the kernel can turn negative) and more features than the kernels take.
+  for (const auto& [setting, message] :
+       {std::pair<std::string, std::string>{"taylor_order: 3", "model.attention.cross.taylor_order: expected 2 or 4"},
+        {"taylor_order: 4, taylor_dim: 17",
+         "model.attention.cross.taylor_dim: 17 at taylor_order 4 gives 5985 features, above the 5120"}}) {
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: linear, feature_map: taylor, " +
+                       setting + "}\n",
+                   "bad.yaml");
+      ADD_FAILURE() << setting << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.yaml:5: " + message), std::string::npos) << e.what();
+    }
+  }
+  const Recipe warned = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: linear, feature_map: elu1, taylor_order: 4}\n",
+      "w.yaml");
+  ASSERT_EQ(warned.warnings.size(), 1u);
+  EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.taylor_order: ignored: feature_map is not taylor");
+}
+
 TEST(RecipeWarnings, IdentityFeatureMapIsAllowedWithAWarning) {
   const Recipe r = parse_recipe(std::string(kMinimal) +
                                     "model:\n  attention:\n    encoder_self: {kind: linear, feature_map: identity}\n",

@@ -4,6 +4,7 @@
 // against. It reads the weights by their HF names from a BartForConditionalGeneration.
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -137,19 +138,36 @@ class BartReference {
                const std::string& name) const {
     const int64_t d = c_.d_model;
     const std::string map = kernels::cpu::feature_map_name(cfg.feature_map);
-    if (map == "taylor") {  // [1, p / r^(1/4), p_i p_j / (sqrt 2 sqrt r)], p = x W^T
+    if (map == "taylor") {  // u^alpha / sqrt(alpha!) over multisets alpha of <= P indices, u = p / r^(1/4), p = x W^T
       const Mat& w = p(name + ".taylor_proj.weight");
-      const int64_t r = static_cast<int64_t>(w.size()) / dh, f = 1 + r + r * r;
-      Mat y(static_cast<size_t>(n * f));
+      const int64_t r = static_cast<int64_t>(w.size()) / dh;
+      Mat y;
       for (int64_t i = 0; i < n; ++i) {
-        std::vector<double> pr(static_cast<size_t>(r), 0.0);
-        for (int64_t a = 0; a < r; ++a)
-          for (int64_t e = 0; e < dh; ++e) pr[a] += w[a * dh + e] * x[i * d + col + e];
-        y[i * f] = 1;
+        std::vector<double> u(static_cast<size_t>(r), 0.0);
         for (int64_t a = 0; a < r; ++a) {
-          y[i * f + 1 + a] = pr[a] / std::pow(double(r), 0.25);
-          for (int64_t b = 0; b < r; ++b) y[i * f + 1 + r + a * r + b] = pr[a] * pr[b] / std::sqrt(2.0 * r);
+          for (int64_t e = 0; e < dh; ++e) u[a] += w[a * dh + e] * x[i * d + col + e];
+          u[a] /= std::pow(double(r), 0.25);
         }
+        std::vector<int64_t> idx;
+        // Degree by degree, index tuples i_1 <= ... <= i_n in lexicographic order.
+        std::function<void(int64_t, int64_t)> emit = [&](int64_t left, int64_t lo) {
+          if (left > 0) {
+            for (int64_t a = lo; a < r; ++a) {
+              idx.push_back(a);
+              emit(left - 1, a);
+              idx.pop_back();
+            }
+            return;
+          }
+          double v = 1, factorial = 1, run = 0;
+          for (size_t j = 0; j < idx.size(); ++j) {
+            run = j > 0 && idx[j] == idx[j - 1] ? run + 1 : 1;
+            factorial *= run;
+            v *= u[idx[j]];
+          }
+          y.push_back(v / std::sqrt(factorial));
+        };
+        for (int64_t degree = 0; degree <= cfg.taylor_order; ++degree) emit(degree, 0);
       }
       return y;
     }

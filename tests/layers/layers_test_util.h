@@ -44,9 +44,13 @@ inline std::vector<AttentionSetup> other_feature_map_setups() {
   const AttentionConfig exp = AttentionConfig::linear_attention(FeatureMap::exp);
   const AttentionConfig taylor = AttentionConfig::linear_attention(FeatureMap::taylor);
   const AttentionConfig hedgehog = AttentionConfig::linear_attention(FeatureMap::hedgehog);
+  AttentionConfig taylor4 = taylor;  // order 4 on a 5-wide projection: 126 features
+  taylor4.taylor_order = 4;
+  taylor4.taylor_dim = 5;
   return {{"linear_exp", exp, exp, exp},
           {"linear_favor", favor, favor, favor},
           {"linear_taylor", taylor, taylor, taylor},
+          {"linear_taylor4", taylor4, taylor4, taylor4},
           {"linear_hedgehog", hedgehog, hedgehog, hedgehog}};
 }
 // The gated delta rule in every stack (with its convolutions), in cross-attention alone
