@@ -20,37 +20,40 @@ std::vector<TaylorFeature> table(const TaylorMapDims& d) {
   return t;
 }
 
-bool worth_threads(const TaylorMapDims& d, int64_t features) { return d.rows * features >= kParallelGrain; }
+// Calls row_fn(row, u, table) for every row, with u = p's row times 1 / r^(1/4), rows spread over
+// the threads when there is enough work.
+template <typename RowFn>
+void for_each_row(const TaylorMapDims& d, const float* p, RowFn row_fn) {
+  check(d);
+  const std::vector<TaylorFeature> t = table(d);
+  const float s = taylor_input_scale(d.r);
+#pragma omp parallel for schedule(static) if (d.rows * static_cast<int64_t>(t.size()) >= kParallelGrain)
+  for (int64_t row = 0; row < d.rows; ++row) {
+    float u[256];
+    for (int64_t i = 0; i < d.r; ++i) u[i] = p[row * d.r + i] * s;
+    row_fn(row, u, t);
+  }
+}
 
 }  // namespace
 
 void taylor_map_forward(const TaylorMapDims& d, const float* p, float* phi) {
-  check(d);
-  const std::vector<TaylorFeature> t = table(d);
-  const int64_t features = static_cast<int64_t>(t.size());
-  const float s = taylor_input_scale(d.r);
-#pragma omp parallel for schedule(static) if (worth_threads(d, features))
-  for (int64_t row = 0; row < d.rows; ++row) {
-    float u[256];
-    for (int64_t i = 0; i < d.r; ++i) u[i] = p[row * d.r + i] * s;
+  for_each_row(d, p, [&](int64_t row, const float* u, const std::vector<TaylorFeature>& t) {
+    const int64_t features = static_cast<int64_t>(t.size());
     float* out = phi + row * features;
     for (int64_t f = 0; f < features; ++f) {
       float x = t[f].coef;
       for (int j = 0; j < t[f].degree; ++j) x *= u[taylor_index(t[f].packed, j)];
       out[f] = x;
     }
-  }
+  });
 }
 
 void taylor_map_backward(const TaylorMapDims& d, const float* p, const float* d_phi, float* dp) {
-  check(d);
-  const std::vector<TaylorFeature> t = table(d);
-  const int64_t features = static_cast<int64_t>(t.size());
   const float s = taylor_input_scale(d.r);
-#pragma omp parallel for schedule(static) if (worth_threads(d, features))
-  for (int64_t row = 0; row < d.rows; ++row) {
-    float u[256], du[256] = {};
-    for (int64_t i = 0; i < d.r; ++i) u[i] = p[row * d.r + i] * s;
+  for_each_row(d, p, [&](int64_t row, const float* u, const std::vector<TaylorFeature>& t) {
+    const int64_t features = static_cast<int64_t>(t.size());
+    float du[256] = {};
     const float* g = d_phi + row * features;
     for (int64_t f = 1; f < features; ++f) {  // feature 0 is the constant 1
       const float gf = g[f] * t[f].coef;
@@ -62,7 +65,7 @@ void taylor_map_backward(const TaylorMapDims& d, const float* p, const float* d_
       }
     }
     for (int64_t i = 0; i < d.r; ++i) dp[row * d.r + i] = du[i] * s;
-  }
+  });
 }
 
 }  // namespace tarn::kernels::cpu
