@@ -3,10 +3,12 @@
 // with r 8 and r 16 (4,845 features: the table fills 38 KiB of shared memory), and at odd
 // shapes (r 3, order 3; one row; no rows).
 //
-// Tolerance: a feature is a product of at most P + 1 factors (the coefficient, P inputs each
-// scaled once), within gamma_{2P+1} of exact on each side; an element of dp sums, over the
-// features, products of at most P + 1 factors: within gamma_{F + 2P + 1} of the sum of their
-// magnitudes (FMA contraction or not), on each side.
+// Tolerance: a feature is a product of at most 2P + 1 rounded factors (the device: the
+// coefficient and P inputs each scaled once; the CPU: P steps of an input and a factor), within
+// gamma_{4P+2} of exact on each side; an element of dp sums, over the features, products of at
+// most 2P + 1 factors, and the CPU's reverse pass adds each feature's gradient into its parent's
+// first: within gamma_{2F + 4P + 2} of the sum of their magnitudes (FMA contraction or not), on
+// each side.
 //
 // Thread orders: every test runs under the three emulated orders (and on a GPU when there is
 // one). The barrier after the table is load-bearing: without it a thread reads entries another
@@ -79,8 +81,8 @@ TEST_P(TaylorMapConformance, ForwardAndBackwardMatchTheCpu) {
     DeviceArray<float> gp = dev(p), gg = dev(g), gphi = out(outputs), gdp = out(inputs);
     TARN_ON(target(), taylor_map_forward, d, gp.get(), gphi.get());
     TARN_ON(target(), taylor_map_backward, d, gp.get(), gg.get(), gdp.get());
-    const double per_side_product = Gamma(2 * d.order + 1, kF32);
-    const double per_side_sum = Gamma(features + 2 * d.order + 1, kF32);
+    const double per_side_product = Gamma(4 * d.order + 2, kF32);
+    const double per_side_sum = Gamma(2 * features + 4 * d.order + 2, kF32);
     EXPECT_TRUE(WithinBound(gphi.host(), phi, Scaled(FeatureMagnitudes(d, p), 2 * per_side_product)))
         << os.str() << ": phi";
     EXPECT_TRUE(WithinBound(gdp.host(), dp, Scaled(GradientMagnitudes(d, p, g), 2 * per_side_sum)))
