@@ -161,8 +161,8 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
 double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens, bool cross = false) {
   const double f = 4.0;
   if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
-  const double head = static_cast<double>(d / std::max<int64_t>(1, heads));
-  const double features = static_cast<double>(a.feature_count(d / std::max<int64_t>(1, heads)));
+  const int64_t head_dim = d / std::max<int64_t>(1, heads);
+  const double head = static_cast<double>(head_dim), features = static_cast<double>(a.feature_count(head_dim));
   const double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head  // S (the convolutions' tails aside)
                                            : f * static_cast<double>(heads) * features * (head + 1);  // S and z
   if (!a.is_hybrid()) return state;

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/check.h"
 #include "kernels/host_device.h"
 
 namespace tarn::kernels::cpu {
@@ -81,6 +82,13 @@ TARN_HOST_DEVICE int taylor_index(uint32_t packed, int j) { return static_cast<i
 // The scale of u = p * taylor_input_scale(r) = p / r^(1/4).
 TARN_HOST_DEVICE float taylor_input_scale(int64_t r) {
   return static_cast<float>(1.0 / ::sqrt(::sqrt(static_cast<double>(r))));
+}
+
+// Throws tarn::Error for dims either backend refuses (the entry points below call it).
+inline void check_taylor_map_dims(const TaylorMapDims& d) {
+  TARN_CHECK(d.rows >= 0 && d.r >= 1 && d.r <= 255 && d.order >= 1 && d.order <= kMaxTaylorOrder,
+             "taylor map: bad dims rows ", d.rows, " r ", d.r, " order ", d.order, " (r 1..255, order 1..",
+             kMaxTaylorOrder, ")");
 }
 
 void taylor_map_forward(const TaylorMapDims& dims, const float* p, float* phi);

@@ -175,7 +175,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
       register_parameter("hedgehog_k", hedgehog_k_, Init::kept_initial_value);
     }
     if (map_ == FeatureMap::favor) {
-      favor_.m = config_.favor_features > 0 ? config_.favor_features : head_dim_;
+      favor_.m = config_.feature_count(head_dim_);
       favor_.d = head_dim_;
       favor_.redraw_every = config_.favor_redraw_every;
       favor_.rng = RngState{init.seed(), kFavorStreamBase + init.next_stream(), 0};
@@ -186,7 +186,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
 }
 
 int64_t MultiHeadAttention::feature_dim() const {
-  return map_ == FeatureMap::favor ? favor_.m : config_.feature_count(head_dim_);
+  return config_.feature_count(head_dim_);
 }
 
 Tensor MultiHeadAttention::taylor_features(const Tensor& x) const {

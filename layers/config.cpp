@@ -151,8 +151,7 @@ BartConfig::Footprint BartConfig::footprint() const {
   auto favor = [&](const AttentionConfig& a, double heads, double layers) {
     if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
     const double head_dim = d / std::max(1.0, heads);
-    const double m = a.favor_features > 0 ? static_cast<double>(a.favor_features) : head_dim;
-    return layers * m * head_dim;
+    return layers * static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim))) * head_dim;
   };
   f.buffer_values = static_cast<double>(vocab_size) +
                     favor(encoder_self_attention, static_cast<double>(encoder_attention_heads),

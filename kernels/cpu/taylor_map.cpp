@@ -4,17 +4,10 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/check.h"
 #include "kernels/parallel.h"
 
 namespace tarn::kernels::cpu {
 namespace {
-
-void check(const TaylorMapDims& d) {
-  TARN_CHECK(d.rows >= 0 && d.r >= 1 && d.r <= 255 && d.order >= 1 && d.order <= kMaxTaylorOrder,
-             "taylor map: bad dims rows ", d.rows, " r ", d.r, " order ", d.order, " (r 1..255, order 1..",
-             kMaxTaylorOrder, ")");
-}
 
 // Every feature but the constant is its parent (alpha less its last index) times u[index] times
 // factor = 1 / sqrt(multiplicity of index in alpha), so that the coefficients multiply out to
@@ -68,7 +61,7 @@ void for_each_row(const TaylorMapDims& d, const std::vector<Step>& s, const floa
 }  // namespace
 
 void taylor_map_forward(const TaylorMapDims& d, const float* p, float* phi) {
-  check(d);
+  check_taylor_map_dims(d);
   const std::vector<Step> s = steps(d);
   const int64_t features = static_cast<int64_t>(s.size());
   for_each_row(d, s, p, [&](int64_t row, const float*, const float* f, float*) {
@@ -78,7 +71,7 @@ void taylor_map_forward(const TaylorMapDims& d, const float* p, float* phi) {
 
 // Reverse mode through the steps: a feature's gradient reaches its parent and its index.
 void taylor_map_backward(const TaylorMapDims& d, const float* p, const float* d_phi, float* dp) {
-  check(d);
+  check_taylor_map_dims(d);
   const std::vector<Step> s = steps(d);
   const int64_t features = static_cast<int64_t>(s.size());
   const float scale = taylor_input_scale(d.r);

@@ -89,9 +89,7 @@ __global__ void taylor_map_backward_kernel(TaylorMapDims d, int64_t features, co
 }
 
 int64_t checked_features(const TaylorMapDims& d) {
-  TARN_CHECK(d.rows >= 0 && d.r >= 1 && d.r <= 255 && d.order >= 1 && d.order <= kMaxTaylorOrder,
-             "taylor map: bad dims rows ", d.rows, " r ", d.r, " order ", d.order, " (r 1..255, order 1..",
-             kMaxTaylorOrder, ")");
+  cpu::check_taylor_map_dims(d);
   const int64_t features = cpu::taylor_feature_count(d.r, d.order);
   TARN_CHECK(features <= cpu::kMaxTaylorFeatures, "taylor map on CUDA: ", features, " features (r ", d.r, ", order ",
              d.order, ") exceed the ", cpu::kMaxTaylorFeatures, " its kernels tabulate");
