@@ -10,7 +10,7 @@ report=$root/tools/experiment/report.py
 fixture=$root/tests/tools/experiment_fixture
 pngs=(attention_fwd attention_fwdbwd attention_memory train_throughput train_memory
       decode_latency decode_memory quality_valid_vs_tokens quality_valid_vs_time
-      long_valid_vs_time)
+      long_valid_vs_tokens long_valid_vs_time)
 
 if ! "$python" -c 'import matplotlib' 2>/dev/null; then
   echo "python3-matplotlib is missing: run tools/setup.sh"
@@ -62,6 +62,9 @@ expect_line "$doc" "These runs trained on cpu, cuda (experiment.sh --device)"
 expect_line "$doc" "**Training step (f32) at N=1,024:** recipe (small-delta) 7,877 tokens/s vs softmax 6,606 tokens/s"
 expect_line "$doc" "**Training step (f32) at N=256:** recipe (small-delta) 8,192 tokens/s vs linear 9,102 tokens/s (0.900×)"
 expect_line "$doc" "![attention_fwdbwd](experiment/attention_fwdbwd.png)"
+# Long sequences: equal tokens beside wall time (the first validation record at or below target).
+expect_line "$doc" "**Long sequences, tokens to validation ppl 31.8 (equal tokens):** long-softmax 0.819 M; long-linear 0.819 M"
+expect_line "$doc" "![long_valid_vs_tokens](experiment/long_valid_vs_tokens.png)"
 
 empty=$work/empty
 mkdir -p "$empty/in"

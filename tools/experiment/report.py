@@ -947,15 +947,22 @@ def target_ppl(runs):
     return max(bests) if bests else None
 
 
-def time_to_reach(run, target):
-    return next((number(v["elapsed_s"]) for v in run.valid if number(v["ppl"]) <= target), None)
+def first_reaching(run, target, field):
+    """`field` (elapsed_s, tokens_seen) of the run's first validation record at or below target."""
+    return next((number(v[field]) for v in run.valid if number(v["ppl"]) <= target), None)
 
 
 def long_facts(runs, target):
-    times = {s: mean_or_none(time_to_reach(r, target) for r in seeds) for s, seeds in runs.items()}
+    times = {s: mean_or_none(first_reaching(r, target, "elapsed_s") for r in seeds)
+             for s, seeds in runs.items()}
+    tokens = {s: mean_or_none(first_reaching(r, target, "tokens_seen") for r in seeds)
+              for s, seeds in runs.items()}
     facts = [f"**Long sequences, time to validation ppl {fmt(target)}:** " +
              "; ".join(f"{s} {fmt(t / 60 if t is not None else None)} min"
-                       for s, t in times.items())]
+                       for s, t in times.items()),
+             f"**Long sequences, tokens to validation ppl {fmt(target)} (equal tokens):** " +
+             "; ".join(f"{s} {fmt(t / 1e6 if t is not None else None)} M"
+                       for s, t in tokens.items())]
     ref = reference_setting(runs)
     for setting, t in times.items():
         if ref is not None and setting != ref:
@@ -969,8 +976,9 @@ def long_section(runs, plots, link, note):
     target = target_ppl(runs)
     facts = long_facts(runs, target) if target is not None else []
     intro = ("The target perplexity is the largest of the runs' best validation ppl, so every run "
-             "reaches it; its time is the elapsed time of the first validation record at or "
-             "below it (mean over seeds). " + note).strip()
+             "reaches it; its time and its tokens are the elapsed time and the tokens seen (source "
+             "and target) at the first validation record at or below it (mean over seeds). " +
+             note).strip()
     return facts, runs_body(intro, plots, link, runs, False, facts)
 
 
@@ -986,7 +994,11 @@ def draw_quality(runs, plots_dir):
 
 
 def draw_long(runs, plots_dir):
-    return [draw_runs(runs, os.path.join(plots_dir, "long_valid_vs_time.png"),
+    return [draw_runs(runs, os.path.join(plots_dir, "long_valid_vs_tokens.png"),
+                      "Long sequences: validation perplexity vs tokens seen",
+                      lambda v: number(v["tokens_seen"]), "tokens seen (source + target)",
+                      threshold=target_ppl(runs)),
+            draw_runs(runs, os.path.join(plots_dir, "long_valid_vs_time.png"),
                       "Long sequences: validation perplexity vs wall time",
                       lambda v: number(v["elapsed_s"]) / 60, "wall time (min)",
                       threshold=target_ppl(runs))]
