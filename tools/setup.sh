@@ -16,6 +16,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   wordnet-base
   python3-matplotlib  # the plots of docs/experiment.md (tools/experiment/report.py, Debian's /usr/bin/python3)
+  python3-numpy python3-venv  # tools/reference/bart_reference.py, in build/pyref with pip's sentencepiece
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tools/fuzz.sh): libFuzzer, clang's OpenMP
 )
 
@@ -33,6 +34,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "[setup] all packages present"
+fi
+
+# The export's independent reader (tools/reference/bart_reference.py) needs SentencePiece's Python
+# module, which Debian 12 does not package: a venv over the system's numpy, with pip's.
+root=$(cd "$(dirname "$0")/.." && pwd)
+pyref=$root/build/pyref
+if ! "$pyref/bin/python" -c 'import numpy, sentencepiece' 2>/dev/null; then
+  echo "[setup] build/pyref: a Python venv with sentencepiece (pip)"
+  /usr/bin/python3 -m venv --system-site-packages "$pyref"
+  "$pyref/bin/pip" install -q --disable-pip-version-check sentencepiece
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

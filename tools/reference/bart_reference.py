@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""An independent reading of a tarn export: BART and every attention kind, written from
+docs/design.md (sections 2 and 3) and config.json alone, in NumPy (float64), one example at a
+time and pair by pair (no chunks, no kernels, no padding). It scores source<TAB>target pairs
+and prints the mean NLL and perplexity over the target tokens, as `tarn eval` does for a model
+trained on pairs, so that the two can be compared (tests/tools/reference_test.sh).
+
+  bart_reference.py EXPORT_DIR PAIRS.tsv [--max-pairs N]
+
+Needs numpy and sentencepiece (tools/setup.sh puts both in build/pyref).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+PAD, EOS = 1, 2
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        assert meta["dtype"] == "F32", f"{name}: dtype {meta['dtype']}"
+        begin, end = meta["data_offsets"]
+        out[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(meta["shape"]).astype(np.float64)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise pieces
+
+_erf = np.vectorize(math.erf)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def softmax(s):
+    s = s - s.max(-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(-1, keepdims=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention (docs/design.md section 2), one example: x (N, D) queries' rows, m (M, D) the rows
+# keys and values come from (x itself in self-attention).
+
+class Attention:
+    def __init__(self, w, prefix, cfg, heads, causal, cross):
+        self.w, self.p, self.cfg = w, prefix, cfg
+        self.heads, self.causal, self.cross = heads, causal, cross
+
+    def param(self, name):
+        return self.w[f"{self.p}.{name}"]
+
+    def linear(self, x, name, bias=True):
+        y = x @ self.param(f"{name}.weight").T
+        return y + self.param(f"{name}.bias") if bias else y
+
+    def split(self, x):  # (N, D) -> (H, N, dh)
+        n, d = x.shape
+        return x.reshape(n, self.heads, d // self.heads).transpose(1, 0, 2)
+
+    def merge(self, x):  # (H, N, dh) -> (N, D)
+        h, n, dh = x.shape
+        return x.transpose(1, 0, 2).reshape(n, h * dh)
+
+    def visible(self, n, m, window):
+        """mask[i, j]: key j is visible to query i."""
+        i = np.arange(n)[:, None]
+        j = np.arange(m)[None, :]
+        mask = np.ones((n, m), dtype=bool)
+        if self.causal:
+            mask &= j <= i
+        if window:
+            mask &= (i - j < window) if self.causal else (np.abs(i - j) <= window // 2)
+        return mask
+
+    def softmax_part(self, q, k, v, window):
+        dh = q.shape[-1]
+        s = (q / math.sqrt(dh)) @ k.transpose(0, 2, 1)
+        mask = self.visible(q.shape[1], k.shape[1], window)
+        s = np.where(mask, s, -np.inf)
+        out = np.zeros(q.shape[:2] + (v.shape[-1],))
+        rows = mask.any(1)  # a query whose window holds no key gets 0
+        out[:, rows] = softmax(s[:, rows]) @ v
+        return out
+
+    def kernel(self, q, k):
+        """(H, N, M) φ(q_i)·φ(k_j) of the linear kinds, written as the kernel it is."""
+        fmap = self.cfg["feature_map"]
+        if fmap == "elu1":
+            phi = lambda x: np.where(x > 0, x + 1.0, np.exp(x))
+            return phi(q) @ phi(k).transpose(0, 2, 1)
+        if fmap == "taylor":
+            proj = self.param("taylor_proj.weight")  # (r, dh)
+            r, order = self.cfg["taylor_dim"], self.cfg["taylor_order"]
+            s = (q @ proj.T) @ (k @ proj.T).transpose(0, 2, 1) / math.sqrt(r)
+            return sum(s ** n / math.factorial(n) for n in range(order + 1))
+        raise SystemExit(f"bart_reference: feature map {fmap} is not written here")
+
+    def linear_part(self, q, k, v):
+        a = self.kernel(q, k) * self.visible(q.shape[1], k.shape[1], 0)
+        return (a @ v) / (a.sum(-1, keepdims=True) + self.cfg["eps"])
+
+    def delta_part(self, x, m, qp, kp, vp):
+        """The gated delta rule's layer output before out_proj, per head (H, N, dh)."""
+        conv = lambda z, name: silu(causal_conv(z, self.param(f"delta.{name}")))
+        unit = lambda z: z / np.sqrt((z * z).sum(-1, keepdims=True) + 1e-6)
+        k = unit(self.split(conv(kp, "k_conv")))
+        v = self.split(conv(vp, "v_conv"))
+        beta = sigmoid(self.linear(m, "delta.beta_proj")).T  # (H, M)
+        rate = softplus(self.linear(m, "delta.alpha_proj") + self.param("delta.dt_bias"))
+        alpha = np.exp(-rate * np.exp(self.param("delta.A_log"))).T
+        erase = self.cfg["kind"] != "gated" and self.cfg.get("global") != "gated"
+        if self.cross:  # one state over the source; queries read it unconvolved
+            q = unit(self.split(qp))
+            state = delta_scan(k, v, beta, alpha, erase)[1]
+            o = q @ state
+        else:
+            q = unit(self.split(conv(qp, "q_conv")))
+            o = delta_scan(k, v, beta, alpha, erase, q)[0]
+            if not self.causal:  # the encoder: a reverse scan too, summed
+                rev = lambda z: z[:, ::-1]
+                o = o + rev(delta_scan(rev(k), rev(v), rev(beta), rev(alpha), erase, rev(q))[0])
+        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + 1e-5) * self.param("delta.output_norm.weight")
+        gate = silu(self.linear(x, "delta.gate_proj"))
+        return self.split(self.merge(o) * gate)
+
+    def __call__(self, x, m):
+        kind = self.cfg["kind"]
+        qp, kp, vp = self.linear(x, "q_proj"), self.linear(m, "k_proj"), self.linear(m, "v_proj")
+        if kind in ("delta", "gated"):
+            return self.linear(self.merge(self.delta_part(x, m, qp, kp, vp)), "out_proj")
+        q, k, v = self.split(qp), self.split(kp), self.split(vp)
+        if kind == "softmax":
+            ctx = self.softmax_part(q, k, v, 0)
+        elif kind == "linear":
+            ctx = self.linear_part(q, k, v)
+        elif kind == "hybrid":
+            local = self.softmax_part(q, k, v, self.cfg["window"])
+            if self.cfg.get("global", "linear") == "linear":
+                glob = self.linear_part(q, k, v)
+            else:
+                glob = self.delta_part(x, m, qp, kp, vp)
+            g = sigmoid(self.linear(x, "hybrid_gate")).T[:, :, None]  # (H, N, 1)
+            ctx = g * local + (1.0 - g) * glob
+        else:
+            raise SystemExit(f"bart_reference: attention kind {kind} is not written here")
+        return self.linear(self.merge(ctx), "out_proj")
+
+
+def causal_conv(x, w):
+    """Depthwise and causal: row i of w (taps, D) weighs the token i positions back."""
+    y = np.zeros_like(x)
+    for i in range(w.shape[0]):
+        y[i:] += w[i] * x[: x.shape[0] - i]
+    return y
+
+
+def delta_scan(k, v, beta, alpha, erase, q=None):
+    """Token by token, per head: S_t = α_t S + k_t w_tᵀ, w_t = β_t (v_t − α_t Sᵀk_t) (β_t v_t
+    without the erase); o_t = S_tᵀ q_t. Returns the outputs (with q) and the final state."""
+    h, n, dk = k.shape
+    state = np.zeros((h, dk, v.shape[-1]))
+    out = np.zeros((h, n, v.shape[-1])) if q is not None else None
+    for t in range(n):
+        a = alpha[:, t, None, None]
+        u = np.einsum("hij,hi->hj", state, k[:, t])
+        w = beta[:, t, None] * (v[:, t] - alpha[:, t, None] * u) if erase else beta[:, t, None] * v[:, t]
+        state = a * state + k[:, t, :, None] * w[:, None, :]
+        if q is not None:
+            out[:, t] = np.einsum("hij,hi->hj", state, q[:, t])
+    return out, state
+
+
+# --------------------------------------------------------------------------------------------
+# The model (docs/design.md section 3)
+
+def layer_configs(stack, layers):
+    per = stack.get("layers")
+    return per if per else [stack] * layers
+
+
+class Bart:
+    def __init__(self, folder):
+        with open(os.path.join(folder, "config.json")) as f:
+            self.c = json.load(f)
+        self.w = load_safetensors(os.path.join(folder, "model.safetensors"))
+        c, t = self.c, self.c["tarn"]
+        self.eps = t["layer_norm_eps"]
+        self.scale = math.sqrt(c["d_model"]) if c["scale_embedding"] else 1.0
+        enc_cfg = layer_configs(t["encoder_self_attention"], c["encoder_layers"])
+        dec_cfg = layer_configs(t["decoder_self_attention"], c["decoder_layers"])
+        cross_cfg = layer_configs(t["cross_attention"], c["decoder_layers"])
+        eh, dh = c["encoder_attention_heads"], c["decoder_attention_heads"]
+        self.enc = [Attention(self.w, f"model.encoder.layers.{i}.self_attn", enc_cfg[i], eh, False, False)
+                    for i in range(c["encoder_layers"])]
+        self.dec = [Attention(self.w, f"model.decoder.layers.{i}.self_attn", dec_cfg[i], dh, True, False)
+                    for i in range(c["decoder_layers"])]
+        self.cross = [Attention(self.w, f"model.decoder.layers.{i}.encoder_attn", cross_cfg[i], dh, False, True)
+                      for i in range(c["decoder_layers"])]
+
+    def ln(self, x, name):
+        return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps)
+
+    def ffn(self, x, p):
+        h = gelu(x @ self.w[f"{p}.fc1.weight"].T + self.w[f"{p}.fc1.bias"])
+        return h @ self.w[f"{p}.fc2.weight"].T + self.w[f"{p}.fc2.bias"]
+
+    def embed(self, ids, stack):
+        x = self.w["model.shared.weight"][ids] * self.scale
+        x = x + self.w[f"model.{stack}.embed_positions.weight"][np.arange(len(ids)) + 2]
+        return self.ln(x, f"model.{stack}.layernorm_embedding")
+
+    def nll(self, source, target):
+        """Summed NLL of target's tokens given source (ids, each ending with </s>)."""
+        x = self.embed(source, "encoder")
+        for i, attn in enumerate(self.enc):
+            p = f"model.encoder.layers.{i}"
+            x = self.ln(x + attn(x, x), f"{p}.self_attn_layer_norm")
+            x = self.ln(x + self.ffn(x, p), f"{p}.final_layer_norm")
+        y = self.embed([EOS] + target[:-1], "decoder")
+        for i, (self_attn, cross) in enumerate(zip(self.dec, self.cross)):
+            p = f"model.decoder.layers.{i}"
+            y = self.ln(y + self_attn(y, y), f"{p}.self_attn_layer_norm")
+            y = self.ln(y + cross(y, x), f"{p}.encoder_attn_layer_norm")
+            y = self.ln(y + self.ffn(y, p), f"{p}.final_layer_norm")
+        logits = y @ self.w["model.shared.weight"].T + self.w["final_logits_bias"].reshape(-1)
+        logits = logits - logits.max(-1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        return -logp[np.arange(len(target)), target].sum()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("export", help="a folder written by tarn export")
+    ap.add_argument("pairs", help="source<TAB>target lines")
+    ap.add_argument("--max-pairs", type=int, default=0, help="score the first N pairs only (0: all)")
+    args = ap.parse_args()
+    import sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(args.export, "spm.model"))
+    model = Bart(args.export)
+    total, tokens = 0.0, 0
+    with open(args.pairs, encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            if args.max_pairs and n >= args.max_pairs:
+                break
+            source, target = line.rstrip("\n").split("\t")
+            src, tgt = sp.encode(source) + [EOS], sp.encode(target) + [EOS]
+            total += model.nll(src, tgt)
+            tokens += len(tgt)
+    print(f"nll {total / tokens:.6f}")
+    print(f"ppl {math.exp(total / tokens):.4f}")
+    print(f"tokens {tokens}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
