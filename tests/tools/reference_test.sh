@@ -38,10 +38,18 @@ awk 'BEGIN {
 head -n 360 "$work/pairs.tsv" >"$work/train.tsv"
 tail -n 40 "$work/pairs.tsv" >"$work/valid.tsv"
 
-# name|encoder self|decoder self|cross
+# name|encoder self|decoder self|cross[|tolerance, relative: 1e-5 unless given]
+# FAVOR+ in bidirectional attention: its keys' stabiliser is the max over a (batch, head)
+# slice's rows, padded rows included, and reaches the output through the normaliser's eps, so a
+# batched score moves with the batch's padding (5.8735-5.8751 for one model at three batch
+# sizes, 2026-11-27); the reference scores each example alone. Causal FAVOR+ (unstabilised keys)
+# agrees as closely as the other maps.
 settings=(
   "softmax|{kind: softmax}|{kind: softmax}|{kind: softmax}"
   "linear|{kind: linear}|{kind: linear, chunk: 16}|{kind: linear}"
+  "maps|{kind: linear, feature_map: relu}|{kind: linear, feature_map: hedgehog}|{kind: linear, feature_map: exp}"
+  "favor-causal|{kind: softmax}|{kind: linear, feature_map: favor, favor_features: 16}|{kind: linear, feature_map: hedgehog}"
+  "favor|{kind: linear, feature_map: favor, favor_features: 32}|{kind: softmax}|{kind: linear, feature_map: favor}|1e-3"
   "delta-taylor|{kind: delta}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8}"
   "delta-cross|{kind: delta, conv_size: 2}|{kind: gated}|{kind: delta}"
   "taylor4|{kind: linear, feature_map: taylor, taylor_order: 4, taylor_dim: 4}|{kind: softmax}|{kind: gated}"
@@ -49,7 +57,8 @@ settings=(
   "hybrid-linear|{layers: [softmax, {kind: hybrid, window: 2}]}|{kind: hybrid, global: gated, window: 3}|{layers: [linear, {kind: hybrid, window: 6}]}"
 )
 for s in "${settings[@]}"; do
-  IFS='|' read -r name enc dec cross <<<"$s"
+  IFS='|' read -r name enc dec cross tolerance <<<"$s"
+  tolerance=${tolerance:-1e-5}
   run=$work/run-$name
   "$tarn" train "$root/recipes/tiny.yaml" --set data.kind=pairs --set "data.train=$work/train.tsv" \
     --set "data.valid=$work/valid.tsv" \
@@ -61,7 +70,7 @@ for s in "${settings[@]}"; do
   ours=$("$tarn" eval --checkpoint "$run" --data "$work/valid.tsv" 2>>"$run.log" | awk '$1 == "nll" {print $2}')
   theirs=$("$python" "$root/tools/reference/bart_reference.py" "$run/export" "$work/valid.tsv" | awk '$1 == "nll" {print $2}')
   [ -n "$ours" ] && [ -n "$theirs" ] || fail "$name: no NLL (tarn '$ours', reference '$theirs')"
-  awk -v a="$ours" -v b="$theirs" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' ||
+  awk -v a="$ours" -v b="$theirs" -v t="$tolerance" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t * a) }' ||
     fail "$name: tarn eval NLL $ours, the reference's $theirs"
   echo "[reference_test] $name: tarn $ours, reference $theirs"
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent reading of a tarn export: BART and every attention kind, written from
 docs/design.md (sections 2 and 3) and config.json alone, in NumPy (float64), one example at a
-time and pair by pair (no chunks, no kernels, no padding). It scores source<TAB>target pairs
+time and pair by pair (no chunks, no kernels, no padding), every feature map included. It scores source<TAB>target pairs
 and prints the mean NLL and perplexity over the target tokens, as `tarn eval` does for a model
 trained on pairs, so that the two can be compared (tests/tools/reference_test.sh).
 
@@ -78,8 +78,8 @@ def softmax(s):
 # keys and values come from (x itself in self-attention).
 
 class Attention:
-    def __init__(self, w, prefix, cfg, heads, causal, cross):
-        self.w, self.p, self.cfg = w, prefix, cfg
+    def __init__(self, w, favor, prefix, cfg, heads, causal, cross):
+        self.w, self.favor, self.p, self.cfg = w, favor, prefix, cfg
         self.heads, self.causal, self.cross = heads, causal, cross
 
     def param(self, name):
@@ -119,16 +119,41 @@ class Attention:
         return out
 
     def kernel(self, q, k):
-        """(H, N, M) φ(q_i)·φ(k_j) of the linear kinds, written as the kernel it is."""
+        """(H, N, M) φ(q_i)·φ(k_j) of the linear kinds (the Taylor map as the kernel it is)."""
         fmap = self.cfg["feature_map"]
-        if fmap == "elu1":
-            phi = lambda x: np.where(x > 0, x + 1.0, np.exp(x))
-            return phi(q) @ phi(k).transpose(0, 2, 1)
         if fmap == "taylor":
             proj = self.param("taylor_proj.weight")  # (r, dh)
             r, order = self.cfg["taylor_dim"], self.cfg["taylor_order"]
             s = (q @ proj.T) @ (k @ proj.T).transpose(0, 2, 1) / math.sqrt(r)
             return sum(s ** n / math.factorial(n) for n in range(order + 1))
+        return self.features(q, "q") @ self.features(k, "k").transpose(0, 2, 1)
+
+    def features(self, x, role):
+        fmap = self.cfg["feature_map"]
+        if fmap == "elu1":
+            return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+        if fmap == "relu":
+            return np.maximum(x, 0.0)
+        if fmap == "identity":
+            return x
+        if fmap == "exp":  # exp(x - max x) per row, queries and keys alike
+            return np.exp(x - x.max(-1, keepdims=True))
+        if fmap == "hedgehog":  # [softmax(W x), softmax(-W x)], W (H, dh, dh) per head
+            p = np.einsum("hnd,hed->hne", x, self.param(f"hedgehog_{role}"))
+            return np.concatenate([softmax(p), softmax(-p)], -1)
+        if fmap == "favor":
+            w = self.favor[f"{self.p}.favor_projection"]  # (m, dh)
+            xs = x / x.shape[-1] ** 0.25
+            z = xs @ w.T - (xs * xs).sum(-1, keepdims=True) / 2
+            # The stabiliser s: a query's own max; the max over a head's keys (none in causal
+            # self-attention, where a decoded token must see the values training saw). It
+            # scales a row's or a head's features alike, so it reaches the output only through
+            # the normaliser's eps.
+            if role == "q":
+                z = z - z.max(-1, keepdims=True)
+            elif not self.causal:
+                z = z - z.max(axis=(-2, -1), keepdims=True)
+            return np.exp(z) / math.sqrt(w.shape[0])
         raise SystemExit(f"bart_reference: feature map {fmap} is not written here")
 
     def linear_part(self, q, k, v):
@@ -219,6 +244,8 @@ class Bart:
         with open(os.path.join(folder, "config.json")) as f:
             self.c = json.load(f)
         self.w = load_safetensors(os.path.join(folder, "model.safetensors"))
+        favor = os.path.join(folder, "tarn_favor_projections.safetensors")  # FAVOR+'s W, if any
+        self.favor = load_safetensors(favor) if os.path.exists(favor) else {}
         c, t = self.c, self.c["tarn"]
         self.eps = t["layer_norm_eps"]
         self.scale = math.sqrt(c["d_model"]) if c["scale_embedding"] else 1.0
@@ -226,12 +253,12 @@ class Bart:
         dec_cfg = layer_configs(t["decoder_self_attention"], c["decoder_layers"])
         cross_cfg = layer_configs(t["cross_attention"], c["decoder_layers"])
         eh, dh = c["encoder_attention_heads"], c["decoder_attention_heads"]
-        self.enc = [Attention(self.w, f"model.encoder.layers.{i}.self_attn", enc_cfg[i], eh, False, False)
-                    for i in range(c["encoder_layers"])]
-        self.dec = [Attention(self.w, f"model.decoder.layers.{i}.self_attn", dec_cfg[i], dh, True, False)
-                    for i in range(c["decoder_layers"])]
-        self.cross = [Attention(self.w, f"model.decoder.layers.{i}.encoder_attn", cross_cfg[i], dh, False, True)
-                      for i in range(c["decoder_layers"])]
+        def stack(name, cfgs, heads, causal, cross):
+            return [Attention(self.w, self.favor, f"model.{name.format(i)}", cfg, heads, causal, cross)
+                    for i, cfg in enumerate(cfgs)]
+        self.enc = stack("encoder.layers.{}.self_attn", enc_cfg, eh, False, False)
+        self.dec = stack("decoder.layers.{}.self_attn", dec_cfg, dh, True, False)
+        self.cross = stack("decoder.layers.{}.encoder_attn", cross_cfg, dh, False, True)
 
     def ln(self, x, name):
         return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps)
