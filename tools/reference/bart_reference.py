@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""An independent reading of a tarn export: BART and every attention kind, written from
-docs/design.md (sections 2 and 3) and config.json alone, in NumPy (float64), one example at a
-time and pair by pair (no chunks, no kernels, no padding), every feature map included. It scores source<TAB>target pairs
-and prints the mean NLL and perplexity over the target tokens, as `tarn eval` does for a model
-trained on pairs, so that the two can be compared (tests/tools/reference_test.sh).
+"""An independent reading of a tarn export: BART and every attention kind and feature map,
+written from docs/design.md (sections 2 and 3) and config.json alone, in NumPy (float64), one
+example at a time and pair by pair (no chunks, no kernels, no padding). It scores
+source<TAB>target pairs and prints the mean NLL and perplexity over the target tokens, as `tarn
+eval` does for a model trained on pairs, so that the two can be compared
+(tests/tools/reference_test.sh).
 
   bart_reference.py EXPORT_DIR PAIRS.tsv [--max-pairs N]
 
