@@ -32,6 +32,7 @@ json::Value attention_json(const AttentionConfig& a) {
       o.set("taylor_dim", json::Value::number(a.taylor_dim));
     }
     o.set("eps", json::Value::number(a.eps));
+    if (a.is_aligned()) o.set("align_decay", json::Value::number(a.align_decay));
   }
   if (a.has_delta_block()) {
     o.set("conv_size", json::Value::number(a.conv_size));

@@ -1,5 +1,9 @@
 #include "framework/attention_config.h"
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
 #include "kernels/check.h"
 #include "kernels/taylor_map.h"
 
@@ -27,7 +31,17 @@ std::string AttentionConfig::str() const {
   if (feature_map == FeatureMap::taylor && (taylor_order != 2 || taylor_dim != 16))
     map += " order " + std::to_string(taylor_order) + " r " + std::to_string(taylor_dim);
   if (is_hybrid()) return "hybrid(window " + std::to_string(window) + ", " + map + ")";
+  if (is_aligned()) {
+    std::ostringstream decay;
+    decay << align_decay;
+    map += ", align " + decay.str();
+  }
   return "linear(" + map + ")";
+}
+
+double AttentionConfig::head_decay(int64_t h) const {
+  // The floor keeps the scans' alpha in (0, 1] for any head count (a reach under one position).
+  return h == 0 ? 1.0 : std::max(kMinHeadDecay, std::pow(align_decay, std::ldexp(1.0, static_cast<int>(h - 1))));
 }
 
 int64_t AttentionConfig::feature_count(int64_t head_dim) const {
@@ -54,6 +68,7 @@ void AttentionConfig::validate(const std::string& key) const {
   TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);
+  TARN_CHECK(align_decay >= 0 && align_decay < 1, key, ".align_decay: must be in [0, 1) (0 = off), got ", align_decay);
   TARN_CHECK(taylor_order == 2 || taylor_order == 4, key,
              ".taylor_order: must be 2 or 4 (an even order keeps the kernel positive), got ", taylor_order);
   TARN_CHECK(taylor_dim >= 1 && taylor_dim <= 255, key, ".taylor_dim: must be 1..255, got ", taylor_dim);

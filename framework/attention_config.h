@@ -40,6 +40,12 @@ struct AttentionConfig {
   // the kernel positive) and r, the width of the learned projection it takes per head.
   int64_t taylor_order = 2;
   int64_t taylor_dim = 16;
+  // Linear cross-attention: target position i weighs source position j by gamma_h^|i - j|, head
+  // 0 with gamma_0 = 1 (the whole source), head h >= 1 with gamma_h = align_decay^(2^(h - 1))
+  // (each head's reach half the last's), at least kMinHeadDecay; 0 = off (layers/attention.h,
+  // docs/design.md).
+  double align_decay = 0;
+  static constexpr double kMinHeadDecay = 1e-3;
   // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
@@ -62,6 +68,9 @@ struct AttentionConfig {
   // The delta rule's erase (kernels/delta_rule.h): delta, and hybrid over delta.
   bool erases() const { return kind == Kind::delta || (kind == Kind::hybrid && global == Kind::delta); }
   bool is_softmax() const { return kind == Kind::softmax; }
+  bool is_aligned() const { return kind == Kind::linear && align_decay > 0; }
+  // Aligned cross-attention's decay of head h of `heads` (see align_decay).
+  double head_decay(int64_t h) const;
   // Features per head of the feature map for heads of head_dim (favor: m; taylor: C(r + P, P);
   // hedgehog: 2 head_dim; the row-local maps keep head_dim).
   int64_t feature_count(int64_t head_dim) const;
@@ -72,7 +81,7 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  // "softmax", "linear(elu1)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)",
+  // "softmax", "linear(elu1)", "linear(taylor, align 0.9)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)",
   // "hybrid(window 64, delta conv 4)"
   std::string str() const;
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks

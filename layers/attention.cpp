@@ -74,6 +74,14 @@ Tensor normalise(const Tensor& u, float eps) {
   return div(slice(u, 3, 0, e), add_scalar(slice(u, 3, e, e + 1), eps));
 }
 
+// x (B, H, N, f) with rows of zeros appended along N up to `length` positions.
+Tensor pad_positions(const Tensor& x, int64_t length) {
+  if (x.size(2) == length) return x;
+  Shape s = x.shape();
+  s[2] = length - x.size(2);
+  return concat({x, Tensor::zeros(s, x.device())}, 2);
+}
+
 // FAVOR+ without a stabiliser: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = d^(-1/4) x (docs/design.md
 // section 2). Each row depends on that row only, so a causal forward and a decoding step give
 // the same features. W x' has entries ~ N(0, |x'|^2), so the exponent stays below ~|x'|^2/2
@@ -153,6 +161,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
     delta_ = std::make_unique<DeltaRuleBlock>(d_model, heads, config_.conv_size, cross, kDeltaNormEps, init);
     register_module("delta", *delta_);
   }
+  TARN_ASSERT(cross || !config_.is_aligned(), "attention: align_decay is for cross-attention only");
   if (config_.is_hybrid()) {
     TARN_ASSERT(!(cross && config_.has_delta_block()), "attention: hybrid cross-attention takes global linear only");
     hybrid_gate_ = std::make_unique<Linear>(d_model, heads, init);
@@ -284,8 +293,38 @@ Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, cons
   opt.chunk = static_cast<int>(config_.chunk);
   opt.fused_feature_map = fused_map();
   opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
+  if (config_.is_aligned()) return aligned_context(q, k, v, pad);
   if (materialises_features()) return linear_attention(query_features(q), key_features(k), v, opt);
   return linear_attention(q, k, v, opt);  // φ applied inside the kernel
+}
+
+Tensor MultiHeadAttention::align_alpha(int64_t batch, int64_t length, Device device) const {
+  Tensor alpha = Tensor::empty({batch, heads_, length});
+  float* p = alpha.f32();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads_; ++h)
+      for (int64_t t = 0; t < length; ++t) p[(b * heads_ + h) * length + t] = static_cast<float>(config_.head_decay(h));
+  return alpha.to(device);
+}
+
+Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const PaddingMask& pad) const {
+  // Target and source side by side over n = max(Nq, Nk) positions (zero rows beyond either's
+  // end). The decayed scans without erase give, at position i, F_i = Σ_{j <= i} γ^(i-j) φ(k_j) v'_jᵀ
+  // and R_i = Σ_{j >= i} γ^(j-i) φ(k_j) v'_jᵀ read by φ(q_i); a target beyond the source's end
+  // reads the forward state decayed across the padding, γ^(i-j) as the formula says.
+  const int64_t batch = q.size(0), nq = q.size(2), nk = k.size(2), n = std::max(nq, nk);
+  Tensor b = key_features(k);
+  if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
+  b = pad_positions(b, n);
+  const Tensor a = pad_positions(query_features(q), n);
+  const Tensor vv = pad_positions(append_ones(v), n);
+  const Tensor alpha = align_alpha(batch, n, q.device()), beta = Tensor::ones({batch, heads_, n}, q.device());
+  const int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk;
+  Tensor u = add(delta_rule(a, b, vv, beta, alpha, {false, chunk, false}),
+                 delta_rule(a, b, vv, beta, alpha, {true, chunk, false}));
+  u = sub(u, mul(sum(mul(a, b), 3, true), vv));  // the aligned position j = i is in both scans
+  return normalise(slice(u, 2, 0, nq), static_cast<float>(config_.eps));
 }
 
 Tensor MultiHeadAttention::hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const {
@@ -382,6 +421,11 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
     // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero: once per source batch.
     Tensor b = key_features(k);
     if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
+    if (config_.is_aligned()) {  // each position weighs the source by its own decays: keep it all
+      c.key = b;
+      c.value = append_ones(v);
+      return c;
+    }
     c.state = matmul(b, append_ones(v), true, false);
   }
   return c;
@@ -392,8 +436,8 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   TARN_ASSERT(query.dim() == 3 && query.size(2) == heads_ * head_dim_,
               "cross-attention step: query must be (B, N, ", heads_ * head_dim_, "), got ", query.shape().str());
   TARN_ASSERT(cache.defined(), "cross-attention step: no precomputed encoder keys (precompute_cross)");
-  TARN_ASSERT(!config_.is_hybrid() || (query.size(1) == 1 && position >= 0),
-              "hybrid cross-attention step: one query row at a known position, got ", query.shape().str(),
+  TARN_ASSERT(!(config_.is_hybrid() || config_.is_aligned()) || (query.size(1) == 1 && position >= 0),
+              "hybrid and aligned cross-attention step: one query row at a known position, got ", query.shape().str(),
               " at position ", position);
   if (config_.is_gated_recurrence()) {  // o = S^T q for every query row at once
     const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
@@ -404,7 +448,9 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   if (!config_.is_linear())
     local = config_.is_hybrid() ? window_step_cross(q, cache, position)
                                 : softmax_step(q, cache.key, cache.value, cache.key_padding);
-  if (config_.uses_feature_map())
+  if (config_.is_aligned())
+    global = aligned_step_cross(q, cache, position);
+  else if (config_.uses_feature_map())
     global = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));
   const Tensor ctx = config_.is_hybrid() ? hybrid_mix(local, global, query) : local.defined() ? local : global;
   return out_proj.forward(merge_heads(ctx));
@@ -426,6 +472,19 @@ Tensor MultiHeadAttention::window_step_cross(const Tensor& q, const AttentionCac
   const Tensor padding = cache.key_padding.defined() ? slice(cache.key_padding, 1, keys.begin, keys.end) : Tensor();
   return softmax_step(q, slice(cache.key, 2, keys.begin, keys.end), slice(cache.value, 2, keys.begin, keys.end),
                       padding);
+}
+
+Tensor MultiHeadAttention::aligned_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const {
+  // Row i of aligned_context's sum, term by term: weights c_j = γ_h^|i - j| φ(q)·φ(k_j) over the
+  // cached source features (padded rows zero), O(source length) a token.
+  const int64_t nk = cache.key.size(2);
+  Tensor decay = Tensor::empty({1, heads_, 1, nk});
+  float* p = decay.f32();
+  for (int64_t h = 0; h < heads_; ++h)
+    for (int64_t j = 0; j < nk; ++j)
+      p[h * nk + j] = static_cast<float>(std::pow(config_.head_decay(h), static_cast<double>(std::abs(position - j))));
+  const Tensor w = mul(matmul(query_features(q), cache.key, false, true), decay.to(q.device()));  // (B, H, 1, Nk)
+  return normalise(matmul(w, cache.value), static_cast<float>(config_.eps));
 }
 
 MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key_value, const PaddingMask& pad) const {

@@ -31,7 +31,9 @@
 //   self-attention, linear:  the recurrent state S' = Σ_j φ(k_j)ᵀ [v_j | 1], (B, H, f, dh+1):
 //                            O(f dh) per token whatever t is (docs/design.md section 2, RNN mode);
 //   cross-attention:         K, V of the encoder output (softmax) or its summary S' (linear),
-//                            computed once by precompute_cross().
+//                            computed once by precompute_cross(); with align_decay, φ(K) and
+//                            [V | 1] themselves, each target position weighing them by its own
+//                            decays (O(Nk f) per token, as softmax's O(Nk dh)).
 //   delta (layers/delta_rule_block.h): the state S (B, H, dh, dh) in `state`, and in
 //                            self-attention the last conv_size - 1 projected inputs of q, k
 //                            and v for the convolutions (q_tail, k_tail, v_tail, (B, taps-1, D)).
@@ -48,6 +50,13 @@
 // delta) per token, whatever the position. In cross-attention (global linear only) target
 // position i's window is the source keys with |i - j| <= window / 2; decoding keeps the source's
 // keys and values and reads the window around each position (step_cross's `position`).
+//
+// Aligned cross-attention (kind linear, align_decay γ > 0; docs/design.md): target position i
+// weighs source position j by γ_h^|i - j| on top of φ(q_i)·φ(k_j), with γ_0 = 1 (the whole
+// source) and γ_h = γ^(2^(h-1)) for heads h >= 1: a prior, linear in length, that a denoising
+// target copies its source near the diagonal. Computed as a forward and a reverse decayed scan
+// over the source (the gated scan of framework/ops/delta_rule.h without erase, f = φ's features,
+// [V | 1] as values), each read at the target's own position.
 //
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
@@ -71,7 +80,7 @@ using PaddingMask = std::vector<uint8_t>;  // (B, N) row-major, nonzero = paddin
 // Copying a cache aliases its tensors, and a linear self-attention step updates `state` in
 // place: use clone() for an independent copy.
 struct AttentionCache {
-  Tensor key, value;    // softmax: (B, H, Nk, dh)
+  Tensor key, value;    // softmax: (B, H, Nk, dh); aligned cross-attention: φ(K) (B, H, Nk, f), [V | 1]
   Tensor key_padding;   // softmax cross-attention: (B, Nk) f32, 1 = padded; may be undefined
   Tensor state;         // linear: S' (B, H, f, dh + 1), row k = [S[k, :dh] | z[k]]; delta: S (B, H, dh, dh)
   Tensor q_tail, k_tail, v_tail;  // delta self-attention (and hybrid over delta): the convolutions' last inputs
@@ -146,6 +155,11 @@ class MultiHeadAttention : public Module {
   Tensor softmax_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
                          int64_t window) const;
   Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  // Linear cross-attention with align_decay: target row i weighs source row j by γ_h^|i - j|.
+  Tensor aligned_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  Tensor align_alpha(int64_t batch, int64_t length, Device device) const;  // γ_h as the scans' alpha, (B, H, n)
+  // Decoding: target `position`'s row against the cached source features φ(K) and [V | 1].
+  Tensor aligned_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const;
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
   Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
   // Decoding's softmax over cached keys and values (B, H, Nk, dh), every one visible but padded

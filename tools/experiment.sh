@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The BART experiment, reproducible: softmax against linear attention in speed, memory and
 # perplexity. Runs the benches (tarn bench attention | train | decode; the training and decoding
-# benches time small-hybrid beside softmax and linear), trains nine small settings (softmax,
-# linear encoder, linear, linear with FAVOR+, delta, gated, delta-taylor, hybrid, interleaved)
+# benches time small-hybrid beside softmax and linear), trains ten small settings (softmax,
+# linear encoder, linear, linear with FAVOR+, delta, gated, delta-taylor, delta-aligned, hybrid,
+# interleaved)
 # with three seeds each on the same token budget, and long-sequence runs of softmax, linear, delta
 # and hybrid (packed 2,048-token examples), then regenerates docs/experiment.md and its plots
 # from what it measured.
@@ -11,7 +12,7 @@
 #                       [--resume] [--from DIR2] [--only PHASES] [--device DEVICE]
 #                       [--settings LIST] [--seeds LIST]
 #
-# --quick (default) takes about 70 minutes on 2 cores; --full takes 7-8 hours there (27 quality
+# --quick (default) takes about 80 minutes on 2 cores; --full takes 8-9 hours there (30 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
 # --smoke checks the whole pipeline in a few minutes (its figures mean nothing: write --doc
 # elsewhere). Run it on an otherwise idle machine: every bench figure is a timing.
@@ -28,7 +29,7 @@
 #                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
 #                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
 #                  <DOC's folder>/experiment/data beside its plots.
-#   --settings L   comma-separated quality settings to train, in that order (default: all nine,
+#   --settings L   comma-separated quality settings to train, in that order (default: all ten,
 #                  as listed above); --seeds L: comma-separated seeds, each 1, 2 or 3 (default:
 #                  1,2,3), seed by seed. With --resume they fill in a DIR in the order wanted.
 #   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
@@ -48,7 +49,7 @@ jobs=1
 resume=0
 from=""
 device=cpu
-all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated small-delta-taylor small-hybrid small-interleaved"
+all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta small-gated small-delta-taylor small-delta-aligned small-hybrid small-interleaved"
 settings=$all_settings
 seeds="1 2 3"
 phases=bench,quality,long,report

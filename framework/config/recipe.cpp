@@ -52,6 +52,12 @@ constexpr const char* kCrossHybridGlobal =
     "hybrid cross-attention takes global: linear (a feature map); delta and gated are self-attention only "
     "under hybrid (use kind: delta or gated on their own in cross-attention)";
 
+// Aligned decay pairs a target position with the source position of the same index: there is
+// no second sequence to align with in self-attention (kind gated decays there).
+constexpr const char* kSelfAlignDecay =
+    "cross-attention only: it weighs source position j by its distance from target position i (for a decay in "
+    "self-attention, use kind: gated or delta)";
+
 bool is_device(const std::string& s) {
   if (s == "cpu" || s == "cuda") return true;
   if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 8) return false;
@@ -117,6 +123,12 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
             "153 at order 2, 4,845 at order 4; r = 8, order 4: 495)")
       .min(1)
       .max(255);
+  a.number(&AttentionConfig::align_decay, "align_decay",
+           "linear cross-attention: target position i weighs source position j by gamma_h^|i - j|; head 0 reads the "
+           "whole source (gamma 1), head h >= 1 decays by align_decay^(2^(h - 1)) a position (0.9: 0.9, 0.81, 0.66); "
+           "0 = off. A linear-time prior that target and source align near the diagonal (denoising)")
+      .min(0)
+      .below(1);
 }
 
 config::Schema build_schema() {
@@ -368,6 +380,8 @@ void resolve_layers(Recipe& r, Loader& loader) {
         loader.error_at(entry.origin, issue.key.empty() ? entry_key : entry_key + "." + issue.key, issue.message);
       if (sub.ok() && stack.cross && layer.is_hybrid() && layer.has_delta_block())
         loader.error_at(entry.origin, entry_key + ".global", kCrossHybridGlobal);
+      if (sub.ok() && !stack.cross && layer.align_decay > 0)
+        loader.error_at(entry.origin, entry_key + ".align_decay", kSelfAlignDecay);
       a.per_layer.push_back(layer);
     }
   }
@@ -466,6 +480,7 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionStackRecipe& a = m.attention.*stack.member;
+    if (!stack.cross && a.align_decay > 0) loader.error(prefix + ".align_decay", kSelfAlignDecay);
     if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
     // Why a key of another kind (or, in a hybrid, of another global part) does nothing here.
     const std::string ignored = a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))
@@ -479,12 +494,15 @@ void check_cross_field(const Recipe& r, Loader& loader) {
       continue;
     }
     if (!a.uses_feature_map()) {
-      for (const char* key : {"feature_map", "favor_features", "favor_redraw_every", "eps", "taylor_order", "taylor_dim"}) {
+      for (const char* key :
+           {"feature_map", "favor_features", "favor_redraw_every", "eps", "taylor_order", "taylor_dim", "align_decay"}) {
         if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, ignored);
       }
       if (a.is_softmax() && loader.given(prefix + ".chunk")) loader.warn(prefix + ".chunk", "ignored: kind is softmax");
       continue;
     }
+    if (a.is_hybrid() && loader.given(prefix + ".align_decay"))
+      loader.warn(prefix + ".align_decay", "ignored: kind is hybrid (its window aligns)");
     if (a.feature_map == kernels::cpu::FeatureMap::identity) {
       loader.warn_at(first_given(loader, {prefix + ".feature_map", prefix + ".kind", prefix}), prefix + ".feature_map",
                      "identity makes linear attention a mean over positions: for ablations only");

@@ -3,6 +3,8 @@
 #include "framework/config/recipe.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <sys/stat.h>
 
 #include "config_test_util.h"
@@ -89,6 +91,14 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(delta_taylor.model.attention.cross.taylor_order, 2);  // Based's (README: order 4 was no better)
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
+  const Recipe aligned = load_recipe(source_path("recipes/small-delta-aligned.yaml"));
+  EXPECT_EQ(aligned.model.attention.encoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(aligned.model.attention.decoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(aligned.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_EQ(aligned.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
+  EXPECT_DOUBLE_EQ(aligned.model.attention.cross.align_decay, 0.9);
+  EXPECT_TRUE(aligned.warnings.empty());
+
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
   for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
     EXPECT_TRUE(stack->per_layer.empty());
@@ -114,7 +124,8 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
-                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-hybrid.yaml"}) {
+                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-delta-aligned.yaml",
+                            "recipes/small-hybrid.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
@@ -452,6 +463,46 @@ TEST(RecipeAttention, TaylorOrderAndWidthParseAndAreChecked) {
       "w.yaml");
   ASSERT_EQ(warned.warnings.size(), 1u);
   EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.taylor_order: ignored: feature_map is not taylor");
+}
+
+TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n"
+                                    "    cross: {kind: linear, feature_map: taylor, align_decay: 0.9}\n",
+                                "t.yaml");
+  const AttentionConfig& cross = r.model.attention.cross;
+  EXPECT_DOUBLE_EQ(cross.align_decay, 0.9);
+  EXPECT_TRUE(cross.is_aligned());
+  EXPECT_EQ(cross.str(), "linear(taylor, align 0.9)");
+  EXPECT_DOUBLE_EQ(cross.head_decay(0), 1.0);  // head 0 reads the whole source
+  EXPECT_DOUBLE_EQ(cross.head_decay(1), 0.9);
+  EXPECT_DOUBLE_EQ(cross.head_decay(2), 0.9 * 0.9);
+  EXPECT_DOUBLE_EQ(cross.head_decay(3), std::pow(0.9, 4));
+  EXPECT_DOUBLE_EQ(cross.head_decay(40), AttentionConfig::kMinHeadDecay);  // floored, never 0
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(first_difference(r, parse_recipe(to_yaml(r), "written.yaml")), "");
+  EXPECT_FALSE(parse_recipe(std::string(kMinimal)).model.attention.cross.is_aligned());  // off by default
+
+  // Self-attention has no second sequence to align with, in a stack or a per-layer entry; a
+  // decay of 1 or more is no decay.
+  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+           {"    decoder_self: {kind: linear, align_decay: 0.9}\n",
+            "bad.yaml:5: model.attention.decoder_self.align_decay: cross-attention only"},
+           {"    encoder_self: {layers: [linear, {kind: linear, align_decay: 0.5}, linear, linear]}\n",
+            "bad.yaml:5: model.attention.encoder_self.layers[1].align_decay: cross-attention only"},
+           {"    cross: {kind: linear, align_decay: 1}\n",
+            "bad.yaml:5: model.attention.cross.align_decay: expected"}}) {
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
+      ADD_FAILURE() << attention << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  const Recipe warned = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: softmax, align_decay: 0.9}\n", "w.yaml");
+  ASSERT_EQ(warned.warnings.size(), 1u);
+  EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.align_decay: ignored: kind is softmax");
 }
 
 TEST(RecipeWarnings, IdentityFeatureMapIsAllowedWithAWarning) {

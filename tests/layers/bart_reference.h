@@ -377,6 +377,10 @@ class BartReference {
             if (!allowed(i, j)) continue;
             double s = 0;
             for (int64_t e = 0; e < f; ++e) s += fq[i * f + e] * fk[j * f + e];
+            // align_decay: head 0 weighs every position alike; head h >= 1 decays by
+            // max(1e-3, align_decay^(2^(h-1))) a position of |i - j|.
+            if (cfg.align_decay > 0 && h > 0)
+              s *= std::pow(std::max(1e-3, std::pow(cfg.align_decay, std::pow(2.0, h - 1))), std::abs(i - j));
             lw[j] = s;
             den += s;
           }

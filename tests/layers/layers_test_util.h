@@ -64,7 +64,14 @@ inline std::vector<AttentionSetup> delta_setups() {
   AttentionConfig gated = delta;
   gated.kind = AttentionKind::gated;
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
-  return {{"delta", delta, delta, delta}, {"delta_cross", elu, elu, plain}, {"gated", gated, gated, gated}};
+  // Linear cross-attention aligned by position (Taylor map, head decays 1, 0.7, 0.49, 0.24) under
+  // delta self-attention.
+  AttentionConfig aligned = AttentionConfig::linear_attention(FeatureMap::taylor);
+  aligned.align_decay = 0.7;
+  return {{"delta", delta, delta, delta},
+          {"delta_cross", elu, elu, plain},
+          {"gated", gated, gated, gated},
+          {"aligned_cross", delta, delta, aligned}};
 }
 // Hybrid self-attention (window softmax + a global part, gated) in both stacks: windows shorter
 // than the test sequences. "hybrid": global linear, the encoder's with elu1, the decoder's with

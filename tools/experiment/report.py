@@ -36,7 +36,7 @@ SEED_STYLES = ["-", "--", ":", "-."]
 DEVICE_MARKERS = ["o", "s", "^", "D"]
 # Known settings first, in the order the report discusses them; unknown ones follow alphabetically.
 SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small-linear-favor",
-                 "small-delta", "small-gated", "small-delta-taylor", "small-hybrid",
+                 "small-delta", "small-gated", "small-delta-taylor", "small-delta-aligned", "small-hybrid",
                  "small-interleaved", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",

@@ -159,6 +159,12 @@ class Attention:
 
     def linear_part(self, q, k, v):
         a = self.kernel(q, k) * self.visible(q.shape[1], k.shape[1], 0)
+        gamma = self.cfg.get("align_decay", 0.0)
+        if gamma > 0:  # aligned cross-attention: head h weighs |i - j| by its decay
+            heads, n, m = a.shape
+            decays = [1.0] + [max(1e-3, gamma ** (2 ** (h - 1))) for h in range(1, heads)]
+            dist = np.abs(np.arange(n)[:, None] - np.arange(m)[None, :])
+            a = a * np.stack([d ** dist for d in decays])
         return (a @ v) / (a.sum(-1, keepdims=True) + self.cfg["eps"])
 
     def delta_part(self, x, m, qp, kp, vp):
