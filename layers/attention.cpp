@@ -286,6 +286,7 @@ Tensor MultiHeadAttention::softmax_context(const Tensor& q, const Tensor& k, con
 
 Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const PaddingMask& pad) const {
+  if (config_.is_aligned()) return aligned_context(q, k, v, pad);
   LinearAttentionOptions opt;
   opt.causal = causal_;
   opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
@@ -293,7 +294,6 @@ Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, cons
   opt.chunk = static_cast<int>(config_.chunk);
   opt.fused_feature_map = fused_map();
   opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
-  if (config_.is_aligned()) return aligned_context(q, k, v, pad);
   if (materialises_features()) return linear_attention(query_features(q), key_features(k), v, opt);
   return linear_attention(q, k, v, opt);  // φ applied inside the kernel
 }
