@@ -298,33 +298,61 @@ Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, cons
   return linear_attention(q, k, v, opt);  // φ applied inside the kernel
 }
 
-Tensor MultiHeadAttention::align_alpha(int64_t batch, int64_t length, Device device) const {
-  Tensor alpha = Tensor::empty({batch, heads_, length});
-  float* p = alpha.f32();
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads_; ++h)
-      for (int64_t t = 0; t < length; ++t) p[(b * heads_ + h) * length + t] = static_cast<float>(config_.head_decay(h));
-  return alpha.to(device);
-}
-
 Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const PaddingMask& pad) const {
-  // Target and source side by side over n = max(Nq, Nk) positions (zero rows beyond either's
-  // end). The decayed scans without erase give, at position i, F_i = Σ_{j <= i} γ^(i-j) φ(k_j) v'_jᵀ
-  // and R_i = Σ_{j >= i} γ^(j-i) φ(k_j) v'_jᵀ read by φ(q_i); a target beyond the source's end
-  // reads the forward state decayed across the padding, γ^(i-j) as the formula says.
-  const int64_t batch = q.size(0), nq = q.size(2), nk = k.size(2), n = std::max(nq, nk);
+  // U_i = Σ_j γ_h^|i-j| (a_i·b_j) v'_j over target and source side by side (n = max(Nq, Nk)
+  // positions, zero rows beyond either's end; docs/design.md "Aligned cross-attention"), by
+  // chunks of C positions. Within a chunk, the C x C products masked by the decays; between
+  // chunks, the decay factors at the chunk boundaries: for a key j of an earlier chunk c',
+  // γ^(i-j) = γ^(i - c0) γ^(C (c - c' - 1)) γ^(c'0 + C - j), so each chunk's keys are summed once
+  // into a state weighted towards its right end (R) and one towards its left end (L), the states
+  // are mixed across chunks by an m x m matrix of γ^(C distance), and each query reads them
+  // weighted from its own chunk's ends. GEMMs throughout, O(n C (f + e) + n f e + m^2 f e).
+  const int64_t batch = q.size(0), nq = q.size(2), nk = k.size(2), f = feature_dim(), e = v.size(3) + 1;
+  const int64_t c = std::min<int64_t>(config_.chunk, std::max(nq, nk)), m = (std::max(nq, nk) + c - 1) / c;
   Tensor b = key_features(k);
   if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
-  b = pad_positions(b, n);
-  const Tensor a = pad_positions(query_features(q), n);
-  const Tensor vv = pad_positions(append_ones(v), n);
-  const Tensor alpha = align_alpha(batch, n, q.device()), beta = Tensor::ones({batch, heads_, n}, q.device());
-  const int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk;
-  Tensor u = add(delta_rule(a, b, vv, beta, alpha, {false, chunk, false}),
-                 delta_rule(a, b, vv, beta, alpha, {true, chunk, false}));
-  u = sub(u, mul(sum(mul(a, b), 3, true), vv));  // the aligned position j = i is in both scans
-  return normalise(slice(u, 2, 0, nq), static_cast<float>(config_.eps));
+  const Shape chunked{batch, heads_, m, c, -1};
+  const Tensor a = reshape(pad_positions(query_features(q), m * c), chunked);
+  const Tensor vv = reshape(pad_positions(append_ones(v), m * c), chunked);
+  b = reshape(pad_positions(b, m * c), chunked);
+  const Device dev = q.device();
+  // Per head: the decays within a chunk (H, C, C) and each row's factor towards the chunk's
+  // left end (γ^t) and right end (γ^(C - t)), (H, C).
+  Tensor within = Tensor::empty({1, heads_, 1, c, c}), left = Tensor::empty({1, heads_, 1, c, 1}),
+         right = Tensor::empty({1, heads_, 1, c, 1});
+  for (int64_t h = 0; h < heads_; ++h) {
+    const double g = config_.head_decay(h);
+    for (int64_t i = 0; i < c; ++i) {
+      left.f32()[h * c + i] = static_cast<float>(std::pow(g, static_cast<double>(i)));
+      right.f32()[h * c + i] = static_cast<float>(std::pow(g, static_cast<double>(c - i)));
+      for (int64_t j = 0; j < c; ++j)
+        within.f32()[(h * c + i) * c + j] = static_cast<float>(std::pow(g, static_cast<double>(std::abs(i - j))));
+    }
+  }
+  Tensor u = matmul(mul(matmul(a, b, false, true), within.to(dev)), vv);  // (B, H, m, C, e)
+  if (m > 1) {
+    const Tensor to_left = left.to(dev), to_right = right.to(dev);
+    // States (B, H, m, f e): keys weighted towards their chunk's right end (read by later
+    // chunks) and towards its left end (read by earlier ones).
+    const Tensor r = reshape(matmul(mul(b, to_right), vv, true, false), {batch, heads_, m, f * e});
+    const Tensor l = reshape(matmul(mul(b, to_left), vv, true, false), {batch, heads_, m, f * e});
+    // Across chunks: from earlier chunk c' to chunk c, γ^(C (c - c' - 1)); from later, the mirror.
+    Tensor earlier = Tensor::zeros({batch, heads_, m, m}), later = Tensor::zeros({batch, heads_, m, m});
+    for (int64_t h = 0; h < heads_; ++h) {
+      const double g = config_.head_decay(h);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          if (i == j) continue;
+          const float w = static_cast<float>(std::pow(g, static_cast<double>(c * (std::abs(i - j) - 1))));
+          for (int64_t bi = 0; bi < batch; ++bi) ((j < i ? earlier : later).f32())[((bi * heads_ + h) * m + i) * m + j] = w;
+        }
+    }
+    const Tensor from_earlier = reshape(matmul(earlier.to(dev), r), {batch, heads_, m, f, e});
+    const Tensor from_later = reshape(matmul(later.to(dev), l), {batch, heads_, m, f, e});
+    u = add(u, add(matmul(mul(a, to_left), from_earlier), matmul(mul(a, to_right), from_later)));
+  }
+  return normalise(slice(reshape(u, {batch, heads_, m * c, e}), 2, 0, nq), static_cast<float>(config_.eps));
 }
 
 Tensor MultiHeadAttention::hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const {

@@ -54,9 +54,9 @@
 // Aligned cross-attention (kind linear, align_decay γ > 0; docs/design.md): target position i
 // weighs source position j by γ_h^|i - j| on top of φ(q_i)·φ(k_j), with γ_0 = 1 (the whole
 // source) and γ_h = γ^(2^(h-1)) for heads h >= 1: a prior, linear in length, that a denoising
-// target copies its source near the diagonal. Computed as a forward and a reverse decayed scan
-// over the source (the gated scan of framework/ops/delta_rule.h without erase, f = φ's features,
-// [V | 1] as values), each read at the target's own position.
+// target copies its source near the diagonal. Computed by chunks of `chunk` positions: the
+// decay-masked products within a chunk, and between chunks states of φ(K)ᵀ [V | 1] weighted to
+// the chunk's ends and mixed by the decays across chunk boundaries (GEMMs only).
 //
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
@@ -157,7 +157,6 @@ class MultiHeadAttention : public Module {
   Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // Linear cross-attention with align_decay: target row i weighs source row j by γ_h^|i - j|.
   Tensor aligned_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
-  Tensor align_alpha(int64_t batch, int64_t length, Device device) const;  // γ_h as the scans' alpha, (B, H, n)
   // Decoding: target `position`'s row against the cached source features φ(K) and [V | 1].
   Tensor aligned_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const;
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).

@@ -94,7 +94,8 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
   a.integer(&AttentionConfig::chunk, "chunk",
             "rows per chunk of the causal linear scan on the CPU (causal stacks only); the CUDA kernels use 32 "
             "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here. delta: tokens between "
-            "the states its backward keeps")
+            "the states its backward keeps; aligned cross-attention (align_decay): positions per chunk of its "
+            "decay-masked products")
       .min(1);
   a.integer(&AttentionConfig::conv_size, "conv_size",
             "delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none)")

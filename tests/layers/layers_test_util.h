@@ -65,9 +65,10 @@ inline std::vector<AttentionSetup> delta_setups() {
   gated.kind = AttentionKind::gated;
   const AttentionConfig elu = AttentionConfig::linear_attention(FeatureMap::elu1);
   // Linear cross-attention aligned by position (Taylor map, head decays 1, 0.7, 0.49, 0.24) under
-  // delta self-attention.
+  // delta self-attention, by chunks of 3 positions (several in each test sequence).
   AttentionConfig aligned = AttentionConfig::linear_attention(FeatureMap::taylor);
   aligned.align_decay = 0.7;
+  aligned.chunk = 3;
   return {{"delta", delta, delta, delta},
           {"delta_cross", elu, elu, plain},
           {"gated", gated, gated, gated},
