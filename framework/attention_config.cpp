@@ -40,7 +40,8 @@ std::string AttentionConfig::str() const {
 }
 
 double AttentionConfig::head_decay(int64_t h) const {
-  // The floor keeps the scans' alpha in (0, 1] for any head count (a reach under one position).
+  // The floor keeps every head's decay positive however many heads halve the reach (at 1e-3 a
+  // head sees its aligned position alone).
   return h == 0 ? 1.0 : std::max(kMinHeadDecay, std::pow(align_decay, std::ldexp(1.0, static_cast<int>(h - 1))));
 }
 

@@ -81,8 +81,8 @@ struct AttentionConfig {
     c.feature_map = map;
     return c;
   }
-  // "softmax", "linear(elu1)", "linear(taylor, align 0.9)", "delta(conv 4)", "gated(conv 4)", "hybrid(window 64, elu1)",
-  // "hybrid(window 64, delta conv 4)"
+  // "softmax", "linear(elu1)", "linear(taylor, align 0.9)", "delta(conv 4)", "gated(conv 4)",
+  // "hybrid(window 64, elu1)", "hybrid(window 64, delta conv 4)"
   std::string str() const;
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
   // the same ranges earlier, with the file and line).
