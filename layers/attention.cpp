@@ -82,6 +82,14 @@ Tensor pad_positions(const Tensor& x, int64_t length) {
   return concat({x, Tensor::zeros(s, x.device())}, 2);
 }
 
+// g^0, g^stride, g^(2 stride), ..., g^(count stride): the powers of a head's decay that aligned
+// cross-attention's masks and factors read, one pow each instead of one per entry.
+std::vector<float> decay_powers(double g, int64_t count, int64_t stride = 1) {
+  std::vector<float> p(static_cast<size_t>(count + 1));
+  for (int64_t t = 0; t <= count; ++t) p[t] = static_cast<float>(std::pow(g, static_cast<double>(t * stride)));
+  return p;
+}
+
 // FAVOR+ without a stabiliser: exp(W x' - |x'|^2 / 2) / sqrt(m), x' = d^(-1/4) x (docs/design.md
 // section 2). Each row depends on that row only, so a causal forward and a decoding step give
 // the same features. W x' has entries ~ N(0, |x'|^2), so the exponent stays below ~|x'|^2/2
@@ -322,12 +330,11 @@ Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, con
   Tensor within = Tensor::empty({1, heads_, 1, c, c}), left = Tensor::empty({1, heads_, 1, c, 1}),
          right = Tensor::empty({1, heads_, 1, c, 1});
   for (int64_t h = 0; h < heads_; ++h) {
-    const double g = config_.head_decay(h);
+    const std::vector<float> pw = decay_powers(config_.head_decay(h), c);
     for (int64_t i = 0; i < c; ++i) {
-      left.f32()[h * c + i] = static_cast<float>(std::pow(g, static_cast<double>(i)));
-      right.f32()[h * c + i] = static_cast<float>(std::pow(g, static_cast<double>(c - i)));
-      for (int64_t j = 0; j < c; ++j)
-        within.f32()[(h * c + i) * c + j] = static_cast<float>(std::pow(g, static_cast<double>(std::abs(i - j))));
+      left.f32()[h * c + i] = pw[i];
+      right.f32()[h * c + i] = pw[c - i];
+      for (int64_t j = 0; j < c; ++j) within.f32()[(h * c + i) * c + j] = pw[std::abs(i - j)];
     }
   }
   Tensor u = matmul(mul(matmul(a, b, false, true), within.to(dev)), vv);  // (B, H, m, C, e)
@@ -340,11 +347,11 @@ Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, con
     // Across chunks: from earlier chunk c' to chunk c, γ^(C (c - c' - 1)); from later, the mirror.
     Tensor earlier = Tensor::zeros({batch, heads_, m, m}), later = Tensor::zeros({batch, heads_, m, m});
     for (int64_t h = 0; h < heads_; ++h) {
-      const double g = config_.head_decay(h);
+      const std::vector<float> across = decay_powers(config_.head_decay(h), m, c);  // γ^(C t)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < m; ++j) {
           if (i == j) continue;
-          const float w = static_cast<float>(std::pow(g, static_cast<double>(c * (std::abs(i - j) - 1))));
+          const float w = across[std::abs(i - j) - 1];
           for (int64_t bi = 0; bi < batch; ++bi) ((j < i ? earlier : later).f32())[((bi * heads_ + h) * m + i) * m + j] = w;
         }
     }
@@ -508,9 +515,10 @@ Tensor MultiHeadAttention::aligned_step_cross(const Tensor& q, const AttentionCa
   const int64_t nk = cache.key.size(2);
   Tensor decay = Tensor::empty({1, heads_, 1, nk});
   float* p = decay.f32();
-  for (int64_t h = 0; h < heads_; ++h)
-    for (int64_t j = 0; j < nk; ++j)
-      p[h * nk + j] = static_cast<float>(std::pow(config_.head_decay(h), static_cast<double>(std::abs(position - j))));
+  for (int64_t h = 0; h < heads_; ++h) {
+    const std::vector<float> pw = decay_powers(config_.head_decay(h), std::max(position, nk - 1));
+    for (int64_t j = 0; j < nk; ++j) p[h * nk + j] = pw[std::abs(position - j)];
+  }
   const Tensor w = mul(matmul(query_features(q), cache.key, false, true), decay.to(q.device()));  // (B, H, 1, Nk)
   return normalise(matmul(w, cache.value), static_cast<float>(config_.eps));
 }
