@@ -1,0 +1,56 @@
+#pragma once
+// The gated delta rule's scan (kernels/delta_rule.h) in bf16 on CUDA
+// (kernels/cuda/delta_rule_chunked_bf16.cu): the chunked (WY) algorithm of
+// kernels/cuda/delta_rule_chunked.cu with its sub-chunks' matrix products on tensor cores
+// (kernels/cuda/mma.cuh). Same semantics, shapes, layouts, checkpoints and argument order as
+// kernels/cuda_delta_rule.h's delta_rule_forward and delta_rule_backward, with these differences:
+//
+//   - q, k, v, out (and in the backward d_out, dq, dk, dv) are tarn::bf16 (kernels/emu/bf16.h:
+//     16-bit storage, layout-compatible with __nv_bfloat16); beta, alpha, final_state,
+//     checkpoints, d_final_state, d_beta, d_alpha and the workspace are f32. States are kept and
+//     accumulated in f32, and every sum runs in f32.
+//   - Precision: the tensor-core operands are bf16 (k, q, v, d_out as given, and the rounded
+//     state, writes W, residuals R, the triangle's inverse X, the decayed products P and the
+//     backward's dY, dP, dA): each rounding is 2^-9 relative. The forward and back
+//     substitutions of the (I + A) triangle run in f32 on the CUDA cores. Outputs come within a
+//     few 1e-3 of their size, gradients within what bf16 roundings of the inputs move them
+//     (tests/cuda/conformance_delta_rule_bf16_test.cpp).
+//   - Always chunked: sub-chunks of min(32, chunk) tokens where the shared memory fits, else of
+//     min(16, chunk); the products run on tiles padded with zeros to multiples of 16 (tokens, dk
+//     and value columns), so dk and dv that are multiples of 16 waste nothing. When even 16
+//     does not fit (dk, dv far above 128) the calls throw: delta_rule_bf16_sub_chunk says 0.
+//   - Deterministic: the same bits on every run (each tile and each sum has one owner and a
+//     fixed order), not the same bits as the f32 kernels.
+//
+// Workspace of the backward: delta_rule_bf16_backward_workspace_floats(dims, cfg) floats of
+// device memory, two states (the state before a sub-chunk and the gradient of the one after) per
+// sub-chunk of the sequence, linear in n.
+//
+// Namespaces as in kernels/cuda_kernels.h: tarn::kernels::cuda (nvcc, TARN_WITH_CUDA) and
+// tarn::kernels::cuda_emu (the emulator, tests). Buffer pointers are device memory, dims and cfg
+// host memory; work goes to the default stream.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda_api.h"
+#include "kernels/delta_rule.h"
+#include "kernels/emu/bf16.h"
+
+#define TARN_CUDA_DELTA_RULE_BF16_API                                                                              \
+  /* Tokens a sub-chunk on the current device (0: dk, dv too large for the shared memory). */                     \
+  int64_t delta_rule_bf16_sub_chunk(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg);              \
+  size_t delta_rule_bf16_backward_workspace_floats(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg); \
+  void delta_rule_bf16_forward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg,                   \
+                               const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,               \
+                               const float* beta, const float* alpha, ::tarn::bf16* out, float* final_state,      \
+                               float* checkpoints);                                                               \
+  void delta_rule_bf16_backward(const cpu::DeltaRuleDims& dims, const cpu::DeltaRuleConfig& cfg,                  \
+                                const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,              \
+                                const float* beta, const float* alpha, const float* checkpoints,                  \
+                                const ::tarn::bf16* d_out, const float* d_final_state, ::tarn::bf16* dq,          \
+                                ::tarn::bf16* dk, ::tarn::bf16* dv, float* d_beta, float* d_alpha,                \
+                                float* workspace, size_t workspace_floats);
+
+TARN_DECLARE_CUDA_API(TARN_CUDA_DELTA_RULE_BF16_API)
+
+#undef TARN_CUDA_DELTA_RULE_BF16_API
