@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_delta_rule.h"
+#include "kernels/cuda_delta_rule_bf16.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
@@ -113,6 +114,16 @@ using SoftmaxAttentionBf16Kernels =
     Bf16AttentionKernels<decltype(cuda::softmax_attention_bf16_forward_workspace_floats),
                          decltype(cuda::softmax_attention_bf16_forward), decltype(cuda::softmax_attention_bf16_backward)>;
 
+// The gated delta rule on bf16 q, k, v (and out, d_out, dq, dk, dv) with f32 gates, states and
+// accumulation, its sub-chunk products on tensor cores (kernels/cuda_delta_rule_bf16.h), for
+// training.precision bf16. Only CUDA has it: the CPU's scans stay f32.
+struct DeltaRuleBf16Kernels {
+  decltype(cuda::delta_rule_bf16_sub_chunk)* sub_chunk;  // 0: dk, dv do not fit the device
+  decltype(cuda::delta_rule_bf16_backward_workspace_floats)* backward_workspace_floats;
+  decltype(cuda::delta_rule_bf16_forward)* forward;
+  decltype(cuda::delta_rule_bf16_backward)* backward;
+};
+
 struct Backend {
   const char* name;  // "cpu", "cuda", "cuda (emulated)"
 
@@ -141,6 +152,8 @@ struct Backend {
   const LinearAttentionBf16Kernels* linear_attention_bf16;
   // bf16 softmax attention, or null where there is none (the CPU).
   const SoftmaxAttentionBf16Kernels* softmax_attention_bf16;
+  // The bf16 gated delta rule, or null where there is none (the CPU).
+  const DeltaRuleBf16Kernels* delta_rule_bf16;
 
 #define TARN_BACKEND_FIELD(name) decltype(&cuda::name) name;
   TARN_BACKEND_KERNELS(TARN_BACKEND_FIELD)

@@ -32,6 +32,51 @@ kc::DeltaRuleDims check_operands(const char* op, const Tensor& q, const Tensor& 
 
 const float* data_or_null(const Tensor& t) { return t.defined() ? t.device_f32() : nullptr; }
 
+// The bf16 scan (precision bf16 where the device has the kernels): q, k, v rounded to bf16 and
+// kept for the backward (half the bytes of f32 copies), out rounded by the kernel and widened to
+// f32 for the graph; the state-only scan's output, the final state, is f32 already. Backward
+// rounds dy (d_out) the same way, and widens dq, dk, dv; d_beta and d_alpha are f32.
+Tensor scan_in_bf16(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                    const Tensor& alpha, const kc::DeltaRuleDims& dims, const kc::DeltaRuleConfig& cfg) {
+  const bool readout = q.defined();
+  const int64_t B = k.size(0), H = k.size(1);
+  const Device dev = k.device();
+  const kernels::DeltaRuleBf16Kernels& kb = *backend_for(dev).delta_rule_bf16;
+  const Tensor q16 = readout ? ops_internal::rounded_to_bf16(op, q) : Tensor();
+  const Tensor k16 = ops_internal::rounded_to_bf16(op, k), v16 = ops_internal::rounded_to_bf16(op, v);
+  Tensor out16 = readout ? Tensor::empty(v.shape(), dev, DType::bf16) : Tensor();
+  Tensor state = readout ? Tensor() : Tensor::empty(Shape{B, H, dims.dk, dims.dv}, dev);
+  Tensor checkpoints =
+      Tensor::empty(Shape{dims.slices, kc::delta_rule_checkpoints(dims, cfg), dims.dk, dims.dv}, dev);
+  kb.forward(dims, cfg, readout ? q16.data<bf16>() : nullptr, k16.data<bf16>(), v16.data<bf16>(), beta.device_f32(),
+             alpha.device_f32(), readout ? out16.data<bf16>() : nullptr, readout ? nullptr : state.device_f32(),
+             checkpoints.device_f32());
+  const Tensor out = readout ? ops_internal::widened_to_f32(op, out16) : state;
+  std::vector<Tensor> inputs = {k, v, beta, alpha};
+  if (readout) inputs.insert(inputs.begin(), q);
+  return record(op, out, inputs,
+                [=](const Tensor& dy, const NeedsGrad& needs) -> Grads {
+                  const kernels::DeltaRuleBf16Kernels& kd = *backend_for(dev).delta_rule_bf16;
+                  ops_internal::check_same_device(op, k, dy);
+                  const Tensor dy16 = readout ? ops_internal::rounded_to_bf16(op, dy) : Tensor();
+                  Tensor dq = readout ? Tensor::empty(q.shape(), dev, DType::bf16) : Tensor();
+                  Tensor dk = Tensor::empty(k.shape(), dev, DType::bf16), dv = Tensor::empty(v.shape(), dev, DType::bf16);
+                  Tensor dbeta = Tensor::empty(beta.shape(), dev), dalpha = Tensor::empty(alpha.shape(), dev);
+                  const size_t ws_floats = kd.backward_workspace_floats(dims, cfg);
+                  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_floats)}, dev);
+                  kd.backward(dims, cfg, readout ? q16.data<bf16>() : nullptr, k16.data<bf16>(), v16.data<bf16>(),
+                              beta.device_f32(), alpha.device_f32(), checkpoints.device_f32(),
+                              readout ? dy16.data<bf16>() : nullptr, readout ? nullptr : dy.device_f32(),
+                              readout ? dq.data<bf16>() : nullptr, dk.data<bf16>(), dv.data<bf16>(),
+                              dbeta.device_f32(), dalpha.device_f32(), ws.device_f32(), ws_floats);
+                  Grads g = {ops_internal::widened_to_f32(op, dk), ops_internal::widened_to_f32(op, dv), dbeta, dalpha};
+                  if (readout) g.insert(g.begin(), ops_internal::widened_to_f32(op, dq));
+                  for (size_t i = 0; i < g.size(); ++i)
+                    if (!needs[i]) g[i] = Tensor();
+                  return g;
+                });
+}
+
 // The forward of both ops and a backward recorded on `out`: with q the readout, else the state.
 Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
             const DeltaRuleOptions& opt) {
@@ -39,6 +84,8 @@ Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, c
   const kc::DeltaRuleDims dims = check_operands(op, q, k, v, beta, alpha);
   const kc::DeltaRuleConfig cfg{opt.reverse, opt.chunk, opt.erase};
   TARN_ASSERT(opt.chunk >= 1, op, ": chunk must be >= 1, got ", opt.chunk);
+  if (opt.precision == Precision::bf16 && delta_rule_runs_in_bf16(k.device(), dims.dk, dims.dv, opt.chunk))
+    return scan_in_bf16(op, q, k, v, beta, alpha, dims, cfg);
   const bool readout = q.defined();
   const int64_t B = k.size(0), H = k.size(1);
   const Device dev = k.device();
@@ -72,6 +119,11 @@ Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, c
 }
 
 }  // namespace
+
+bool delta_rule_runs_in_bf16(Device device, int64_t dk, int64_t dv, int64_t chunk) {
+  const kernels::DeltaRuleBf16Kernels* k = backend_for(device).delta_rule_bf16;
+  return k && dk > 0 && dv > 0 && chunk >= 1 && k->sub_chunk({1, 1, dk, dv}, {false, chunk, true}) > 0;
+}
 
 Tensor delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,
                   const DeltaRuleOptions& opt) {

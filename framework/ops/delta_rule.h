@@ -7,6 +7,7 @@
 // Shapes: q, k (B, H, N, dk), unit rows; v (B, H, N, dv); beta, alpha (B, H, N).
 #include <cstdint>
 
+#include "framework/precision.h"
 #include "framework/tensor.h"
 #include "kernels/delta_rule.h"
 
@@ -16,7 +17,18 @@ struct DeltaRuleOptions {
   bool reverse = false;  // scan from the last position to the first
   int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk;  // tokens between the backward's checkpoints
   bool erase = true;  // false: S_t = alpha_t S_{t-1} + beta_t k_t v_t^T (kind gated)
+  // bf16: where the device has bf16 delta-rule kernels (CUDA: kernels/cuda_delta_rule_bf16.h,
+  // dk and dv within its shared memory), q, k and v are rounded to bf16 and the sub-chunks'
+  // products run on tensor cores with f32 gates, states and accumulation; out and the gradients
+  // come back as f32 tensors. Elsewhere (the CPU) the f32 kernels run: delta_rule_runs_in_bf16
+  // says which.
+  Precision precision = Precision::f32;
 };
+
+// Whether delta_rule and delta_rule_state with precision bf16 run the bf16 kernels on `device`
+// for key and value widths dk, dv and checkpoints every `chunk` tokens (else they run in f32).
+bool delta_rule_runs_in_bf16(Device device, int64_t dk, int64_t dv,
+                             int64_t chunk = kernels::cpu::kDefaultDeltaRuleChunk);
 
 // out (B, H, N, dv): row t = S_t^T q_t.
 Tensor delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& alpha,

@@ -4,6 +4,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_kernels.h"
+#include "kernels/cuda_delta_rule_bf16.h"
 #include "kernels/cuda_linear_attention_bf16.h"
 #include "kernels/cuda_softmax_attention.h"
 #include "kernels/cuda_softmax_attention_bf16.h"
@@ -78,6 +79,11 @@ const SoftmaxAttentionBf16Kernels kSoftmaxAttentionBf16 = {
     &TARN_CUDA_NS::softmax_attention_bf16_backward_workspace_floats, &TARN_CUDA_NS::softmax_attention_bf16_backward,
     kSoftmaxAttentionMaxDim};
 
+// kernels/cuda_delta_rule_bf16.h: dk, dv within the shared memory of a sub-chunk.
+const DeltaRuleBf16Kernels kDeltaRuleBf16 = {
+    &TARN_CUDA_NS::delta_rule_bf16_sub_chunk, &TARN_CUDA_NS::delta_rule_bf16_backward_workspace_floats,
+    &TARN_CUDA_NS::delta_rule_bf16_forward, &TARN_CUDA_NS::delta_rule_bf16_backward};
+
 #if defined(__CUDACC__)
 constexpr const char* kName = "cuda";
 #else
@@ -87,7 +93,7 @@ constexpr const char* kName = "cuda (emulated)";
 const Backend kTable = {
     kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
     fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, kCudaLinearAttentionChunk, &kLinearAttentionBf16,
-    &kSoftmaxAttentionBf16,
+    &kSoftmaxAttentionBf16, &kDeltaRuleBf16,
 #define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

@@ -9,6 +9,7 @@
 #include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/ops/attention.h"
+#include "framework/ops/delta_rule.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
@@ -303,6 +304,34 @@ TEST(OpsOnCuda, SoftmaxAttentionInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCp
           o.key_padding_mask = padding_mask(2, n, x[0].device());
           return softmax_attention(x[0], x[1], x[2], o);
         });
+  }
+}
+
+// training.precision bf16 for the gated delta rule: the bf16 kernels (kernels/cuda_delta_rule_bf16.h)
+// on the device, the f32 kernels on the CPU; both kinds (delta, gated), the scan with a readout
+// and the state-only scan, forward and reverse.
+TEST(OpsOnCuda, DeltaRuleInBf16RunsTheBf16KernelsOnTheDeviceAndF32OnTheCpu) {
+  const Device cuda = emulated_cuda();
+  EXPECT_TRUE(delta_rule_runs_in_bf16(cuda, 64, 64));
+  EXPECT_FALSE(delta_rule_runs_in_bf16(cuda, 512, 512)) << "past the shared memory of a sub-chunk";
+  EXPECT_FALSE(delta_rule_runs_in_bf16(Device::cpu(), 64, 64));
+  const int64_t n = 45;  // a chunk of 64: a sub-chunk of 32 and a partial one of 13
+  for (bool erase : {true, false}) {
+    for (bool readout : {true, false}) {
+      SCOPED_TRACE(std::string(erase ? "delta" : "gated") + (readout ? ", readout" : ", state only"));
+      // Small keys (|k|^2 about 1/3), beta in (0, 1), alpha in [0.6, 1]: a contracting scan.
+      std::vector<Tensor> cpu{random_tensor({2, 2, n, 16}, 2, -0.25f, 0.25f), random_tensor({2, 2, n, 8}, 3),
+                              random_tensor({2, 2, n}, 4, 0.05f, 0.95f), random_tensor({2, 2, n}, 5, 0.6f, 1.0f)};
+      if (readout) cpu.insert(cpu.begin(), random_tensor({2, 2, n, 16}, 1, -0.25f, 0.25f));
+      expect_bf16_on_the_device_only(cpu, [&](const std::vector<Tensor>& x, Precision p) {
+        DeltaRuleOptions o;
+        o.chunk = 64;
+        o.erase = erase;
+        o.reverse = !erase;
+        o.precision = p;
+        return readout ? delta_rule(x[0], x[1], x[2], x[3], x[4], o) : delta_rule_state(x[0], x[1], x[2], x[3], o);
+      });
+    }
   }
 }
 
