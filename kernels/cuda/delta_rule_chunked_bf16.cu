@@ -110,8 +110,11 @@ __host__ __device__ inline Layout layout(int64_t tokens, int64_t dk, int64_t col
   l.qk = take(f * rows_k * l.fc, true);
   l.a = take(f * rows_k * l.fc, true);
   l.x = take(f * rows_k * l.fc, F || B);
-  l.dyw = take(f * rows_k * l.fc, B);
-  l.dow = take(f * rows_k * l.fc, B);
+  // Kernel 3's dY W^T and dout W^T reuse X (spent once W = X R is formed) and A (spent after
+  // the back substitution): both products come after those, past a barrier. At dk = dv = 64
+  // this keeps 32-token sub-chunks within sm_80's 163 KiB.
+  l.dyw = B ? l.x : kAbsent;
+  l.dow = B ? l.a : kAbsent;
   l.d = take(f * rows_k * l.fd, true);
   l.g = take(f * rows_k * l.fd, B);
   l.beta = take(f * rows_k, true);
