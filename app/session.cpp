@@ -388,10 +388,13 @@ Precision training_precision(const Recipe& recipe, Device device) {
   }
   const bool bf16_scan = backend_for(device).linear_attention_bf16 != nullptr;
   const bool bf16_softmax = backend_for(device).softmax_attention_bf16 != nullptr;
+  const bool bf16_delta = backend_for(device).delta_rule_bf16 != nullptr;
   log::info("tarn", "precision: bf16 mixed: matrix products on ", engine.description, " (the output layer in f32)",
             bf16_scan ? "; linear attention in bf16 with f32 state" : "; linear attention in f32 (no bf16 scan here)",
             bf16_softmax ? "; softmax attention's tile products in bf16, its softmax in f32"
                          : "; softmax attention in f32 (no bf16 kernel here)",
+            bf16_delta ? "; the delta rule's products in bf16, its states and gates in f32"
+                       : "; the delta rule in f32 (no bf16 kernel here)",
             "; weights, optimizer state, norms and the loss in f32");
   return Precision::bf16;
 }

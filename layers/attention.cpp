@@ -442,7 +442,7 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   c.length = nk;
   if (config_.is_gated_recurrence()) {
     const DeltaWrite w = delta_write(key_value, pad);
-    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.erases()});
+    c.state = delta_rule_state(w.k, w.v, w.beta, w.alpha, delta_options(false));
     return c;
   }
   const Tensor k = split_heads(k_proj.forward(key_value));
@@ -530,13 +530,19 @@ MultiHeadAttention::DeltaWrite MultiHeadAttention::delta_write(const Tensor& key
           delta_->alpha(key_value, pad_rows)};
 }
 
+DeltaRuleOptions MultiHeadAttention::delta_options(bool reverse) const {
+  DeltaRuleOptions o{reverse, config_.chunk, config_.erases()};
+  o.precision = precision();
+  return o;
+}
+
 Tensor MultiHeadAttention::delta_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
   if (!cross_)
     return out_proj.forward(
         delta_self_output(q_proj.forward(query), k_proj.forward(key_value), v_proj.forward(key_value), query, pad));
   const DeltaWrite w = delta_write(key_value, pad);
   const Tensor q = DeltaRuleBlock::unit_rows(split_heads(q_proj.forward(query)));
-  const Tensor o = matmul(q, delta_rule_state(w.k, w.v, w.beta, w.alpha, {false, config_.chunk, config_.erases()}));
+  const Tensor o = matmul(q, delta_rule_state(w.k, w.v, w.beta, w.alpha, delta_options(false)));
   return out_proj.forward(delta_->finish(o, query));
 }
 
@@ -547,8 +553,8 @@ Tensor MultiHeadAttention::delta_self_output(const Tensor& qp, const Tensor& kp,
   const Tensor k = DeltaRuleBlock::unit_rows(split_heads(delta_->conv(kp, delta_->k_conv)));
   const Tensor v = split_heads(delta_->conv(vp, delta_->v_conv));
   const Tensor beta = delta_->beta(x, pad_rows), alpha = delta_->alpha(x, pad_rows);
-  Tensor o = delta_rule(q, k, v, beta, alpha, {false, config_.chunk, config_.erases()});
-  if (!causal_) o = add(o, delta_rule(q, k, v, beta, alpha, {true, config_.chunk, config_.erases()}));
+  Tensor o = delta_rule(q, k, v, beta, alpha, delta_options(false));
+  if (!causal_) o = add(o, delta_rule(q, k, v, beta, alpha, delta_options(true)));
   return delta_->finish(o, x);
 }
 

@@ -68,6 +68,7 @@
 
 #include "framework/module.h"
 #include "framework/ops/attention.h"
+#include "framework/ops/delta_rule.h"
 #include "layers/config.h"
 #include "layers/delta_rule_block.h"
 #include "layers/dropout.h"
@@ -180,6 +181,10 @@ class MultiHeadAttention : public Module {
     Tensor k, v, beta, alpha;
   };
   DeltaWrite delta_write(const Tensor& key_value, const PaddingMask& pad) const;
+  // The scans' options: this module's chunk and kind, its precision (bf16 kernels where the
+  // device has them, framework/ops/delta_rule.h), `reverse` for the backward half of a
+  // bidirectional layer.
+  DeltaRuleOptions delta_options(bool reverse) const;
 
   AttentionConfig config_;
   FeatureMap map_ = FeatureMap::identity;

@@ -169,6 +169,15 @@ TEST(TrainOnCuda, Bf16StepsWithSoftmaxAttentionFollowTheF32CpuRun) {
                   "model.attention.cross.kind=softmax", "model.attention_dropout=0"});
 }
 
+// Delta attention everywhere (the delta rule in the encoder's and decoder's self-attention, the
+// gated kind's state-only writer in the cross-attention): the bf16 delta-rule kernels
+// (kernels/cuda_delta_rule_bf16.h) under the same allowance.
+TEST(TrainOnCuda, Bf16StepsWithDeltaAttentionFollowTheF32CpuRun) {
+  expect_bf16_steps_follow_the_f32_cpu_run(
+      "delta", {"model.attention.encoder_self.kind=delta", "model.attention.decoder_self.kind=delta",
+                "model.attention.cross.kind=gated", "model.attention_dropout=0"});
+}
+
 // The memory check sizes CUDA training against the GPU's free memory (cudaMemGetInfo), not the
 // host's: on an emulated device with only a few MiB free, the tiny recipe is refused up front
 // with what the device has, before any tensor is made; with the capacity back it trains.
