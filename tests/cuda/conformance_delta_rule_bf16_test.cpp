@@ -294,6 +294,15 @@ TEST_P(DeltaRuleBf16Conformance, HeadOf64) {
   Check({1, 50, 64, 64, 32, true, false, true, false});
 }
 
+// Heads of 128: the backward's shared memory fits only 16-token sub-chunks (kernels/
+// cuda_delta_rule_bf16.h), so a chunk of 64 runs four of them and the states kernel recomputes
+// three states a chunk; the last chunk (n = 70) is a partial sub-chunk of 6.
+TEST_P(DeltaRuleBf16Conformance, HeadOf128RunsSubChunksOf16) {
+  const cpu::DeltaRuleDims dims{1, 70, 128, 128};
+  ASSERT_EQ(TARN_ON(target(), delta_rule_bf16_sub_chunk, dims, cpu::DeltaRuleConfig{false, 64, true}), 16);
+  Check({1, 70, 128, 128, 64, false, true, true, true});
+}
+
 TEST_P(DeltaRuleBf16Conformance, EmptySequenceWritesZeroStates) {
   const Case c{2, 0, 16, 40, 32, false, true, false, true};
   const Inputs in = MakeInputs(c, 3);
