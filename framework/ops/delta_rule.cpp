@@ -60,7 +60,8 @@ Tensor scan_in_bf16(const char* op, const Tensor& q, const Tensor& k, const Tens
                   ops_internal::check_same_device(op, k, dy);
                   const Tensor dy16 = readout ? ops_internal::rounded_to_bf16(op, dy) : Tensor();
                   Tensor dq = readout ? Tensor::empty(q.shape(), dev, DType::bf16) : Tensor();
-                  Tensor dk = Tensor::empty(k.shape(), dev, DType::bf16), dv = Tensor::empty(v.shape(), dev, DType::bf16);
+                  Tensor dk = Tensor::empty(k.shape(), dev, DType::bf16);
+                  Tensor dv = Tensor::empty(v.shape(), dev, DType::bf16);
                   Tensor dbeta = Tensor::empty(beta.shape(), dev), dalpha = Tensor::empty(alpha.shape(), dev);
                   const size_t ws_floats = kd.backward_workspace_floats(dims, cfg);
                   Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_floats)}, dev);

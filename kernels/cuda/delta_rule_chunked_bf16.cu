@@ -194,8 +194,10 @@ __device__ __forceinline__ void add_term(mma::Accumulator& acc, const Term& term
 }
 
 // out (rows x cols, f32, row stride ld; both multiples of 16) = [out +] the terms' sum, a 16x16
-// tile per warp in turn, each term's depth in order. No barrier: callers place them.
-__device__ void product(float* out, int ld, int rows, int cols, const Terms& terms, bool accumulate) {
+// tile per warp in turn, each term's depth in order. No barrier: callers place them. Inlined,
+// with the terms taken by value and walked by constant indices, so that they stay in registers
+// (a runtime-indexed array of them went to local memory and spilled).
+__device__ __forceinline__ void product(float* out, int ld, int rows, int cols, const Terms terms, bool accumulate) {
   const int warp = threadIdx.x / device::kWarp, warps = blockDim.x / device::kWarp;
   const int col_tiles = cols / kT, tiles = rows / kT * col_tiles;
   for (int tile = warp; tile < tiles; tile += warps) {
@@ -206,7 +208,11 @@ __device__ void product(float* out, int ld, int rows, int cols, const Terms& ter
       mma::load(acc, o, ld);
     else
       mma::zero(acc);
-    for (int i = 0; i < terms.n; ++i) add_term(acc, terms.t[i], ti, tj);
+#if defined(__CUDACC__)  // (g++ would warn about the pragma)
+#pragma unroll
+#endif
+    for (int i = 0; i < 4; ++i)
+      if (i < terms.n) add_term(acc, terms.t[i], ti, tj);
     mma::store(o, acc, ld);
   }
 }
@@ -747,7 +753,9 @@ size_t bytes_of(int64_t c, int64_t dk, int64_t cols, Pass pass) { return layout(
 }  // namespace
 
 int64_t delta_rule_bf16_sub_chunk(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg) {
-  const size_t limit = static_cast<size_t>(device::max_dynamic_smem());
+  // The opt-in limit counts static shared memory too: block_sum's 32 partial sums.
+  constexpr size_t kStaticSmem = 32 * sizeof(float);
+  const size_t limit = static_cast<size_t>(device::max_dynamic_smem()) - kStaticSmem;
   const int64_t cols = std::min(kColumnTile, dims.dv);
   for (int64_t c : kSubChunks) {
     const int64_t used = std::min(c, cfg.chunk);

@@ -315,7 +315,8 @@ INSTANTIATE_TEST_SUITE_P(Targets, DeltaRuleBf16Conformance, ::testing::ValuesIn(
 // The same bits in every emulated thread order.
 TEST(DeltaRuleBf16Determinism, SameBitsInEveryThreadOrder) {
   const emu::ThreadOrder saved = emu::thread_order();
-  for (const Case& c : {Case{2, 45, 24, 40, 40, false, true, true, true}, Case{2, 45, 24, 40, 40, true, false, false, true}}) {
+  for (const Case& c :
+       {Case{2, 45, 24, 40, 40, false, true, true, true}, Case{2, 45, 24, 40, 40, true, false, false, true}}) {
     const Inputs in = MakeInputs(c, 7);
     std::vector<DeviceResults> runs;
     for (emu::ThreadOrder order : {emu::ThreadOrder::forward, emu::ThreadOrder::reverse, emu::ThreadOrder::random}) {
