@@ -14,8 +14,8 @@
 //     that sum over columns (dq, dk, d_beta, d_alpha) go through shared memory, summed in column
 //     order.
 //   chunked (kernels/cuda/delta_rule_chunked.cu): DeltaNet's WY form, turning up to 32 tokens at
-//     a time into matrix products in shared memory (f32, on the CUDA cores; the tensor-core and
-//     bf16 variants are not written). Only the state's pass over the sub-chunks runs in order, a
+//     a time into matrix products in shared memory (f32, on the CUDA cores; the bf16 variant
+//     with its products on tensor cores is kernels/cuda_delta_rule_bf16.h). Only the state's pass over the sub-chunks runs in order, a
 //     block per (slice, tile of 16 state columns); the backward's gradients run a block per
 //     (slice, sub-chunk), all at once. Its sums run in another order than the recurrence's: its
 //     results differ from the CPU's within f32 rounding, not bit for bit.
