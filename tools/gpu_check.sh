@@ -311,9 +311,10 @@ do_run() {
   # The delta rule's cases with a head of 64 opt in to more shared memory: the recurrent one runs
   # both of the backward's barriers a token, the chunked one (ChunkedHeadOf64) every barrier of
   # its sub-chunks, two sub-chunks a checkpoint's chunk; ChunkedChunksOf... runs all four of the
-  # chunked kernels on partial column tiles and sub-chunks.
+  # chunked kernels on partial column tiles and sub-chunks; the bf16 chunked kernels' HeadOf64
+  # runs their tensor-core tiles with every barrier between a sub-chunk's products.
   local causal='*LinearAttention*Causal*/Gpu:*SoftmaxAttention*Causal*/Gpu:*DeltaRuleConformance.*HeadOf64*/Gpu'
-  causal+=':*DeltaRuleConformance.ChunkedChunksOf*/Gpu'
+  causal+=':*DeltaRuleConformance.ChunkedChunksOf*/Gpu:*DeltaRuleBf16Conformance.HeadOf64/Gpu'
   summary_lines+=("" "| sanitizer | tests | verdict |" "|---|---|---|")
   local tool
   for tool in racecheck memcheck; do

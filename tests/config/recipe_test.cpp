@@ -134,6 +134,23 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   }
 }
 
+TEST(ShippedRecipes, TheMainJobsRecipeIsSmallDeltaAlignedWithSmallerBatches) {
+  // The 10-minute recipe changes only what a time budget on 2 cores needs: the batch, and the
+  // validation and checkpoint intervals that count its steps. Model, attention, data and
+  // optimiser stay small-delta-aligned's, whose quality runs the README quotes.
+  const Recipe aligned = load_recipe(source_path("recipes/small-delta-aligned.yaml"));
+  Recipe quick = load_recipe(source_path("recipes/small-delta-aligned-10min.yaml"));
+  EXPECT_EQ(quick.training.tokens_per_batch, 512);
+  EXPECT_DOUBLE_EQ(quick.training.max_time_minutes, 10);
+  EXPECT_TRUE(quick.warnings.empty());
+  quick.training.tokens_per_batch = aligned.training.tokens_per_batch;
+  quick.validation = aligned.validation;
+  quick.checkpoints.every_steps = aligned.checkpoints.every_steps;
+  quick.checkpoints.dir = aligned.checkpoints.dir;
+  quick.logging.metrics_file = aligned.logging.metrics_file;
+  EXPECT_EQ(first_difference(aligned, quick), "");
+}
+
 // ------------------------------------------------------------------------------ defaults
 
 TEST(RecipeDefaults, MinimalRecipeGetsEveryDefault) {
