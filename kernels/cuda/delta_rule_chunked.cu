@@ -55,9 +55,16 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_rule_chunked_common.cuh"
 
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
+
+using delta_chunked::alpha_gradients;
+using delta_chunked::SubChunks;
+using delta_chunked::sub_chunks;
+using delta_chunked::Workspace;
+using delta_chunked::workspace_of;
 
 using cpu::DeltaRuleConfig;
 using cpu::DeltaRuleDims;
@@ -305,31 +312,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (final_state != nullptr) store_state(final_state + b * state, m.s0, in);
 }
 
-// How the backward's kernels number sub-chunks: `per_chunk` slots for each checkpoint's chunk
-// (the last chunk may leave some empty), `slots` in all a slice.
-struct SubChunks {
-  int64_t chunks, per_chunk, slots;
-};
-__host__ __device__ inline SubChunks sub_chunks(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t c) {
-  SubChunks s{};
-  s.chunks = (dims.n + cfg.chunk - 1) / cfg.chunk;
-  s.per_chunk = (cfg.chunk + c - 1) / c;
-  s.slots = s.chunks * s.per_chunk;
-  return s;
-}
-
-// The backward's workspace, per slice: the state before each sub-chunk (slots states; the first
-// sub-chunk of a chunk starts from its checkpoint instead, so its slot is unused), then the
-// gradient of the state after each (slots states).
-struct Workspace {
-  float* states;
-  float* grads;
-};
-__device__ inline Workspace workspace_of(float* workspace, int64_t b, int64_t slots, int64_t state) {
-  float* base = workspace + b * 2 * slots * state;
-  return {base, base + slots * state};
-}
-
 // Backward kernel 1, a block per (slice, column tile, chunk) where a chunk has several sub-chunks:
 // the state before each of its later sub-chunks, recomputed from the chunk's checkpoint.
 __global__ void __launch_bounds__(kThreads)
@@ -528,19 +510,7 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   for (int64_t e = threadIdx.x; e < state; e += blockDim.x) part += m.s0[e] * m.ds[e];
   const float d_last = device::block_sum(part);  // ends past a barrier: the rows above are in
   // e_s = D_{L-1,s} (s < L - 1) and b_{L-1} = D_{L-1,-1} join G's last row.
-  for (int64_t s = threadIdx.x; s < L - 1; s += blockDim.x) m.G(L - 1, s) += m.de[s];
-  if (threadIdx.x == 0) m.G(L - 1, -1) += d_last;
-  __syncthreads();
-  for (int64_t r = threadIdx.x; r < L; r += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t t = r; t < L; ++t) {
-      float inner = r == 0 ? m.G(t, -1) : 0.0f;  // D_{-1,-1} = 1
-      if (r > 0)
-        for (int64_t s = -1; s < r; ++s) inner += m.G(t, s) * m.D(r - 1, s);
-      acc += m.D(t, r) * inner;
-    }
-    d_alpha[in.row(u0 + r)] = acc;
-  }
+  alpha_gradients(m, in, u0, L, d_last, d_alpha);
 }
 
 // Backward kernel 3, a block per (slice, sub-chunk slot), every sub-chunk at once.

@@ -26,11 +26,18 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_rule_chunked_common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda_delta_rule_bf16.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
+
+using delta_chunked::alpha_gradients;
+using delta_chunked::SubChunks;
+using delta_chunked::sub_chunks;
+using delta_chunked::Workspace;
+using delta_chunked::workspace_of;
 
 using cpu::DeltaRuleConfig;
 using cpu::DeltaRuleDims;
@@ -369,6 +376,32 @@ __device__ void pair_products(const Smem& m, bool erase, bool readout) {
   if (readout) product(m.qk, l.fc, l.c, l.c, one(rows_of(m.qh, l.ldk), transpose_of(m.kh, l.ldk), l.dk), false);
 }
 
+// A sub-chunk's writes from its starting state, the common first half of the forward and of
+// kernel 3 (after decays): K S0 (erase), Q S0 (readout) and, with k_ds, K dS into tmp; the
+// pairs, the residuals R, X and W = X R; then W as bf16 in wh and diag(e) W in rh (R is spent).
+// Ends without a barrier after the bf16 copies.
+__device__ void writes_from_state(const Smem& m, int64_t L, bool erase, bool readout, bool k_ds) {
+  const Layout& l = m.l;
+  pair_products(m, erase, readout);
+  if (erase) product(m.ks0, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
+  if (readout) product(m.qs0, l.fv, l.c, l.cols, one(rows_of(m.qh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
+  if (k_ds) product(m.tmp, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.dsh, l.ldv), l.dk), false);
+  __syncthreads();
+  pairs(m, L, erase, readout);
+  residuals(m, L, erase);
+  __syncthreads();
+  solve_writes(m, L, erase);
+  __syncthreads();
+  product(m.w, l.fv, l.c, l.cols, one(rows_of(m.xh, l.ldc), rows_of(m.rh, l.ldv), l.c), false);  // W = X R
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < int64_t{l.c} * l.cols; e += blockDim.x) {
+    const int64_t t = e / l.cols, j = e % l.cols;
+    const float w = m.cv(m.w, t, j);
+    m.wh[t * l.ldv + j] = mma::to_bf16(w);
+    m.rh[t * l.ldv + j] = mma::to_bf16(t < L ? m.D(L - 1, t) * w : 0.0f);
+  }
+}
+
 // One sub-chunk forward from the block's columns of the state (m.state, f32, and m.s0h), which
 // it advances; their columns of out's rows when reading out. Starts and ends with every thread
 // past a barrier.
@@ -378,24 +411,8 @@ __device__ void forward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, in
   load_rows(m, in, u0, L, true);
   __syncthreads();
   decays(m, L);
-  pair_products(m, erase, readout);
-  if (erase) product(m.ks0, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
-  if (readout) product(m.qs0, l.fv, l.c, l.cols, one(rows_of(m.qh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
-  __syncthreads();
-  pairs(m, L, erase, readout);
-  residuals(m, L, erase);
-  __syncthreads();
-  solve_writes(m, L, erase);
-  __syncthreads();
-  product(m.w, l.fv, l.c, l.cols, one(rows_of(m.xh, l.ldc), rows_of(m.rh, l.ldv), l.c), false);  // W = X R
-  __syncthreads();
-  // W as bf16; diag(e) W into rh (R is spent); the state decays by b_{L-1}.
-  for (int64_t e = threadIdx.x; e < int64_t{l.c} * l.cols; e += blockDim.x) {
-    const int64_t t = e / l.cols, j = e % l.cols;
-    const float w = m.cv(m.w, t, j);
-    m.wh[t * l.ldv + j] = mma::to_bf16(w);
-    m.rh[t * l.ldv + j] = mma::to_bf16(t < L ? m.D(L - 1, t) * w : 0.0f);
-  }
+  writes_from_state(m, L, erase, readout, false);
+  // The state decays by b_{L-1}.
   const float decay = m.D(L - 1, -1);
   for (int64_t e = threadIdx.x; e < int64_t{l.dk} * l.cols; e += blockDim.x)
     m.state[(e / l.cols) * l.fv + e % l.cols] *= decay;
@@ -439,31 +456,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t u0 = t0; u0 < t1; u0 += c) forward_sub_chunk(m, in, u0, smaller(c, t1 - u0), out);
   }
   if (final_state != nullptr) store_state(final_state + b * state, m.state, in, m.l);
-}
-
-// How the backward's kernels number sub-chunks: `per_chunk` slots for each checkpoint's chunk
-// (the last chunk may leave some empty), `slots` in all a slice.
-struct SubChunks {
-  int64_t chunks, per_chunk, slots;
-};
-__host__ __device__ inline SubChunks sub_chunks(const DeltaRuleDims& dims, const DeltaRuleConfig& cfg, int64_t c) {
-  SubChunks s{};
-  s.chunks = (dims.n + cfg.chunk - 1) / cfg.chunk;
-  s.per_chunk = (cfg.chunk + c - 1) / c;
-  s.slots = s.chunks * s.per_chunk;
-  return s;
-}
-
-// The backward's workspace, per slice: the state before each sub-chunk (the first of a chunk
-// starts from its checkpoint instead, so its slot is unused), then the gradient of the state
-// after each.
-struct Workspace {
-  float* states;
-  float* grads;
-};
-__device__ inline Workspace workspace_of(float* workspace, int64_t b, int64_t slots, int64_t state) {
-  float* base = workspace + b * 2 * slots * state;
-  return {base, base + slots * state};
 }
 
 // Backward kernel 1, a block per (slice, column tile, chunk) where a chunk has several
@@ -592,25 +584,8 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   load_d_out(m, in, u0, L, readout ? d_out : nullptr);
   __syncthreads();
   decays(m, L);
-  pair_products(m, erase, readout);
-  if (erase) product(m.ks0, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
-  if (readout) product(m.qs0, l.fv, l.c, l.cols, one(rows_of(m.qh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
-  product(m.tmp, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.dsh, l.ldv), l.dk), false);  // K dS
-  __syncthreads();
-  pairs(m, L, erase, readout);
-  residuals(m, L, erase);
-  __syncthreads();
-  solve_writes(m, L, erase);
-  __syncthreads();
-  product(m.w, l.fv, l.c, l.cols, one(rows_of(m.xh, l.ldc), rows_of(m.rh, l.ldv), l.c), false);  // W = X R
-  __syncthreads();
-  // W as bf16, diag(e) W into rh; tmp: K dS -> (K dS) o W, e's gradient per element.
-  for (int64_t e = threadIdx.x; e < int64_t{l.c} * l.cols; e += blockDim.x) {
-    const int64_t t = e / l.cols, j = e % l.cols;
-    const float w = m.cv(m.w, t, j);
-    m.wh[t * l.ldv + j] = mma::to_bf16(w);
-    m.rh[t * l.ldv + j] = mma::to_bf16(t < L ? m.D(L - 1, t) * w : 0.0f);
-  }
+  writes_from_state(m, L, erase, readout, true);
+  // tmp: K dS -> (K dS) o W, e's gradient per element.
   // (write_gradients reads K dS from tmp before the product below overwrites it.)
   write_gradients(m, L, erase, readout);
   for (int64_t e = threadIdx.x; e < int64_t{l.c} * l.cols; e += blockDim.x) {
@@ -687,19 +662,7 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   }
   const float d_last = device::block_sum(part);  // ends past a barrier: the rows above are in
   // e_s = D_{L-1,s} (s < L - 1) and b_{L-1} = D_{L-1,-1} join G's last row.
-  for (int64_t s = threadIdx.x; s < L - 1; s += blockDim.x) m.G(L - 1, s) += m.de[s];
-  if (threadIdx.x == 0) m.G(L - 1, -1) += d_last;
-  __syncthreads();
-  for (int64_t r = threadIdx.x; r < L; r += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t t = r; t < L; ++t) {
-      float inner = r == 0 ? m.G(t, -1) : 0.0f;  // D_{-1,-1} = 1
-      if (r > 0)
-        for (int64_t s = -1; s < r; ++s) inner += m.G(t, s) * m.D(r - 1, s);
-      acc += m.D(t, r) * inner;
-    }
-    out.d_alpha[in.row(u0 + r)] = acc;
-  }
+  alpha_gradients(m, in, u0, L, d_last, out.d_alpha);
 }
 
 // Backward kernel 3, a block per (slice, sub-chunk slot), every sub-chunk at once.

@@ -141,30 +141,6 @@ void KeepFarther(std::vector<float>& x, const std::vector<float>& y, const std::
 
 constexpr float kJitter = 0x1p-8f;  // one rounding to bf16
 constexpr uint32_t kJitterDraws = 4;
-constexpr float kBf16Rtol = 1e-2f;
-constexpr float kBf16RmsFraction = 1e-2f;
-constexpr float kNoiseFloors = 3.0f;
-
-// Within 1e-2 |want| + 1e-2 rms(want) + 3 max |jittered - want| (see the top).
-::testing::AssertionResult Bf16Close(const std::vector<float>& got, const std::vector<float>& want,
-                                     const std::vector<float>& jittered) {
-  double sq = 0.0, noise = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    sq += static_cast<double>(want[i]) * want[i];
-    noise = std::max(noise, std::fabs(static_cast<double>(jittered[i]) - want[i]));
-  }
-  const double rms = want.empty() ? 0.0 : std::sqrt(sq / want.size());
-  const double atol = kBf16RmsFraction * rms + kNoiseFloors * noise;
-  ::testing::AssertionResult r = AllClose(got, want, kBf16Rtol, static_cast<float>(atol) + 1e-30f);
-  if (!r) {
-    double worst = 0.0;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
-    r << "largest error " << worst << " = " << worst / rms << " rms(want) = " << worst / noise << " noise\n";
-  }
-  return r;
-}
-
 // The device's results, all as f32 (bf16 outputs widened).
 struct DeviceResults {
   std::vector<float> out, final_state, checkpoints, dq, dk, dv, d_beta, d_alpha;
