@@ -83,7 +83,8 @@ Tensor pad_positions(const Tensor& x, int64_t length) {
 }
 
 // g^0, g^stride, g^(2 stride), ..., g^(count stride): the powers of a head's decay that aligned
-// cross-attention's masks and factors read, one pow each instead of one per entry.
+// cross-attention's masks and factors read, one pow each instead of one per entry of the C x C
+// and m x m matrices that repeat them.
 std::vector<float> decay_powers(double g, int64_t count, int64_t stride = 1) {
   std::vector<float> p(static_cast<size_t>(count + 1));
   for (int64_t t = 0; t <= count; ++t) p[t] = static_cast<float>(std::pow(g, static_cast<double>(t * stride)));
@@ -345,14 +346,17 @@ Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, con
     const Tensor r = reshape(matmul(mul(b, to_right), vv, true, false), {batch, heads_, m, f * e});
     const Tensor l = reshape(matmul(mul(b, to_left), vv, true, false), {batch, heads_, m, f * e});
     // Across chunks: from earlier chunk c' to chunk c, γ^(C (c - c' - 1)); from later, the mirror.
+    // (Repeated for every batch row: matmul pairs leading dimensions one to one.)
     Tensor earlier = Tensor::zeros({batch, heads_, m, m}), later = Tensor::zeros({batch, heads_, m, m});
+    float* const to_earlier = earlier.f32();
+    float* const to_later = later.f32();
     for (int64_t h = 0; h < heads_; ++h) {
       const std::vector<float> across = decay_powers(config_.head_decay(h), m, c);  // γ^(C t)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < m; ++j) {
           if (i == j) continue;
-          const float w = across[std::abs(i - j) - 1];
-          for (int64_t bi = 0; bi < batch; ++bi) ((j < i ? earlier : later).f32())[((bi * heads_ + h) * m + i) * m + j] = w;
+          float* const mix = j < i ? to_earlier : to_later;
+          for (int64_t bi = 0; bi < batch; ++bi) mix[((bi * heads_ + h) * m + i) * m + j] = across[std::abs(i - j) - 1];
         }
     }
     const Tensor from_earlier = reshape(matmul(earlier.to(dev), r), {batch, heads_, m, f, e});
@@ -515,9 +519,12 @@ Tensor MultiHeadAttention::aligned_step_cross(const Tensor& q, const AttentionCa
   const int64_t nk = cache.key.size(2);
   Tensor decay = Tensor::empty({1, heads_, 1, nk});
   float* p = decay.f32();
+  // One pow an entry: the distances |i - j| are nearly all distinct here, so a table of powers
+  // (aligned_context's) would only add the ones no key is at, all of 0..i past the source's end.
   for (int64_t h = 0; h < heads_; ++h) {
-    const std::vector<float> pw = decay_powers(config_.head_decay(h), std::max(position, nk - 1));
-    for (int64_t j = 0; j < nk; ++j) p[h * nk + j] = pw[std::abs(position - j)];
+    const double g = config_.head_decay(h);
+    for (int64_t j = 0; j < nk; ++j)
+      p[h * nk + j] = static_cast<float>(std::pow(g, static_cast<double>(std::abs(position - j))));
   }
   const Tensor w = mul(matmul(query_features(q), cache.key, false, true), decay.to(q.device()));  // (B, H, 1, Nk)
   return normalise(matmul(w, cache.value), static_cast<float>(config_.eps));
