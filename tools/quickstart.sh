@@ -2,7 +2,7 @@
 # The main job on a fresh Debian 12 machine: installs what is missing, builds tarn, extracts
 # the built-in WordNet corpus, trains a SentencePiece model and the small BART with the gated
 # delta rule in self-attention and position-aligned linear cross-attention on 512-token batches
-# (recipes/small-delta-aligned-10min.yaml: linear time in every stack, no softmax) for a bounded
+# (recipes/small-delta-10min.yaml: linear time in every stack, no softmax) for a bounded
 # time, reports test perplexity, exports the model and shows denoising examples.
 #
 #   tools/quickstart.sh                      10 minutes of training (resumes if run again)
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 minutes=${TARN_MINUTES:-10}
-recipe=${TARN_RECIPE:-recipes/small-delta-aligned-10min.yaml}
+recipe=${TARN_RECIPE:-recipes/small-delta-10min.yaml}
 name=$(basename "$recipe" .yaml)
 run=runs/$name
 build=build/release

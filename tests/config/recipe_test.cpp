@@ -72,8 +72,27 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(encoder.model.attention.decoder_self.kind, AttentionKind::softmax);
   EXPECT_EQ(encoder.model.attention.cross.kind, AttentionKind::softmax);
 
+  // small-delta and small-gated: their kind in both self-attention stacks, the aligned Taylor
+  // map in cross-attention (README, "Attention that recalls": it recalls the source where one
+  // delta or gated state written over it does not).
   for (const auto& [path, kind] : {std::pair{"recipes/small-delta.yaml", AttentionKind::delta},
                                     std::pair{"recipes/small-gated.yaml", AttentionKind::gated}}) {
+    const Recipe r = load_recipe(source_path(path));
+    for (const AttentionConfig* a : {&r.model.attention.encoder_self, &r.model.attention.decoder_self}) {
+      EXPECT_EQ(a->kind, kind) << path;
+      EXPECT_EQ(a->conv_size, 4) << path;
+    }
+    const AttentionConfig& cross = r.model.attention.cross;
+    EXPECT_EQ(cross.kind, AttentionKind::linear) << path;
+    EXPECT_EQ(cross.feature_map, kernels::cpu::FeatureMap::taylor) << path;
+    EXPECT_EQ(cross.taylor_order, 2) << path;
+    EXPECT_DOUBLE_EQ(cross.align_decay, 0.9) << path;
+    EXPECT_TRUE(r.warnings.empty()) << path;
+  }
+
+  // Their first forms: the kind in every stack, cross-attention one state written over the source.
+  for (const auto& [path, kind] : {std::pair{"recipes/small-delta-everywhere.yaml", AttentionKind::delta},
+                                    std::pair{"recipes/small-gated-everywhere.yaml", AttentionKind::gated}}) {
     const Recipe r = load_recipe(source_path(path));
     for (const AttentionConfig* a : {&r.model.attention.encoder_self, &r.model.attention.decoder_self,
                                      &r.model.attention.cross}) {
@@ -83,21 +102,15 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
     EXPECT_TRUE(r.warnings.empty()) << path;
   }
 
+  // small-delta-taylor: small-delta without the alignment.
   const Recipe delta_taylor = load_recipe(source_path("recipes/small-delta-taylor.yaml"));
   EXPECT_EQ(delta_taylor.model.attention.encoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(delta_taylor.model.attention.decoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(delta_taylor.model.attention.cross.kind, AttentionKind::linear);
   EXPECT_EQ(delta_taylor.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
   EXPECT_EQ(delta_taylor.model.attention.cross.taylor_order, 2);  // Based's (README: order 4 was no better)
+  EXPECT_DOUBLE_EQ(delta_taylor.model.attention.cross.align_decay, 0.0);
   EXPECT_TRUE(delta_taylor.warnings.empty());
-
-  const Recipe aligned = load_recipe(source_path("recipes/small-delta-aligned.yaml"));
-  EXPECT_EQ(aligned.model.attention.encoder_self.kind, AttentionKind::delta);
-  EXPECT_EQ(aligned.model.attention.decoder_self.kind, AttentionKind::delta);
-  EXPECT_EQ(aligned.model.attention.cross.kind, AttentionKind::linear);
-  EXPECT_EQ(aligned.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
-  EXPECT_DOUBLE_EQ(aligned.model.attention.cross.align_decay, 0.9);
-  EXPECT_TRUE(aligned.warnings.empty());
 
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
   for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
@@ -124,8 +137,8 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
-                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-delta-aligned.yaml",
-                            "recipes/small-hybrid.yaml"}) {
+                            "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-delta-everywhere.yaml",
+                            "recipes/small-gated-everywhere.yaml", "recipes/small-hybrid.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
@@ -134,21 +147,21 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   }
 }
 
-TEST(ShippedRecipes, TheMainJobsRecipeIsSmallDeltaAlignedWithSmallerBatches) {
+TEST(ShippedRecipes, TheMainJobsRecipeIsSmallDeltaWithSmallerBatches) {
   // The 10-minute recipe changes only what a time budget on 2 cores needs: the batch, and the
   // validation and checkpoint intervals that count its steps. Model, attention, data and
-  // optimiser stay small-delta-aligned's, whose quality runs the README quotes.
-  const Recipe aligned = load_recipe(source_path("recipes/small-delta-aligned.yaml"));
-  Recipe quick = load_recipe(source_path("recipes/small-delta-aligned-10min.yaml"));
+  // optimiser stay small-delta's, whose quality runs the README quotes.
+  const Recipe delta = load_recipe(source_path("recipes/small-delta.yaml"));
+  Recipe quick = load_recipe(source_path("recipes/small-delta-10min.yaml"));
   EXPECT_EQ(quick.training.tokens_per_batch, 512);
   EXPECT_DOUBLE_EQ(quick.training.max_time_minutes, 10);
   EXPECT_TRUE(quick.warnings.empty());
-  quick.training.tokens_per_batch = aligned.training.tokens_per_batch;
-  quick.validation = aligned.validation;
-  quick.checkpoints.every_steps = aligned.checkpoints.every_steps;
-  quick.checkpoints.dir = aligned.checkpoints.dir;
-  quick.logging.metrics_file = aligned.logging.metrics_file;
-  EXPECT_EQ(first_difference(aligned, quick), "");
+  quick.training.tokens_per_batch = delta.training.tokens_per_batch;
+  quick.validation = delta.validation;
+  quick.checkpoints.every_steps = delta.checkpoints.every_steps;
+  quick.checkpoints.dir = delta.checkpoints.dir;
+  quick.logging.metrics_file = delta.logging.metrics_file;
+  EXPECT_EQ(first_difference(delta, quick), "");
 }
 
 // ------------------------------------------------------------------------------ defaults

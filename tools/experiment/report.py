@@ -36,8 +36,8 @@ SEED_STYLES = ["-", "--", ":", "-."]
 DEVICE_MARKERS = ["o", "s", "^", "D"]
 # Known settings first, in the order the report discusses them; unknown ones follow alphabetically.
 SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small-linear-favor",
-                 "small-delta", "small-gated", "small-delta-taylor", "small-delta-aligned", "small-hybrid",
-                 "small-interleaved", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
+                 "small-delta-everywhere", "small-gated-everywhere", "small-delta-taylor", "small-delta",
+                 "small-gated", "small-hybrid", "small-interleaved", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",
                "blas": "BLAS", "sgemm_gflops": "SGEMM GFLOP/s (measured)", "date": "Date",
