@@ -21,7 +21,8 @@
 #   --resume       keep DIR and what is finished in it: a bench whose JSON exists and a run whose
 #                  test perplexity exists are not run again (an unfinished run starts over). The
 #                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
-#   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins)
+#   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins;
+#                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
 #                  report, so that the experiment grows across machines and sessions.
 #   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
@@ -128,6 +129,13 @@ if [ -n "$from" ]; then
   from_mode=$(cat "$from/mode.txt")
   [ "$from_mode" = "$mode" ] || { echo "experiment.sh: --from: $from holds a $from_mode run, not $mode" >&2; exit 2; }
   mkdir -p "$out"
+  # The notes (commands.txt, each phase's device.txt and jobs.txt) are logs that the report
+  # reads whole: where DIR has one too, it keeps both's lines, DIR2's first.
+  (cd "$from" && find . -type f \( -name commands.txt -o -name device.txt -o -name jobs.txt \) -print0) |
+    while IFS= read -r -d '' note; do
+      [ -f "$out/$note" ] || continue
+      cat "$from/$note" "$out/$note" > "$out/$note.merged" && mv "$out/$note.merged" "$out/$note"
+    done
   cp -r -n "$from/." "$out/"  # -n: DIR's own mode.txt stays, for the --resume check below
 fi
 if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then

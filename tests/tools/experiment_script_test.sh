@@ -3,7 +3,7 @@
 # and --from are refused with exit 2 and a message naming the value; the report phase started
 # --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
 # finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
-# --from that copy states the same quality figures.
+# --from that copy states the same quality figures; notes that both folders hold keep both's lines.
 #   experiment_script_test.sh <repo root>
 set -euo pipefail
 root=$1
@@ -59,4 +59,16 @@ mkdir -p "$work/again"
   >"$work/report2.txt" 2>&1 || fail "the report from the copy failed: $(cat "$work/report2.txt")"
 first=$(grep -F '**Quality, test ppl' "$work/docs/experiment.md") || fail "the report has no quality headline"
 grep -qF -- "$first" "$work/again/experiment.md" || fail "the report from the copy differs in: $first"
+# A DIR with notes of its own (a run of this machine's) keeps both folders' lines, DIR2's first.
+mkdir -p "$work/grown/quality"
+echo quick > "$work/grown/mode.txt"
+echo cpu > "$work/grown/quality/device.txt"
+echo "# this machine's run" > "$work/grown/commands.txt"
+"$script" --quick --only report --from "$fixture" --out "$work/grown" --doc "$work/grown_doc/experiment.md" \
+  >"$work/report3.txt" 2>&1 || fail "the report into a DIR with notes failed: $(cat "$work/report3.txt")"
+[ "$(cat "$work/grown/quality/device.txt")" = "$(cat "$fixture/quality/device.txt"; echo cpu)" ] ||
+  fail "device.txt did not keep both folders' lines: $(cat "$work/grown/quality/device.txt")"
+head -n "$(wc -l < "$fixture/commands.txt")" "$work/grown/commands.txt" | cmp -s - "$fixture/commands.txt" ||
+  fail "commands.txt does not start with the fixture's"
+grep -qF "# this machine's run" "$work/grown/commands.txt" || fail "commands.txt lost DIR's own lines"
 echo "[experiment_script_test] ok"
