@@ -32,6 +32,24 @@ kc::DeltaRuleDims check_operands(const char* op, const Tensor& q, const Tensor& 
 
 const float* data_or_null(const Tensor& t) { return t.defined() ? t.device_f32() : nullptr; }
 
+// The scan's inputs as record() takes them: [q,] k, v, beta, alpha (q only with a readout).
+std::vector<Tensor> scan_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                const Tensor& alpha) {
+  std::vector<Tensor> inputs = {k, v, beta, alpha};
+  if (q.defined()) inputs.insert(inputs.begin(), q);
+  return inputs;
+}
+
+// The backward's gradients in scan_inputs' order, undefined where no gradient is wanted.
+Grads in_input_order(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dbeta, const Tensor& dalpha,
+                     const NeedsGrad& needs) {
+  Grads g = {dk, dv, dbeta, dalpha};
+  if (dq.defined()) g.insert(g.begin(), dq);
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!needs[i]) g[i] = Tensor();
+  return g;
+}
+
 // The bf16 scan (precision bf16 where the device has the kernels): q, k, v rounded to bf16 and
 // kept for the backward (half the bytes of f32 copies), out rounded by the kernel and widened to
 // f32 for the graph; the state-only scan's output, the final state, is f32 already. Backward
@@ -52,9 +70,7 @@ Tensor scan_in_bf16(const char* op, const Tensor& q, const Tensor& k, const Tens
              alpha.device_f32(), readout ? out16.data<bf16>() : nullptr, readout ? nullptr : state.device_f32(),
              checkpoints.device_f32());
   const Tensor out = readout ? ops_internal::widened_to_f32(op, out16) : state;
-  std::vector<Tensor> inputs = {k, v, beta, alpha};
-  if (readout) inputs.insert(inputs.begin(), q);
-  return record(op, out, inputs,
+  return record(op, out, scan_inputs(q, k, v, beta, alpha),
                 [=](const Tensor& dy, const NeedsGrad& needs) -> Grads {
                   const kernels::DeltaRuleBf16Kernels& kd = *backend_for(dev).delta_rule_bf16;
                   ops_internal::check_same_device(op, k, dy);
@@ -70,11 +86,9 @@ Tensor scan_in_bf16(const char* op, const Tensor& q, const Tensor& k, const Tens
                               readout ? dy16.data<bf16>() : nullptr, readout ? nullptr : dy.device_f32(),
                               readout ? dq.data<bf16>() : nullptr, dk.data<bf16>(), dv.data<bf16>(),
                               dbeta.device_f32(), dalpha.device_f32(), ws.device_f32(), ws_floats);
-                  Grads g = {ops_internal::widened_to_f32(op, dk), ops_internal::widened_to_f32(op, dv), dbeta, dalpha};
-                  if (readout) g.insert(g.begin(), ops_internal::widened_to_f32(op, dq));
-                  for (size_t i = 0; i < g.size(); ++i)
-                    if (!needs[i]) g[i] = Tensor();
-                  return g;
+                  return in_input_order(readout ? ops_internal::widened_to_f32(op, dq) : Tensor(),
+                                        ops_internal::widened_to_f32(op, dk), ops_internal::widened_to_f32(op, dv),
+                                        dbeta, dalpha, needs);
                 });
 }
 
@@ -96,9 +110,7 @@ Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, c
   kb.delta_rule_forward(dims, cfg, data_or_null(q), k.device_f32(), v.device_f32(), beta.device_f32(),
                         alpha.device_f32(), readout ? out.device_f32() : nullptr, readout ? nullptr : out.device_f32(),
                         checkpoints.device_f32());
-  std::vector<Tensor> inputs = {k, v, beta, alpha};
-  if (readout) inputs.insert(inputs.begin(), q);
-  return record(op, out, inputs,
+  return record(op, out, scan_inputs(q, k, v, beta, alpha),
                 [=](const Tensor& dy, const NeedsGrad& needs) -> Grads {
                   const kernels::Backend& kd = ops_internal::kernels_for(op, k, dy);
                   Tensor dq = readout ? Tensor::empty(q.shape(), dev) : Tensor();
@@ -111,11 +123,7 @@ Tensor scan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, c
                                          readout ? dy.device_f32() : nullptr, readout ? nullptr : dy.device_f32(),
                                          readout ? dq.device_f32() : nullptr, dk.device_f32(), dv.device_f32(),
                                          dbeta.device_f32(), dalpha.device_f32(), ws.device_f32(), ws_floats);
-                  Grads g = {dk, dv, dbeta, dalpha};
-                  if (readout) g.insert(g.begin(), dq);
-                  for (size_t i = 0; i < g.size(); ++i)
-                    if (!needs[i]) g[i] = Tensor();
-                  return g;
+                  return in_input_order(dq, dk, dv, dbeta, dalpha, needs);
                 });
 }
 
