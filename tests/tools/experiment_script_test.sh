@@ -3,7 +3,8 @@
 # and --from are refused with exit 2 and a message naming the value; the report phase started
 # --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
 # finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
-# --from that copy states the same quality figures; notes that both folders hold keep both's lines.
+# --from that copy states the same quality figures; notes that both folders hold keep both's lines;
+# and every quality and long-sequence setting names a recipe that exists.
 #   experiment_script_test.sh <repo root>
 set -euo pipefail
 root=$1
@@ -71,4 +72,29 @@ echo "# this machine's run" > "$work/grown/commands.txt"
 head -n "$(wc -l < "$fixture/commands.txt")" "$work/grown/commands.txt" | cmp -s - "$fixture/commands.txt" ||
   fail "commands.txt does not start with the fixture's"
 grep -qF "# this machine's run" "$work/grown/commands.txt" || fail "commands.txt lost DIR's own lines"
+# Every quality and long-sequence setting trains a recipe that exists: a stand-in tarn that
+# refuses a missing recipe, in smoke mode (no training; the stand-in only answers as tarn would).
+fake=$work/fake_tarn
+cat > "$fake" <<'FAKE'
+#!/usr/bin/env bash
+case "$1" in
+  train) [ -f "$2" ] || { echo "no recipe $2" >&2; exit 2; }
+         echo "$2 $*" >> "$FAKE_LOG"; echo "[train] stopped (max_steps)" ;;
+  eval) echo "ppl 1" ;;
+  prepare-corpus) ;;
+esac
+FAKE
+chmod +x "$fake"
+export FAKE_LOG=$work/trained.txt
+(cd "$root" && TARN=$fake "$script" --smoke --only quality,long --seeds 1 --out "$work/smoke" \
+  >"$work/smoke.txt" 2>&1) || fail "a setting's recipe is missing: $(tail -3 "$work/smoke.txt")"
+settings=$(sed -n 's/^all_settings="\(.*\)"$/\1/p' "$script")
+[ -n "$settings" ] || fail "no all_settings line in experiment.sh"
+for setting in $settings; do
+  [ -s "$work/smoke/quality/$setting/seed1/test.txt" ] || fail "setting $setting did not run"
+done
+[ "$(wc -l < "$FAKE_LOG")" = "$(( $(echo "$settings" | wc -w) + 4 ))" ] ||
+  fail "expected one training run per setting and 4 long runs: $(cat "$FAKE_LOG")"
+grep -q "^recipes/small-delta-everywhere.yaml .*long-delta" "$FAKE_LOG" ||
+  fail "the long delta run does not train small-delta-everywhere"
 echo "[experiment_script_test] ok"
