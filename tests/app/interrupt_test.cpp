@@ -76,7 +76,8 @@ TEST_P(StopSignal, FinishesTheStepWritesACheckpointAndExitsCleanly) {
   kill(pid, GetParam());
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by the signal instead of stopping cleanly";
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " instead of stopping cleanly";
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const auto latest = latest_valid_checkpoint(dir + "/run");
   ASSERT_TRUE(latest.has_value()) << "the stop wrote no checkpoint";

@@ -21,6 +21,7 @@
 #include "framework/distributed/sharded_adamw.h"
 #include "framework/io/safetensors.h"
 #include "kernels/backend.h"
+#include "kernels/blas_info.h"
 #include "kernels/mpi/mpi.h"
 #include "tests/app/app_test_util.h"
 #include "app/checkpoint_state.h"
@@ -309,6 +310,7 @@ TEST(DataParallel, ShardedValidationGivesTheOneRankPerplexity) {
 
 // MPI must outlive every test: finalised after RUN_ALL_TESTS.
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);  // tests/gtest_main.cpp says why
   ::testing::InitGoogleTest(&argc, argv);
   const int result = RUN_ALL_TESTS();
   tarn::kernels::mpi::finalize();

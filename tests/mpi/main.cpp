@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "kernels/blas_info.h"
 #include "kernels/mpi/mpi.h"
 
 namespace {
@@ -28,6 +29,7 @@ class FailuresOnly : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);  // tests/gtest_main.cpp says why
   ::testing::InitGoogleTest(&argc, argv);
   const tarn::kernels::mpi::LaunchInfo launch = tarn::kernels::mpi::launch_info();
   if (launch.launched && launch.rank != 0) {

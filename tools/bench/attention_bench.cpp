@@ -18,6 +18,7 @@
 #include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/ops/attention.h"
+#include "kernels/blas_info.h"
 #include "kernels/cpu/linear_attention_simd.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
@@ -265,6 +266,7 @@ Result run_softmax(const Options& o, int64_t bh, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   CLI::App app(kDescription, "attention_bench");
   tarn::cli::configure(app);
   Options o;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_info.h"
 #include "kernels/check.h"
 #include "kernels/delta_rule.h"
 #include "kernels/cuda_delta_rule.h"
@@ -722,6 +723,7 @@ int time_all(const Options& o) {
 #endif
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   CLI::App app(kDescription, "cuda_attention_bench");
   tarn::cli::configure(app);
   Options o;

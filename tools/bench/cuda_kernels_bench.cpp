@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_info.h"
 #include "kernels/check.h"
 #include "tools/bench/common/gpu_peaks.h"
 #include "tools/cli.h"
@@ -709,6 +710,7 @@ Exit status 1 when a kernel disagrees with the CPU.)";
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   CLI::App app(kDescription, "cuda_kernels_bench");
   tarn::cli::configure(app);
   bool quick = false;

@@ -23,6 +23,7 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   using namespace tarn;
   CLI::App app(kDescription, "gemm_bench");
   cli::configure(app);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_info.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
@@ -98,6 +99,7 @@ void stream(const char* tag, double min_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   CLI::App app(kDescription, "ops_bench");
   tarn::cli::configure(app);
   bool quick = false;

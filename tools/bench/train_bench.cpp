@@ -49,6 +49,7 @@ void add_flags(CLI::App& app, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);
   using namespace tarn;
   CLI::App app(kDescription, "train_bench");
   cli::configure(app);

@@ -15,6 +15,7 @@
 #include "framework/config/config_error.h"
 #include "framework/config/recipe.h"
 #include "framework/log/log.h"
+#include "kernels/blas_info.h"
 #include "kernels/mpi/mpi.h"
 #include "layers/bart.h"
 #include "tools/bench/tarn/bench_commands.h"
@@ -321,6 +322,7 @@ int finish(int code, const char* prefix = nullptr, const char* what = nullptr) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tarn::kernels::restart_with_better_blas_kernels(argv);  // before MPI, threads or files
   try {
     return finish(tarn::app::dispatch(argc, argv));
   } catch (const tarn::ConfigError& e) {
