@@ -81,10 +81,11 @@ std::string better_blas_coretype(const std::string& loaded_core, const CpuVector
 
 void restart_with_better_blas_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr || argv == nullptr || argv[0] == nullptr) return;
-  const char* loaded = openblas_get_corename();
-  const std::string better = better_blas_coretype(loaded ? loaded : "", CpuVectorSupport::of_this_cpu());
+  const char* name = openblas_get_corename();
+  const std::string loaded = name != nullptr ? name : "";
+  const std::string better = better_blas_coretype(loaded, CpuVectorSupport::of_this_cpu());
   if (better.empty()) return;
-  if (setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0 || setenv(kDetectedVariable, loaded ? loaded : "", 1) != 0)
+  if (setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0 || setenv(kDetectedVariable, loaded.c_str(), 1) != 0)
     return;
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
