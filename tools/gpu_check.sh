@@ -6,8 +6,8 @@
 #
 #   tools/gpu_check.sh bundle [--arch "90"]
 #       On the CPU machine: builds the CUDA test executables, benches and tarn for the GPU (Release,
-#       no -march=native, oneDNN off) in build/gpu, packs them stripped with the non-system
-#       shared libraries they load (CUDA's own left out) into build/gpu_bundle/ and
+#       the compiler's default x86-64 instruction set, oneDNN off) in build/gpu, packs them
+#       stripped with the non-system shared libraries they load (CUDA's own left out) into build/gpu_bundle/ and
 #       build/gpu_bundle.tar.gz, then checks the bundle from a clean folder: every library
 #       resolves inside it (or to the system's C/C++ runtime, or CUDA's), and every executable
 #       starts and lists its tests.
@@ -65,9 +65,9 @@ do_bundle() {
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
   mkdir -p "$root/build"  # a fresh checkout has none, and the configure log goes there
-  echo "[gpu_check] configure $build_dir (sm $arch, no -march=native, oneDNN off)"
+  echo "[gpu_check] configure $build_dir (sm $arch, default x86-64 instruction set, oneDNN off)"
   cmake -S "$root" -B "$build_dir" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release -DTARN_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTARN_NATIVE=OFF -DTARN_WITH_DNNL=OFF -DTARN_BUILD_TESTS=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTARN_ARCH_FLAGS=NONE -DTARN_WITH_DNNL=OFF -DTARN_BUILD_TESTS=ON \
     -DTARN_BUILD_BENCH=ON >"$root/build/gpu_configure.log" 2>&1 ||
     { tail -30 "$root/build/gpu_configure.log" >&2; die "configure failed (build/gpu_configure.log)"; }
   echo "[gpu_check] build ${tests[*]} ${benches[*]} ${programs[*]} (the CUDA kernels take a while on 2 cores)"
