@@ -65,3 +65,12 @@ printf '\nThis machine (%s, %s cores): test perplexity %s after %s steps, peak r
 printf 'Reference (%s, README.md): test perplexity %s after %s steps in 10 minutes, %s MiB.\n' \
   "$ref_machine" "$ref_ppl" "$ref_steps" "$ref_rss_mib"
 printf 'Metrics: %s/metrics.jsonl; exported model: %s/export\n' "$run" "$run"
+
+# The curves without TensorBoard (a failure there is a note: the run itself is done), and how
+# to see the event files that tarn wrote into the run folder.
+if curves_log=$(/usr/bin/python3 tools/plot_runs.py "$run" --out "$run/curves.png" 2>&1); then
+  printf 'Curves: %s/curves.png (tools/plot_runs.py RUN... --out FILE draws several runs)\n' "$run"
+else
+  printf 'Curves: not drawn (%s)\n' "$(printf '%s\n' "$curves_log" | tail -1)"
+fi
+printf 'TensorBoard: build/pyref/bin/tensorboard --logdir runs   (then open http://localhost:6006)\n'
