@@ -24,6 +24,7 @@
 #include "framework/io/run_lock.h"
 #include "framework/log/log.h"
 #include "framework/log/signals.h"
+#include "framework/log/tensorboard.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/train/run_control.h"
 #include "framework/train/step.h"
@@ -34,6 +35,7 @@
 #include "layers/bart.h"
 #include "app/checkpoint_state.h"
 #include "app/model_io.h"
+#include "app/resume_check.h"
 #include "app/session.h"
 
 namespace tarn::app {
@@ -68,12 +70,16 @@ struct Interval {  // what the progress line averages over
 };
 
 // --restart: the previous run's checkpoints move into run_dir/previous_<time>/ (nothing is
-// deleted), so that a later resume cannot pick up a checkpoint of the old run.
-void set_aside_previous_run(const std::string& run_dir) {
+// deleted), so that a later resume cannot pick up a checkpoint of the old run. Its TensorBoard
+// event files go with them (`tensorboard_dir`, "" for none): the new run starts at step 0, and
+// TensorBoard shows the old one as the run previous_<time> when the event files live in run_dir.
+void set_aside_previous_run(const std::string& run_dir, const std::string& tensorboard_dir) {
   namespace fs = std::filesystem;
   const auto old = list_checkpoints(run_dir);
   const bool has_best = fs::exists(fs::symlink_status(run_dir + "/best"));
-  if (old.empty() && !has_best) return;
+  const std::vector<std::string> events = tensorboard_dir.empty() ? std::vector<std::string>{}
+                                                                  : list_event_files(tensorboard_dir);
+  if (old.empty() && !has_best && events.empty()) return;
   // Unique even for two restarts within one second: previous_<time>, then previous_<time>_2, ...
   const std::string stem = run_dir + "/previous_" + std::to_string(static_cast<long long>(std::time(nullptr)));
   std::string aside = stem;
@@ -81,7 +87,9 @@ void set_aside_previous_run(const std::string& run_dir) {
   fs::create_directories(aside);
   for (const CheckpointEntry& c : old) fs::rename(c.dir, aside + "/" + fs::path(c.dir).filename().string());
   if (has_best) fs::rename(run_dir + "/best", aside + "/best");
-  log::info("ckpt", "--restart: moved ", old.size(), " checkpoints of the previous run to ", aside);
+  for (const std::string& e : events) fs::rename(e, aside + "/" + fs::path(e).filename().string());
+  log::info("ckpt", "--restart: moved ", old.size(), " checkpoints", events.empty() ? "" : " and the TensorBoard event files",
+            " of the previous run to ", aside);
 }
 
 class Trainer {
@@ -123,6 +131,8 @@ class Trainer {
   float lr_ = 0;                               // of the last update
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<MetricsFile> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0's, unless logging.tensorboard is off
+  std::string tensorboard_dir() const { return recipe_.logging.tensorboard == "off" ? "" : recipe_.logging.tensorboard; }
   LrSchedule schedule_;
   Progress progress_;
   Interval interval_;
@@ -276,7 +286,7 @@ void Trainer::resume_or_restart() {
     for (const std::string& r : cleanup_incomplete_checkpoints(run_dir))
       log::info("ckpt", "removed an incomplete checkpoint left by an interrupted run: ", r);
     if (opt_.restart) {
-      set_aside_previous_run(run_dir);
+      set_aside_previous_run(run_dir, tensorboard_dir());
     } else {
       // The newest checkpoint that passes its checksums and loads (names, shapes, progress,
       // optimizer state); each one skipped is said, with why.
@@ -286,10 +296,13 @@ void Trainer::resume_or_restart() {
       for (auto it = all.rbegin(); it != all.rend() && chosen < 0; ++it) {
         try {
           const Checkpoint c = open_checkpoint(it->dir);
+          check_resume(c, recipe_, *tok_);  // a changed model is refused, not skipped (app/resume_check.h)
           touched = true;
           load_from(c);
           chosen = it->step;
           latest = c;
+        } catch (const ResumeRefused&) {
+          throw;
         } catch (const Error& e) {
           log::warn("ckpt", str_cat("skipping ", it->dir, ": ", e.what()));
           reasons += str_cat("\n  ", it->dir, ": ", e.what());
@@ -419,6 +432,17 @@ void Trainer::setup() {
     if (!metrics_->good())
       throw ConfigError(recipe_.where("logging.metrics_file"), "logging.metrics_file",
                         str_cat("cannot open ", short_path(path), " for appending (", std::strerror(errno), ")"));
+    if (const std::string dir = tensorboard_dir(); !dir.empty()) {
+      try {
+        tensorboard_ = std::make_unique<TensorBoardWriter>(dir, progress_.step);
+      } catch (const Error& e) {
+        throw ConfigError(recipe_.where("logging.tensorboard"), "logging.tensorboard", e.what());
+      }
+      for (const EventFileRewind& r : tensorboard_->rewound())
+        log::info("train", "TensorBoard: ", short_path(r.path), " rewound to step ", progress_.step, " (",
+                  r.dropped, " events after it dropped", r.damaged_tail ? ", a damaged last record cut" : "",
+                  "), as the run resumes from there");
+    }
   }
 }
 
@@ -512,6 +536,14 @@ void Trainer::log_progress() {
   m.set("tokens_seen", json::Value::number(progress_.tokens_seen));
   m.set("elapsed_s", json::Value::number(elapsed));
   if (metrics_) metrics_->write(m);
+  if (tensorboard_)
+    tensorboard_->scalars(progress_.step, {{"train/loss", loss},
+                                           {"train/nll", nll},
+                                           {"train/ppl", std::exp(nll)},
+                                           {"train/lr", lr_},
+                                           {"train/grad_norm", interval_.grad_norm_sum / interval_.steps},
+                                           {"train/tokens_per_s", tps},
+                                           {"memory/rss_mib", resident_memory().current_bytes / double(1 << 20)}});
   summary_.train_loss = loss;
   interval_.reset();
 }
@@ -559,6 +591,11 @@ void Trainer::validate_and_maybe_save_best() {
   m.set("memory_cached_bytes", json::Value::number(static_cast<double>(mem.cached_bytes)));
   m.set("rss_peak_bytes", json::Value::number(static_cast<double>(rss.peak_bytes)));
   if (metrics_) metrics_->write(m);
+  if (tensorboard_)
+    tensorboard_->scalars(progress_.step, {{"valid/nll", r.mean_nll()},
+                                           {"valid/ppl", r.perplexity()},
+                                           {"memory/rss_peak_mib", rss.peak_bytes / double(1 << 20)},
+                                           {"memory/live_peak_mib", mem.high_water_bytes / double(1 << 20)}});
   if (improved && recipe_.checkpoints.keep_best) {
     save("best validation");
     if (lead()) set_best_checkpoint(recipe_.checkpoints.dir, progress_.step);
@@ -612,7 +649,8 @@ TrainSummary Trainer::run() {
   log::info("train", "training from step ", log::thousands(progress_.step), " on ",
             log::thousands(static_cast<long long>(train_set_->size())), " examples, ",
             log::thousands(recipe_.training.tokens_per_batch), " tokens per batch; metrics in ",
-            recipe_.logging.metrics_file);
+            recipe_.logging.metrics_file,
+            tensorboard_ ? str_cat(", TensorBoard: tensorboard --logdir ", recipe_.logging.tensorboard) : std::string());
   Cadence cadence;
   cadence.log_every = recipe_.logging.every_steps;
   cadence.check_replicas_every = solo() ? 0 : recipe_.training.check_replicas_every_steps;
@@ -654,6 +692,9 @@ TrainSummary Trainer::run() {
   summary_.buckets_started_early = step_->buckets_started_early();
   if (test_set_ && !summary_.failed && !stopped_by_signal(reason)) {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
+    if (tensorboard_)
+      tensorboard_->scalars(progress_.step,
+                            {{"test/nll", summary_.test->mean_nll()}, {"test/ppl", summary_.test->perplexity()}});
     log::info("test", "nll ", log::number("%.4f", summary_.test->mean_nll()), " | ppl ",
               log::number("%.2f", summary_.test->perplexity()), " over ", log::thousands(summary_.test->tokens),
               " target tokens (", recipe_.data.test, ")");

@@ -50,6 +50,9 @@ find_library(TARN_SENTENCEPIECE_TRAIN sentencepiece_train REQUIRED)
 # zlib (zlib1g-dev): the CRC-32 of checkpoint files (framework/io/crc32.h).
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
+# Boost (libboost-dev, header-only here): crc_optimal's CRC-32C for TensorBoard's event files
+# (framework/log/tensorboard.cpp).
+find_package(Boost 1.74 REQUIRED)
 
 # CLI11 (libcli11-dev, header-only): the command lines of tarn and the benches (tools/cli.h).
 find_package(CLI11 2 CONFIG REQUIRED)

@@ -171,7 +171,7 @@ Tensor BartForConditionalGeneration::lm_head(const Tensor& hidden) const {
   // Always f32, also under training.precision bf16: rounding the hidden state and the tied
   // embedding to bf16 perturbs every logit, noise the loss then learns through. Measured
   // on small-linear (600 steps, seeds 1 and 2): bf16 here left validation perplexity 17% and 4%
-  // above f32's, f32 here 4.6% and 0.8%, for 1.55x f32's tokens/s instead of 1.74x (README.md).
+  // above f32's, f32 here 4.6% and 0.8%, for 1.55x f32's tokens/s instead of 1.74x (docs/measurements.md, bf16).
   return linear(hidden, model.shared.weight, final_logits_bias.view({config_.vocab_size}), Precision::f32);
 }
 

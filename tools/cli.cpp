@@ -164,6 +164,9 @@ std::optional<int> parse(CLI::App& app, int argc, const char* const* argv) {
     if (std::optional<int> status = report_unknown(chain(app))) return status;  // `tarn nope --help`
     std::cout << app.help();  // the help of the deepest subcommand given
     return 0;
+  } catch (const CLI::CallForVersion& e) {  // --version, where a program set_version_flag()
+    std::cout << e.what() << "\n";
+    return 0;
   } catch (const CLI::ParseError& e) {
     const std::vector<CLI::App*> apps = chain(app);
     if (std::optional<int> status = report_unknown(apps)) return status;

@@ -11,6 +11,7 @@ packages=(
   libcli11-dev  # CLI11 (header-only): the command-line parsing of tarn and the benches (tools/cli.h)
   nlohmann-json3-dev  # the JSON parser behind framework/io/json.h (safetensors headers, manifests)
   zlib1g-dev  # crc32() for checkpoint checksums (framework/io/crc32.h)
+  libboost-dev  # header-only: CRC-32C of TensorBoard's event files (framework/log/tensorboard.cpp)
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin
@@ -37,13 +38,14 @@ else
 fi
 
 # The export's independent reader (tools/reference/bart_reference.py) needs SentencePiece's Python
-# module, which Debian 12 does not package: a venv over the system's numpy, with pip's.
+# module, and TensorBoard (to watch runs; the tests read tarn's event files with its reader) is
+# not packaged by Debian 12 either: a venv over the system's numpy and matplotlib, with pip's.
 root=$(cd "$(dirname "$0")/.." && pwd)
 pyref=$root/build/pyref
-if ! "$pyref/bin/python" -c 'import numpy, sentencepiece' 2>/dev/null; then
-  echo "[setup] build/pyref: a Python venv with sentencepiece (pip)"
+if ! "$pyref/bin/python" -c 'import numpy, sentencepiece, tensorboard' 2>/dev/null; then
+  echo "[setup] build/pyref: a Python venv with sentencepiece and tensorboard (pip)"
   /usr/bin/python3 -m venv --system-site-packages "$pyref"
-  "$pyref/bin/pip" install -q --disable-pip-version-check sentencepiece
+  "$pyref/bin/pip" install -q --disable-pip-version-check sentencepiece tensorboard
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -299,6 +299,8 @@ config::Schema build_schema() {
   logging.integer(&LoggingRecipe::every_steps, "every_steps", "a progress line every this many steps").min(1);
   logging.string(&LoggingRecipe::metrics_file, "metrics_file",
                  "JSON lines of every logged metric; \"\" = <checkpoints.dir>/metrics.jsonl");
+  logging.string(&LoggingRecipe::tensorboard, "tensorboard",
+                 "folder of TensorBoard event files (scalars as the run goes); \"\" = <checkpoints.dir>, off = none");
   logging.choice(&LoggingRecipe::color, "color", "colored terminal output", {"auto", "always", "never"});
   return schema;
 }
@@ -329,12 +331,14 @@ void resolve(Recipe& r, Loader& loader, const std::string& source) {
 
   const std::string stem = std::filesystem::path(source).stem().string();
   for (std::string* path : {&r.data.train, &r.data.valid, &r.data.test, &r.data.tokenizer.model,
-                            &r.data.tokenizer.train.model_prefix, &r.checkpoints.dir, &r.logging.metrics_file}) {
+                            &r.data.tokenizer.train.model_prefix, &r.checkpoints.dir, &r.logging.metrics_file,
+                            &r.logging.tensorboard}) {
     *path = replace_all(*path, kRecipePlaceholder, stem);
   }
   if (r.logging.metrics_file.empty()) {
     r.logging.metrics_file = (std::filesystem::path(r.checkpoints.dir) / "metrics.jsonl").string();
   }
+  if (r.logging.tensorboard.empty()) r.logging.tensorboard = r.checkpoints.dir;
   TokenizerTrainRecipe& tok = r.data.tokenizer.train;
   if (r.data.tokenizer.model.empty() && tok.model_prefix.empty()) {
     const std::filesystem::path folder = std::filesystem::path(r.data.train).parent_path();

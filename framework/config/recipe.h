@@ -19,6 +19,7 @@
 //     given come from model.preset; with preset `custom` every one of them must be given;
 //   - "{recipe}" in a path is replaced by the recipe file's name without folder or extension;
 //   - logging.metrics_file "" becomes <checkpoints.dir>/metrics.jsonl;
+//   - logging.tensorboard "" becomes <checkpoints.dir> ("off" stays: no event files);
 //   - data.tokenizer.train.model_prefix "" becomes <folder of data.train>/spm<vocab_size>.
 // Relative paths are kept as written: they are relative to the working directory (see
 // recipes/README.md), not to the recipe file.
@@ -152,6 +153,7 @@ struct CheckpointRecipe {
 struct LoggingRecipe {
   int64_t every_steps = 50;
   std::string metrics_file;     // JSON lines; "" is resolved to <checkpoints.dir>/metrics.jsonl
+  std::string tensorboard;      // event files' folder; "" is resolved to <checkpoints.dir>; "off": none
   std::string color = "auto";   // auto | always | never
 };
 

@@ -60,6 +60,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   }
   EXPECT_EQ(small.checkpoints.dir, "runs/small-linear");  // {recipe} resolved
   EXPECT_EQ(small.logging.metrics_file, "runs/small-linear/metrics.jsonl");
+  EXPECT_EQ(small.logging.tensorboard, "runs/small-linear");
   EXPECT_EQ(small.data.tokenizer.train.model_prefix, "work/wordnet/spm8000");
 
   const Recipe softmax = load_recipe(source_path("recipes/small-softmax.yaml"));
@@ -73,7 +74,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(encoder.model.attention.cross.kind, AttentionKind::softmax);
 
   // small-delta and small-gated: their kind in both self-attention stacks, the aligned Taylor
-  // map in cross-attention (README, "Attention that recalls": it recalls the source where one
+  // map in cross-attention (docs/measurements.md, "Attention that recalls": it recalls the source where one
   // delta or gated state written over it does not).
   for (const auto& [path, kind] : {std::pair{"recipes/small-delta.yaml", AttentionKind::delta},
                                     std::pair{"recipes/small-gated.yaml", AttentionKind::gated}}) {
@@ -108,7 +109,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(delta_taylor.model.attention.decoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(delta_taylor.model.attention.cross.kind, AttentionKind::linear);
   EXPECT_EQ(delta_taylor.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
-  EXPECT_EQ(delta_taylor.model.attention.cross.taylor_order, 2);  // Based's (README: order 4 was no better)
+  EXPECT_EQ(delta_taylor.model.attention.cross.taylor_order, 2);  // Based's (docs/measurements.md: order 4 was no better)
   EXPECT_DOUBLE_EQ(delta_taylor.model.attention.cross.align_decay, 0.0);
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
@@ -143,6 +144,7 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;
     r.logging.metrics_file = linear.logging.metrics_file;
+    r.logging.tensorboard = linear.logging.tensorboard;
     EXPECT_EQ(first_difference(linear, r), "") << other;
   }
 }
@@ -150,7 +152,7 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
 TEST(ShippedRecipes, TheMainJobsRecipeIsSmallDeltaWithSmallerBatches) {
   // The 10-minute recipe changes only what a time budget on 2 cores needs: the batch, and the
   // validation and checkpoint intervals that count its steps. Model, attention, data and
-  // optimiser stay small-delta's, whose quality runs the README quotes.
+  // optimiser stay small-delta's, whose quality runs docs/measurements.md quotes.
   const Recipe delta = load_recipe(source_path("recipes/small-delta.yaml"));
   Recipe quick = load_recipe(source_path("recipes/small-delta-10min.yaml"));
   EXPECT_EQ(quick.training.tokens_per_batch, 512);
@@ -161,6 +163,7 @@ TEST(ShippedRecipes, TheMainJobsRecipeIsSmallDeltaWithSmallerBatches) {
   quick.checkpoints.every_steps = delta.checkpoints.every_steps;
   quick.checkpoints.dir = delta.checkpoints.dir;
   quick.logging.metrics_file = delta.logging.metrics_file;
+  quick.logging.tensorboard = delta.logging.tensorboard;
   EXPECT_EQ(first_difference(delta, quick), "");
 }
 
@@ -172,6 +175,7 @@ TEST(RecipeDefaults, MinimalRecipeGetsEveryDefault) {
   expected.data.train = "corpus/train.txt";
   expected.checkpoints.dir = "runs/minimal";
   expected.logging.metrics_file = "runs/minimal/metrics.jsonl";
+  expected.logging.tensorboard = "runs/minimal";
   expected.data.tokenizer.train.model_prefix = "corpus/spm8000";
   EXPECT_EQ(first_difference(r, expected), "");
   EXPECT_TRUE(r.warnings.empty());

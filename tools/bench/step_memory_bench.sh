@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step time and peak memory of training, on one rank and on two, for one or more tarn builds
-# (the arena's before/after comparison in README). Each run trains RECIPE from scratch for STEPS
+# (the arena's before/after comparison in docs/measurements.md). Each run trains RECIPE from scratch for STEPS
 # steps, logging every step; the step time is the median of the steps' wall-clock deltas in
 # metrics.jsonl (step 1, which warms the allocator up, left out). Peak memory, as rank 0's
 # validation row at the end has it (the training steps and one validation batch): the

@@ -29,6 +29,10 @@
 #include "app/trainer.h"
 #include "app/word_errors.h"
 
+namespace tarn {
+const char* version_string();  // "tarn 0.1.0 (commit ...)", generated at build time (cmake/TarnVersion.cmake)
+}  // namespace tarn
+
 namespace tarn::app {
 namespace {
 
@@ -266,6 +270,7 @@ cli::Command add_prepare_corpus(CLI::App& tarn) {
 int dispatch(int argc, char** argv) {
   CLI::App tarn(kDescription, "tarn");
   cli::configure(tarn);
+  tarn.set_version_flag("--version", std::string(version_string()), "print the version and the commit built, and exit");
   tarn.require_subcommand(1);
   std::vector<cli::Command> commands = {add_train(tarn),  add_config(tarn),   add_eval(tarn),
                                         add_export(tarn), add_generate(tarn), add_denoise(tarn)};
