@@ -308,11 +308,17 @@ std::string Schema::emit(const void* object, const std::function<bool(const Fiel
 bool Schema::equal_objects(const void* a, const void* b) const { return difference(a, b).empty(); }
 
 std::string Schema::difference(const void* a, const void* b) const {
+  const std::vector<const Field*> differ = differing_fields(a, b);
+  return differ.empty() ? "" : differ.front()->path;
+}
+
+std::vector<const Field*> Schema::differing_fields(const void* a, const void* b) const {
+  std::vector<const Field*> out;
   for (const Field* f : fields()) {
     if (!f->is_leaf() || f->type == FieldType::fixed) continue;
-    if (!leaf_equal(*f, f->locate(const_cast<void*>(a)), f->locate(const_cast<void*>(b)))) return f->path;
+    if (!leaf_equal(*f, f->locate(const_cast<void*>(a)), f->locate(const_cast<void*>(b)))) out.push_back(f);
   }
-  return "";
+  return out;
 }
 
 std::string Schema::describe() const {

@@ -235,6 +235,13 @@ class Schema {
     check_type(typeid(T));
     return difference(&a, &b);
   }
+  // Every leaf whose values differ, in schema order (fixed keys hold no value: never listed);
+  // value_text(*field, &a) and value_text(*field, &b) say how.
+  template <class T>
+  std::vector<const Field*> differences(const T& a, const T& b) const {
+    check_type(typeid(T));
+    return differing_fields(&a, &b);
+  }
   // Annotated YAML: every key with its default, description and constraint, for --help.
   std::string describe() const;
 
@@ -247,6 +254,7 @@ class Schema {
   std::string emit(const void* object, const std::function<bool(const Field&)>& omit) const;
   bool equal_objects(const void* a, const void* b) const;
   std::string difference(const void* a, const void* b) const;
+  std::vector<const Field*> differing_fields(const void* a, const void* b) const;
 
   std::string title_;
   Field root_;
