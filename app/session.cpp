@@ -145,7 +145,10 @@ Tokenizer open_tokenizer(const Recipe& recipe) {
   opt.input_sentence_size = t.train.input_sentence_size;
   opt.hard_vocab_limit = t.train.hard_vocab_limit;
   opt.num_threads = std::max(1, kernels::num_threads());
-  opt.seed = static_cast<uint32_t>(recipe.training.seed);
+  // SentencePiece's sampling seed is 32 bits: the recipe's 64-bit seed folded into it, not cut
+  // (a seed below 2^32 is unchanged; 2^32 + 1 is not 1).
+  const auto seed = static_cast<uint64_t>(recipe.training.seed);
+  opt.seed = static_cast<uint32_t>(seed ^ (seed >> 32));
   const std::string model = Tokenizer::train({recipe.data.train}, t.train.model_prefix,
                                              static_cast<int>(t.train.vocab_size), opt);
   Tokenizer tok = Tokenizer::load(model);

@@ -56,9 +56,9 @@ int64_t AttentionConfig::feature_count(int64_t head_dim) const {
 
 void AttentionConfig::validate(const std::string& key) const {
   if (is_softmax()) return;
-  TARN_CHECK(chunk > 0, key, ".chunk: must be positive, got ", chunk);
+  TARN_CHECK(chunk > 0 && chunk <= kMaxChunk, key, ".chunk: must be in [1, ", kMaxChunk, "], got ", chunk);
   if (is_hybrid()) {
-    TARN_CHECK(window >= 1, key, ".window: must be >= 1, got ", window);
+    TARN_CHECK(window >= 1 && window <= kMaxWindow, key, ".window: must be in [1, ", kMaxWindow, "], got ", window);
     TARN_CHECK(global == Kind::linear || global == Kind::delta || global == Kind::gated, key,
                ".global: must be linear, delta or gated, got ", attention_kind_name(global));
   }
@@ -66,7 +66,8 @@ void AttentionConfig::validate(const std::string& key) const {
     TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
     return;
   }
-  TARN_CHECK(favor_features >= 0, key, ".favor_features: must be >= 0 (0 = head_dim), got ", favor_features);
+  TARN_CHECK(favor_features >= 0 && favor_features <= kMaxFavorFeatures, key, ".favor_features: must be in [0, ",
+             kMaxFavorFeatures, "] (0 = head_dim), got ", favor_features);
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);
   TARN_CHECK(align_decay >= 0 && align_decay < 1, key, ".align_decay: must be in [0, 1) (0 = off), got ", align_decay);

@@ -5,6 +5,7 @@
 // the model (layers/config.h, layers/attention.h) and the ops read these fields and never a
 // string. No YAML here.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kernels/feature_maps.h"
@@ -33,7 +34,9 @@ struct AttentionConfig {
   // Rows per chunk of the causal scan on the CPU. The CUDA kernels use fixed chunks (32 rows in
   // f32, 64 in bf16): a run on CUDA refuses any other value given in a recipe.
   int64_t chunk = kernels::cpu::kDefaultLinearAttentionChunk;
+  static constexpr int64_t kMaxChunk = std::numeric_limits<int>::max();  // LinearAttentionOptions::chunk is an int
   int64_t favor_features = 0;      // m, the FAVOR+ feature count; 0 = head_dim
+  static constexpr int64_t kMaxFavorFeatures = std::numeric_limits<int>::max();  // a BLAS (int) dimension
   int64_t favor_redraw_every = 0;  // redraw the FAVOR+ projection every K training steps; 0 = never
   double eps = kernels::cpu::kDefaultLinearAttentionEps;  // out = num / (den + eps)
   // Taylor map (kernels/taylor_map.h): the order P of exp's series (2 or 4: an even order keeps
@@ -51,6 +54,9 @@ struct AttentionConfig {
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
   int64_t window = kDefaultHybridWindow;
   static constexpr int64_t kDefaultHybridWindow = 64;
+  // Past any sequence (lengths are int32), and small enough that the kernels' index arithmetic
+  // (j + window, kernels/softmax_attention.h) cannot overflow.
+  static constexpr int64_t kMaxWindow = std::numeric_limits<int32_t>::max();
   // Hybrid: the global part's kind: linear (feature_map on the layer's q and k), delta or gated
   // (the gated delta rule's layer on the same projections: its convolutions, gates and output
   // norm, conv_size taps).

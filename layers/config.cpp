@@ -91,6 +91,15 @@ void BartConfig::validate(const std::string& prefix) const {
   positive(encoder_ffn_dim, "encoder_ffn_dim");
   positive(decoder_ffn_dim, "decoder_ffn_dim");
   positive(max_position_embeddings, "max_position_embeddings");
+  // The types that finally hold them (framework/model_presets.h).
+  auto at_most = [&](int64_t v, int64_t limit, const char* name) {
+    TARN_CHECK(v <= limit, prefix, name, ": at most ", limit, ", got ", v);
+  };
+  at_most(vocab_size, kMaxVocabSize, "vocab_size");
+  at_most(d_model, kMaxModelDim, "d_model");
+  at_most(encoder_ffn_dim, kMaxModelDim, "encoder_ffn_dim");
+  at_most(decoder_ffn_dim, kMaxModelDim, "decoder_ffn_dim");
+  at_most(max_position_embeddings, kMaxPositions, "max_position_embeddings");
   TARN_CHECK(d_model % encoder_attention_heads == 0, prefix, "d_model: ", d_model,
              " is not divisible by encoder_attention_heads = ", encoder_attention_heads);
   TARN_CHECK(d_model % decoder_attention_heads == 0, prefix, "d_model: ", d_model,

@@ -10,8 +10,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tarn::cli {
@@ -44,9 +47,18 @@ CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<T>& va
 }
 
 // --name VALUE: an integer, or a number, from lo to hi; `value_name` stands for it in the help.
+// [lo, hi] must fit the type T that holds the value, so the check runs before any narrowing:
+// a flag declared otherwise is a bug, thrown when the command line is built.
 template <class T>
 CLI::Option* add_integer(CLI::App& app, const std::string& name, T& value, int64_t lo, int64_t hi,
                          const std::string& description, const std::string& value_name = "N") {
+  if constexpr (std::is_integral_v<T>) {
+    using L = std::numeric_limits<T>;
+    const bool fits = lo <= hi && (std::is_signed_v<T> ? lo >= static_cast<int64_t>(L::min()) : lo >= 0) &&
+                      (hi < 0 || static_cast<uint64_t>(hi) <= static_cast<uint64_t>(L::max()));
+    if (!fits) throw std::logic_error(name + ": the range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                      "] does not fit the type that holds the value");
+  }
   return app.add_option(name, value, description)->type_name(value_name)->check(integer(lo, hi));
 }
 inline CLI::Option* add_real(CLI::App& app, const std::string& name, double& value, double lo, double hi,

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 
 #include "framework/config/schema.h"
@@ -96,21 +97,24 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
             "(f32) and 64 (bf16), and a run on CUDA refuses any other value given here. delta: tokens between "
             "the states its backward keeps; aligned cross-attention (align_decay): positions per chunk of its "
             "decay-masked products")
-      .min(1);
+      .min(1)
+      .max(static_cast<double>(AttentionConfig::kMaxChunk));
   a.integer(&AttentionConfig::conv_size, "conv_size",
             "delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none)")
       .min(1);
   a.integer(&AttentionConfig::window, "window",
             "hybrid: keys the softmax part sees (causal: the last `window`; bidirectional: within window / 2 either "
             "side; cross-attention: the source positions within window / 2 of the target position)")
-      .min(1);
+      .min(1)
+      .max(static_cast<double>(AttentionConfig::kMaxWindow));
   a.template enumeration<AttentionKind>(&AttentionConfig::global, "global",
                 "hybrid: the global part over the whole sequence: linear (feature_map on the layer's q and k), delta "
                 "or gated (that layer on the same projections, with its convolutions, gates and output norm; "
                 "self-attention only)",
                 {{"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}, {"gated", AttentionKind::gated}});
   a.integer(&AttentionConfig::favor_features, "favor_features", "FAVOR+ random features m; 0 = the head dimension")
-      .non_negative();
+      .non_negative()
+      .max(static_cast<double>(AttentionConfig::kMaxFavorFeatures));
   a.integer(&AttentionConfig::favor_redraw_every, "favor_redraw_every",
             "redraw the FAVOR+ projection every this many steps; 0 = never")
       .non_negative();
@@ -141,18 +145,28 @@ config::Schema build_schema() {
                "sizes: tiny (d_model 64, 2+2 layers), small (256, 4+4), base (768, 6+6, BART-base), "
                "custom (give every size); sizes given below override the preset",
                {"tiny", "small", "base", "custom"});
+  // Sizes are bounded by the types that finally hold them (framework/model_presets.h).
   model.integer(&ModelRecipe::vocab_size, "vocab_size", "embedding rows; 0 = the tokenizer's vocabulary size")
-      .non_negative();
+      .non_negative()
+      .max(static_cast<double>(kMaxVocabSize));
   const std::string from_preset = "from model.preset";
-  model.integer(&ModelRecipe::d_model, "d_model", "hidden size").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::d_model, "d_model", "hidden size")
+      .min(1)
+      .max(static_cast<double>(kMaxModelDim))
+      .default_note(from_preset);
   model.integer(&ModelRecipe::encoder_layers, "encoder_layers", "encoder layers").min(1).default_note(from_preset);
   model.integer(&ModelRecipe::decoder_layers, "decoder_layers", "decoder layers").min(1).default_note(from_preset);
   model.integer(&ModelRecipe::heads, "heads", "attention heads (every stack); must divide d_model")
       .min(1)
+      .max(static_cast<double>(kMaxModelDim))
       .default_note(from_preset);
-  model.integer(&ModelRecipe::ffn_dim, "ffn_dim", "feed-forward inner size").min(1).default_note(from_preset);
+  model.integer(&ModelRecipe::ffn_dim, "ffn_dim", "feed-forward inner size")
+      .min(1)
+      .max(static_cast<double>(kMaxModelDim))
+      .default_note(from_preset);
   model.integer(&ModelRecipe::max_positions, "max_positions", "learned positions, the longest sequence")
       .min(1)
+      .max(static_cast<double>(kMaxPositions))
       .default_note(from_preset);
   model.number(&ModelRecipe::dropout, "dropout", "dropout on hidden states").fraction();
   model.number(&ModelRecipe::attention_dropout, "attention_dropout", "dropout on softmax attention weights")
@@ -187,7 +201,8 @@ config::Schema build_schema() {
              "a path ending in .model, or \"\"");
   auto train = tokenizer.section(&TokenizerRecipe::train, "train", "how to train the tokenizer on data.train");
   train.integer(&TokenizerTrainRecipe::vocab_size, "vocab_size", "pieces, specials and <mask> included")
-      .min(kMinTokenizerVocab);
+      .min(kMinTokenizerVocab)
+      .max(static_cast<double>(kMaxVocabSize));  // SentencePiece's vocab_size is an int32
   train.integer(&TokenizerTrainRecipe::input_sentence_size, "input_sentence_size",
                 "lines sampled to train on; 0 = every line")
       .non_negative();
@@ -292,7 +307,8 @@ config::Schema build_schema() {
   checkpoints.integer(&CheckpointRecipe::every_steps, "every_steps", "save every this many steps; 0 = at the end")
       .non_negative();
   checkpoints.integer(&CheckpointRecipe::keep_last, "keep_last", "periodic checkpoints kept; 0 = all")
-      .non_negative();
+      .non_negative()
+      .max(std::numeric_limits<int>::max());  // prune_checkpoints (framework/io/checkpoint_dir.h) takes an int
   checkpoints.boolean(&CheckpointRecipe::keep_best, "keep_best", "also keep the best validation checkpoint");
 
   auto logging = root.section(&Recipe::logging, "logging", "progress lines and metrics");

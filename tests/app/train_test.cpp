@@ -287,8 +287,8 @@ TEST(Train, AModelThatCannotFitInMemoryIsRefusedBeforeAnyAllocation) {
   const std::string dir = make_tiny_corpus("too_big");
   for (const auto& [override_, key] : std::vector<std::pair<std::string, std::string>>{
            {"model.encoder_layers=1000000000", "model.encoder_layers"},
-           {"model.max_positions=1000000000000", "model.max_positions"},
-           {"model.ffn_dim=1000000000000", "model.ffn_dim"},
+           {"model.max_positions=2000000000", "model.max_positions"},  // within the schema's int32 bounds
+           {"model.ffn_dim=2000000000", "model.ffn_dim"},
            {"training.tokens_per_batch=1000000000", "training.tokens_per_batch"}}) {
     try {
       train(options(dir, 2, {override_}));
