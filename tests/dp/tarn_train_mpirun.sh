@@ -2,7 +2,7 @@
 # `tarn train` under mpirun as a user runs it (ctest: dp_cli): 2 ranks train the tiny recipe,
 # a SIGTERM to one rank stops both after the same step with a checkpoint, the run resumes on
 # 2 ranks and continues on 1, the time budget stops both, and a rank killed outright ends the
-# whole job non-zero.
+# whole job non-zero. Rank 0 alone writes the TensorBoard event file.
 #   tarn_train_mpirun.sh <tarn> <recipe> <mpiexec and its flags...>
 set -uo pipefail
 tarn=$1 recipe=$2
@@ -30,6 +30,8 @@ grep -q "\[dist\] rank 1: cpu, 1 threads" log1 || { cat log1; fail "no per-rank 
 [ "$(grep -c '^\[train\] step' log1)" -ge 4 ] || { cat log1; fail "progress missing"; }
 [ "$(grep -c 'stopped (max_steps) at step 20' log1)" -eq 1 ] || { cat log1; fail "not exactly one rank logged the end"; }
 [ -f runs/tiny/step_20/COMPLETE ] || fail "no checkpoint step_20"
+# Rank 0 alone writes the TensorBoard event file (one process, one file) and the metrics.
+[ "$(ls runs/tiny/*tfevents* 2>/dev/null | wc -l)" -eq 1 ] || fail "expected one TensorBoard event file: $(ls runs/tiny)"
 
 echo "[dp_cli] 2: SIGTERM to rank 1 stops both ranks after the same step, with a checkpoint"
 "${mpirun[@]}" "$tarn" train "$recipe" "${common[@]}" --set training.max_steps=1000000 >log2 2>&1 &
