@@ -157,14 +157,18 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
 
 // Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d. Hybrid
 // self-attention keeps the last `window` keys; hybrid cross-attention (`cross`) keeps every
-// source key, whose window moves with the target position.
+// source key, whose window moves with the target position. In doubles: no size wraps.
 double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens, bool cross = false) {
   const double f = 4.0;
   if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
   const int64_t head_dim = d / std::max<int64_t>(1, heads);
   const double head = static_cast<double>(head_dim), features = static_cast<double>(a.feature_count(head_dim));
-  const double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head  // S (the convolutions' tails aside)
-                                           : f * static_cast<double>(heads) * features * (head + 1);  // S and z
+  double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head     // S
+                                     : f * static_cast<double>(heads) * features * (head + 1);  // S and z
+  // Self-attention's delta block keeps the last conv_size - 1 projections of q, k and v (the
+  // convolutions' tails), and each step convolves a window of conv_size rows into as many.
+  if (a.has_delta_block() && !cross)
+    state += f * static_cast<double>(d) * (3 * (static_cast<double>(a.conv_size) - 1) + 2 * static_cast<double>(a.conv_size));
   if (!a.is_hybrid()) return state;
   // Hybrid: the global part's state and the keys and values its window may read.
   return state + 2 * f * static_cast<double>(cross ? tokens : std::min(tokens, a.window)) * static_cast<double>(d);
@@ -202,7 +206,7 @@ double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_l
 void check_decoding_memory(const BartConfig& c, int64_t rows, int64_t source_len, const GenerateOptions& options,
                            double budget_bytes) {
   const double need = decoding_memory_bytes(c, rows, source_len, options.max_length);
-  if (need <= budget_bytes) return;
+  if (std::isfinite(need) && need <= budget_bytes) return;  // a sum that is not finite is too big
   bool softmax = false;
   for (int64_t l = 0; l < c.decoder_layers; ++l) softmax = softmax || c.decoder_self_attention_of(l).is_softmax();
   throw Error(str_cat("decoding ", rows, " hypotheses (--beam ", options.beam, ") of up to ",

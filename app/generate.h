@@ -25,8 +25,10 @@ std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& toke
 // A lower bound on the bytes decoding `rows` hypotheses together (the batch for greedy, the beam
 // for beam search) holds beside the model's weights, for a source of `source_len` tokens and up
 // to `max_length` generated ones: the encoder's output, each decoder layer's state (linear
-// attention: a d_head x (d_head + 1) matrix per head, whatever the length; softmax: keys and
-// values of every token so far, copied once as the cache grows) and the logits.
+// attention: a features x (d_head + 1) matrix per head, whatever the length; delta and gated: a
+// d_head x d_head matrix per head and the convolutions' conv_size - 1 rows of tails; softmax:
+// keys and values of every token so far, copied once as the cache grows; hybrid: those of the
+// last `window` tokens) and the logits. Sums in doubles; a sum that is not finite is refused.
 double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length);
 
 // Refuses (tarn::Error, exit code 2) decoding whose decoding_memory_bytes exceed

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "data/corpus_reader.h"
@@ -206,6 +208,25 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   // per head and query-key pair). Sized for batches of the longest sequences the data allows,
   // which a batch can be made of: B Nq Nk = micro_batch x Nk.
   t.attention = 4 * micro_batch * (d + static_cast<double>(std::max(c.encoder_attention_heads, c.decoder_attention_heads)));
+  // Feature maps wider than the head (FAVOR+'s m, Taylor's C(r + P, P), Hedgehog's 2 head_dim):
+  // the tape keeps phi(q) and phi(k) of every token for the backward pass, the features past the
+  // head's width on top of the projections counted above; and the scan holds a state of
+  // features x (head_dim + 1) per head, one module at a time (at least one sequence's).
+  // Aligned cross-attention (align_decay) multiplies each chunk's C x C decay-masked scores, C =
+  // chunk up to the longest sequence: micro_batch x heads x C values per module.
+  double widest_state = 0;
+  const double longest = static_cast<double>(std::max(recipe.data.max_source_len, recipe.data.max_target_len));
+  c.for_each_attention([&](BartConfig::Stack s, int64_t, const AttentionConfig& a, double count) {
+    if (!a.uses_feature_map()) return;
+    const int64_t heads = s == BartConfig::Stack::encoder_self ? c.encoder_attention_heads : c.decoder_attention_heads;
+    const double h = static_cast<double>(std::max<int64_t>(1, heads)), head_dim = d / h;
+    if (a.is_aligned() && s == BartConfig::Stack::cross)
+      t.attention += count * 4 * micro_batch * h * std::min(static_cast<double>(a.chunk), longest);
+    const double features = static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim)));
+    t.attention += count * 4 * micro_batch * 2 * h * std::max(0.0, features - head_dim);
+    widest_state = std::max(widest_state, 4 * h * features * (head_dim + 1));
+  });
+  t.attention += widest_state;
   if (c.attention_dropout > 0) {
     const DataRecipe& data = recipe.data;
     const double source = static_cast<double>(data.pack_tokens > 0 ? std::min(data.max_source_len, data.pack_tokens)
@@ -263,6 +284,96 @@ MemoryBudget memory_budget(const Recipe& recipe) {
   return {have, "this machine's " + gigabytes(have), "this machine has " + gigabytes(have), false};
 }
 
+// The attention size keys and what each scales (window scales nothing in training: the blocked
+// kernels read at most the sequence; it is listed for decoding's sake and never saves); an
+// entry's value reset to the default is the model without what that value adds.
+struct AttentionSize {
+  const char* key;
+  int64_t AttentionConfig::*field;
+  const char* what;
+  bool (*applies)(const AttentionConfig&);
+};
+const AttentionSize kAttentionSizes[] = {
+    {"conv_size", &AttentionConfig::conv_size, "convolution taps (delta and gated: 2-3 x d_model weights per tap)",
+     [](const AttentionConfig& a) { return a.has_delta_block(); }},
+    {"window", &AttentionConfig::window, "window keys",
+     [](const AttentionConfig& a) { return a.is_hybrid(); }},
+    {"chunk", &AttentionConfig::chunk, "positions per chunk of aligned cross-attention (C x C scores per chunk)",
+     [](const AttentionConfig& a) { return a.is_aligned(); }},
+    {"favor_features", &AttentionConfig::favor_features, "FAVOR+ features per head",
+     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::favor; }},
+    {"taylor_dim", &AttentionConfig::taylor_dim, "Taylor projection width (C(r + P, P) features per head)",
+     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::taylor; }},
+    {"taylor_order", &AttentionConfig::taylor_order, "Taylor order (C(r + P, P) features per head)",
+     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::taylor; }},
+};
+
+struct AttentionSizeShare {
+  std::string key;  // "model.attention.cross.favor_features", "model.attention.encoder_self.layers[2].conv_size"
+  ConfigOrigin where;
+  double bytes = 0;  // what the estimate loses with the value at its default
+  int64_t value = 0, default_value = 0;
+  std::string what;
+};
+
+// For every attention size a stack or a per-layer entry gives, the estimate with that value at
+// its default (a stack's value reset in the entries that inherit it too): the largest saving.
+AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const BartConfig& c, double need) {
+  struct Stack {
+    const char* name;
+    AttentionConfig BartConfig::*all;
+    std::vector<AttentionConfig> BartConfig::*layers;
+  };
+  const Stack stacks[] = {{"encoder_self", &BartConfig::encoder_self_attention, &BartConfig::encoder_self_layers},
+                          {"decoder_self", &BartConfig::decoder_self_attention, &BartConfig::decoder_self_layers},
+                          {"cross", &BartConfig::cross_attention, &BartConfig::cross_layers}};
+  const AttentionConfig defaults;
+  AttentionSizeShare best;
+  auto consider = [&](const BartConfig& smaller, std::string key, ConfigOrigin where, const AttentionSize& size,
+                      int64_t value) {
+    const double rest = training_memory_of(smaller, recipe).total();
+    double saved = need - rest;
+    if (!std::isfinite(need) && std::isfinite(rest)) saved = std::numeric_limits<double>::infinity();
+    if (!(saved > best.bytes)) return;
+    best = {std::move(key), where, saved, value, size.field ? defaults.*size.field : 0, size.what};
+  };
+  if (recipe.model.vocab_size > 0) {  // embeddings, the output bias and the logits
+    static const AttentionSize vocabulary = {"vocab_size", nullptr, "vocabulary rows (embeddings and logits)", nullptr};
+    BartConfig smaller = c;
+    smaller.vocab_size = std::min(c.vocab_size, recipe.data.tokenizer.train.vocab_size);
+    if (smaller.vocab_size < c.vocab_size) {
+      consider(smaller, "model.vocab_size", recipe.where("model.vocab_size"), vocabulary, c.vocab_size);
+      best.default_value = 0;  // the tokenizer's
+    }
+  }
+  for (const Stack& s : stacks) {
+    const AttentionConfig& all = c.*s.all;
+    const std::vector<AttentionConfig>& layers = c.*s.layers;
+    const std::string prefix = std::string("model.attention.") + s.name;
+    for (const AttentionSize& size : kAttentionSizes) {
+      const int64_t value = all.*size.field, fallback = defaults.*size.field;
+      // The stack's value, wherever it applies (the stack itself, or the entries that inherit it).
+      bool applies = layers.empty() && size.applies(all);
+      for (const AttentionConfig& a : layers) applies = applies || (a.*size.field == value && size.applies(a));
+      if (applies && value != fallback) {
+        BartConfig smaller = c;
+        (smaller.*s.all).*size.field = fallback;
+        for (AttentionConfig& a : smaller.*s.layers)
+          if (a.*size.field == value) a.*size.field = fallback;
+        consider(smaller, prefix + "." + size.key, recipe.where(prefix + "." + size.key), size, value);
+      }
+      for (size_t i = 0; i < layers.size(); ++i) {  // an entry's own value
+        const int64_t own = layers[i].*size.field;
+        if (own == value || own == fallback || !size.applies(layers[i])) continue;
+        BartConfig smaller = c;
+        ((smaller.*s.layers)[i]).*size.field = fallback;
+        consider(smaller, str_cat(prefix, ".layers[", i, "].", size.key), recipe.where(prefix + ".layers"), size, own);
+      }
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
@@ -273,7 +384,8 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   if (recipe.training.device != "cpu" && !budget.on_device) t.activations = t.attention = 0;
   const double need = t.total();
   const double have = budget.bytes;
-  if (need <= have) {
+  // Doubles throughout: no size wraps. A sum that is not finite is too big all the same.
+  if (std::isfinite(need) && need <= have) {
     if (need > 0.8 * have)
       log::warn("config", str_cat("one training step needs at least ", gigabytes(need), " of ", budget.whose,
                                   ": it may not fit (lower training.tokens_per_batch or the model's size)"));
@@ -292,8 +404,25 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
     key = "model.max_positions";
   if (key == "model.encoder_layers" || key == "model.decoder_layers")
     if (static_cast<double>(c.encoder_ffn_dim) > 8.0 * static_cast<double>(c.d_model)) key = "model.ffn_dim";
+  // Layers the preset gave, of a d_model the recipe gave: d_model^2 is the lever.
+  if ((key == "model.encoder_layers" || key == "model.decoder_layers") && recipe.origins.count(key) == 0 &&
+      recipe.origins.count("model.d_model") > 0)
+    key = "model.d_model";
+  // A size that alone accounts for most of the need is the one named: an attention size
+  // (conv_size, window, chunk, favor_features, taylor_dim, taylor_order) or the vocabulary.
+  const AttentionSizeShare share = largest_attention_size_share(recipe, c, need);
   char params[64];
   std::snprintf(params, sizeof params, "%.3g", f.parameters());
+  if (!share.key.empty() && share.bytes >= 0.5 * need)
+    throw ConfigError(share.where, share.key,
+                      str_cat("this model and its training state need at least ", gigabytes(need), " (",
+                              gigabytes(t.state), " for ", params,
+                              " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
+                              gigabytes(t.logits + t.activations + t.attention),
+                              " for one batch's logits, activations and attention) and ", budget.has, ": ",
+                              share.value, " ", share.what, " account for ",
+                              std::isfinite(share.bytes) ? gigabytes(share.bytes) : std::string("all"),
+                              " of it; lower it (default ", share.default_value, ")"));
   throw ConfigError(recipe.where(key), key,
                     str_cat("this model and its training state need at least ", gigabytes(need), " (",
                             gigabytes(t.state), " for ", params,

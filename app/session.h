@@ -65,7 +65,10 @@ TrainingMemory training_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0
 // Refuses, before anything is allocated, a recipe whose model and training state cannot fit in
 // the memory it trains in: this machine's (physical memory, or the cgroup's limit when lower)
 // for CPU training, the GPU's free memory for CUDA training. A ConfigError that names the key
-// responsible and the sizes. `tokenizer_vocab` 0 takes the recipe's
+// responsible and the sizes: an attention size (conv_size, chunk, favor_features, taylor_dim,
+// taylor_order; a per-layer entry's own value at the entry) or vocab_size when it alone
+// accounts for most of the need, else the model's largest part or the batch. Every sum is a
+// double; one that is not finite counts as too big. `tokenizer_vocab` 0 takes the recipe's
 // vocabulary size. Warns above 80%. `tarn config` and `tarn train` both call it.
 void check_memory(const Recipe& recipe, int64_t tokenizer_vocab = 0);
 

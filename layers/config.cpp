@@ -1,6 +1,7 @@
 #include "layers/config.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "framework/model_presets.h"
@@ -142,10 +143,51 @@ std::string BartConfig::str() const {
   return os.str();
 }
 
-// Matches the modules' registration (layers/bart.cpp): token embedding V x d (the output layer
-// shares it), learned positions (max_positions + 2) x d per stack (HuggingFace's offset of 2),
-// a LayerNorm on each stack's embeddings; per layer, attention projections 4 (d^2 + d) per
-// attention, 2d per LayerNorm, and the feed-forward d f + f + f d + d.
+// Matches the modules' registration (layers/bart.cpp, layers/attention.cpp,
+// layers/delta_rule_block.cpp): token embedding V x d (the output layer shares it), learned
+// positions (max_positions + 2) x d per stack (HuggingFace's offset of 2), a LayerNorm on each
+// stack's embeddings; per layer, attention projections 4 (d^2 + d) per attention, 2d per
+// LayerNorm, and the feed-forward d f + f + f d + d; on top, each attention's own parameters,
+// layer by layer as resolved (per-layer lists included): the delta rule's block (delta, gated,
+// hybrid over them: beta, alpha and gate projections, decay rates, conv_size taps of q, k and v
+// (cross-attention: k and v), the output norm), hybrid's gate, Taylor's r x head_dim projection,
+// Hedgehog's two H x head_dim x head_dim maps; and FAVOR+'s m x head_dim projection as a buffer.
+// Every size is a double: a schema-maximal value (conv_size 2^63 - 1) cannot wrap.
+double BartConfig::attention_parameters(const AttentionConfig& a, double d_model, double heads, bool cross) {
+  const double d = d_model, h = std::max(1.0, heads), head_dim = d / h;
+  double p = 0;
+  if (a.has_delta_block()) {
+    const double convs = cross ? 2.0 : 3.0;
+    p += 2 * (d * h + h) + (d * d + d) + 2 * h + convs * static_cast<double>(a.conv_size) * d + head_dim;
+  }
+  if (a.is_hybrid()) p += d * h + h;
+  if (a.uses_feature_map()) {
+    if (a.feature_map == kernels::cpu::FeatureMap::taylor) p += head_dim * static_cast<double>(a.taylor_dim);
+    if (a.feature_map == kernels::cpu::FeatureMap::hedgehog) p += 2 * h * head_dim * head_dim;
+  }
+  return p;
+}
+
+double BartConfig::attention_buffer_values(const AttentionConfig& a, double d_model, double heads) {
+  if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
+  const double head_dim = d_model / std::max(1.0, heads);
+  return static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim))) * head_dim;
+}
+
+void BartConfig::for_each_attention(
+    const std::function<void(Stack stack, int64_t layer, const AttentionConfig& a, double count)>& f) const {
+  auto stack = [&](Stack s, const std::vector<AttentionConfig>& per_layer, const AttentionConfig& all, int64_t layers) {
+    if (per_layer.empty()) {
+      f(s, -1, all, static_cast<double>(layers));  // every layer alike: once, counted `layers` times
+      return;
+    }
+    for (size_t l = 0; l < per_layer.size(); ++l) f(s, static_cast<int64_t>(l), per_layer[l], 1.0);
+  };
+  stack(Stack::encoder_self, encoder_self_layers, encoder_self_attention, encoder_layers);
+  stack(Stack::decoder_self, decoder_self_layers, decoder_self_attention, decoder_layers);
+  stack(Stack::cross, cross_layers, cross_attention, decoder_layers);
+}
+
 BartConfig::Footprint BartConfig::footprint() const {
   const double d = static_cast<double>(d_model);
   const double attention = 4 * (d * d + d), norm = 2 * d;
@@ -156,18 +198,14 @@ BartConfig::Footprint BartConfig::footprint() const {
                            2 * (static_cast<double>(max_position_embeddings) + 2) * d + 2 * norm;
   f.encoder_parameters = static_cast<double>(encoder_layers) * (attention + norm + enc_ffn + norm);
   f.decoder_parameters = static_cast<double>(decoder_layers) * (2 * (attention + norm) + dec_ffn + norm);
-  // FAVOR+ projections: features x head_dim per attention module; the output bias, V.
-  auto favor = [&](const AttentionConfig& a, double heads, double layers) {
-    if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
-    const double head_dim = d / std::max(1.0, heads);
-    return layers * static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim))) * head_dim;
-  };
-  f.buffer_values = static_cast<double>(vocab_size) +
-                    favor(encoder_self_attention, static_cast<double>(encoder_attention_heads),
-                          static_cast<double>(encoder_layers)) +
-                    favor(decoder_self_attention, static_cast<double>(decoder_attention_heads),
-                          static_cast<double>(decoder_layers)) +
-                    favor(cross_attention, static_cast<double>(decoder_attention_heads), static_cast<double>(decoder_layers));
+  f.buffer_values = static_cast<double>(vocab_size);  // the output bias
+  for_each_attention([&](Stack s, int64_t, const AttentionConfig& a, double count) {
+    const double heads = static_cast<double>(s == Stack::encoder_self ? encoder_attention_heads : decoder_attention_heads);
+    const double own = count * attention_parameters(a, d, heads, s == Stack::cross);
+    (s == Stack::encoder_self ? f.encoder_parameters : f.decoder_parameters) += own;
+    f.attention_parameters += own;
+    f.buffer_values += count * attention_buffer_values(a, d, heads);
+  });
   return f;
 }
 

@@ -4,6 +4,7 @@
 // Field names follow HuggingFace's BartConfig where one exists (d_model, encoder_layers,
 // encoder_attention_heads, encoder_ffn_dim, max_position_embeddings, ...).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,10 +65,24 @@ struct BartConfig {
     double embedding_parameters = 0;  // tokens (tied with the output layer) and both position tables
     double encoder_parameters = 0;    // every encoder layer
     double decoder_parameters = 0;    // every decoder layer
-    double buffer_values = 0;         // FAVOR+ projections and other non-trained tensors (estimate)
+    double attention_parameters = 0;  // of those two, what the attention kinds add beyond the 4
+                                      // projections (delta blocks with their conv_size taps,
+                                      // hybrid gates, Taylor and Hedgehog maps)
+    double buffer_values = 0;         // the output bias, FAVOR+ projections
     double parameters() const { return embedding_parameters + encoder_parameters + decoder_parameters; }
   };
   Footprint footprint() const;
+
+  // One attention module's parameters beyond its 4 projections, and its buffers' values (FAVOR+'s
+  // projection), in doubles; `cross`: decoder-to-encoder attention.
+  static double attention_parameters(const AttentionConfig& a, double d_model, double heads, bool cross);
+  static double attention_buffer_values(const AttentionConfig& a, double d_model, double heads);
+  // Every attention module's setting: per stack, once with count = the stack's layer count when
+  // it has no per-layer list (layer -1), else once per entry (count 1, layer its index). The
+  // memory estimates walk the model through it, whatever the layer count.
+  enum class Stack { encoder_self, decoder_self, cross };
+  void for_each_attention(
+      const std::function<void(Stack stack, int64_t layer, const AttentionConfig& a, double count)>& f) const;
 };
 
 }  // namespace tarn

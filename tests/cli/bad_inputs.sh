@@ -23,5 +23,17 @@ expect 'training.precision: expected one of f32, bf16, got "fp16"' "$tarn" confi
 expect "training.threads: expected an integer in [0, 1024], got 100000" "$tarn" config "$recipe" --set training.threads=100000
 expect "model.encoder_layers: this model and its training state need at least" \
   "$tarn" config "$recipe" --set model.encoder_layers=1000000000
+# Every size that scales a buffer is counted (issue 56): the delta rule's convolution taps, by
+# config and by train (refused before the tokenizer or any run folder), and FAVOR+'s features.
+taps=(--set model.attention.decoder_self.kind=delta --set model.attention.decoder_self.conv_size=1000000000000)
+expect "model.attention.decoder_self.conv_size: this model and its training state need at least" \
+  "$tarn" config "$recipe" "${taps[@]}"
+echo "the cat sat" >"$work/train.txt"
+expect "model.attention.decoder_self.conv_size: this model and its training state need at least" \
+  "$tarn" train "$recipe" "${taps[@]}" --set data.train="$work/train.txt" --set data.valid=\"\" \
+  --set data.tokenizer.train.model_prefix="$work/spm" --set checkpoints.dir="$work/run"
+[ ! -e "$work/run" ] && [ ! -e "$work/spm.model" ] || fail "train: conv_size 10^12 left a run folder or a tokenizer"
+expect "model.attention.cross.favor_features: this model and its training state need at least" \
+  "$tarn" config "$recipe" --set model.attention.cross.feature_map=favor --set model.attention.cross.favor_features=2147483647
 expect "is not a regular file" "$tarn" train /dev/urandom
 finish "all bad inputs refused with exit 2"
