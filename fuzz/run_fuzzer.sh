@@ -16,9 +16,14 @@ name=$(basename "$fuzzer")
 mkdir -p "$corpus" "$findings"
 log=$findings/last-run.log
 
+# A dictionary beside this script, fuzz/<target>.dict (recipe_fuzzer -> recipe.dict), when there is one.
+dict_flag=()
+dict=$(dirname "$0")/${name%_fuzzer}.dict
+[ -f "$dict" ] && dict_flag=(-dict="$dict")
+
 start=$(date +%s)
 # One process (no -jobs/-workers); leak detection stays on (ASan's default under libFuzzer).
-"$fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+"$fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "${dict_flag[@]}" \
   -artifact_prefix="$findings/" "$corpus" "$seeds" >"$log" 2>&1
 rc=$?
 elapsed=$(( $(date +%s) - start ))
