@@ -98,7 +98,12 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     double logp = 0;
   };
   std::vector<Hyp> live{{{}, 0.0}};
-  std::vector<std::pair<double, std::vector<int32_t>>> finished;  // (normalised score, tokens)
+  // Finished hypotheses: how many, and the best one (the first of equal scores). Only it is
+  // returned, so the others' tokens are not kept: a model that keeps ending worse hypotheses
+  // would otherwise hold up to `beam` more token lists every step (O(length^2) in all).
+  int64_t finished = 0;
+  double best_score = -std::numeric_limits<double>::infinity();
+  std::vector<int32_t> best_tokens;
   auto normalised = [&](double logp, size_t len) { return logp / std::pow(static_cast<double>(len), o.length_penalty); };
   for (int64_t t = 0; t < o.max_length && !live.empty(); ++t) {
     std::vector<int32_t> last;
@@ -127,21 +132,29 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     std::vector<int64_t> rows;
     for (const Cand& cd : cands) {
       if (static_cast<int>(next.size()) == o.beam) break;
-      std::vector<int32_t> toks = live[cd.from].tokens;
+      const std::vector<int32_t>& from = live[cd.from].tokens;
       if (cd.tok == c.eos_token_id || t + 1 == o.max_length) {
-        if (cd.tok != c.eos_token_id) toks.push_back(cd.tok);
-        finished.emplace_back(normalised(cd.logp, toks.size() + 1), toks);
+        const size_t len = from.size() + (cd.tok != c.eos_token_id ? 1 : 0);
+        const double score = normalised(cd.logp, len + 1);
+        ++finished;
+        if (finished == 1 || score > best_score) {
+          best_score = score;
+          best_tokens.assign(from.begin(), from.end());
+          if (cd.tok != c.eos_token_id) best_tokens.push_back(cd.tok);
+        }
         continue;
       }
-      toks.push_back(cd.tok);
-      next.push_back({toks, cd.logp});
+      Hyp h{{}, cd.logp};  // one copy of the history, sized for the new token
+      h.tokens.reserve(from.size() + 1);
+      h.tokens.assign(from.begin(), from.end());
+      h.tokens.push_back(cd.tok);
+      next.push_back(std::move(h));
       rows.push_back(static_cast<int64_t>(cd.from));
     }
     // Stop once the best finished hypothesis beats anything the live ones can still reach
     // (log-probabilities only fall as hypotheses grow).
-    if (static_cast<int>(finished.size()) >= o.beam) {
-      double best = -std::numeric_limits<double>::infinity();
-      for (const auto& f : finished) best = std::max(best, f.first);
+    if (finished >= o.beam) {
+      const double best = best_score;
       double best_live = -std::numeric_limits<double>::infinity();
       for (const Hyp& h : next) best_live = std::max(best_live, normalised(h.logp, static_cast<size_t>(o.max_length)));
       if (best >= best_live) break;
@@ -149,10 +162,8 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     live = std::move(next);
     if (!live.empty()) reorder(state, rows);
   }
-  if (finished.empty()) return live.empty() ? std::vector<int32_t>{} : live.front().tokens;
-  return std::max_element(finished.begin(), finished.end(),
-                          [](const auto& a, const auto& b) { return a.first < b.first; })
-      ->second;
+  if (finished == 0) return live.empty() ? std::vector<int32_t>{} : live.front().tokens;
+  return best_tokens;
 }
 
 // Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d. Hybrid

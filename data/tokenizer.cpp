@@ -134,13 +134,59 @@ Ragged Tokenizer::encode_lines(const std::vector<std::string>& lines, int num_th
   return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, size_t chunk_tokens) const {
   for (int32_t id : ids)
     TARN_CHECK(id >= 0 && id < vocab_size_, "tokenizer ", path_, ": decode: id ", id, " outside [0, ",
                vocab_size_, ")");
+  // SentencePiece's Decode builds one SentencePieceText entry per id (the piece, its surface,
+  // offsets: about 200 bytes each) before it returns the text: decoding 65,536 generated tokens
+  // at once held some 13 MB beside a text of a few hundred KB. So the ids are decoded in chunks
+  // of about `chunk_tokens`, each cut before a piece that starts a word ("▁...": not control,
+  // unknown or byte) once text has been written. Decoded alone, such a chunk loses the leading
+  // space its first piece has in the whole text (add_dummy_prefix): that prefix is put back, so
+  // the result equals one Decode of all the ids (tests/app/decoding_memory_test.cpp).
+  static const std::string kWordStart = "\xE2\x96\x81";  // U+2581, SentencePiece's space
   std::string text;
-  const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  TARN_CHECK(status.ok(), "tokenizer ", path_, ": decode failed: ", status.ToString());
+  auto decode_part = [&](size_t begin, size_t end) {
+    std::string part;
+    const auto status = sp_->Decode(std::vector<int>(ids.begin() + begin, ids.begin() + end), &part);
+    TARN_CHECK(status.ok(), "tokenizer ", path_, ": decode failed: ", status.ToString());
+    return part;
+  };
+  auto starts_word = [&](int32_t id) -> const std::string* {
+    if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id)) return nullptr;
+    const std::string& piece = sp_->IdToPiece(id);
+    return piece.size() > kWordStart.size() && piece.compare(0, kWordStart.size(), kWordStart) == 0 ? &piece : nullptr;
+  };
+  size_t begin = 0;
+  std::string prefix;  // what the chunk from `begin` lacks in front when decoded alone
+  for (size_t i = std::max<size_t>(chunk_tokens, 1); i < ids.size(); ++i) {
+    if (i - begin < chunk_tokens) continue;
+    const std::string* piece = starts_word(ids[i]);
+    if (!piece) continue;
+    // Inside the whole text the piece reads with every ▁ as a space; alone, at the start.
+    std::string inside;
+    for (size_t k = 0; k < piece->size();) {
+      if (piece->compare(k, kWordStart.size(), kWordStart) == 0) {
+        inside += ' ';
+        k += kWordStart.size();
+      } else {
+        inside += (*piece)[k++];
+      }
+    }
+    const std::string alone = decode_part(i, i + 1);
+    if (alone.size() > inside.size() || inside.compare(inside.size() - alone.size(), alone.size(), alone) != 0)
+      continue;  // not a model whose start-of-text rule is a dropped prefix: no cut here
+    const std::string part = decode_part(begin, i);
+    if (text.empty() && part.empty()) continue;  // nothing written yet: the next piece is still at the start
+    text += prefix;
+    text += part;
+    prefix = inside.substr(0, inside.size() - alone.size());
+    begin = i;
+  }
+  if (begin == 0) return decode_part(0, ids.size());
+  text += prefix;
+  text += decode_part(begin, ids.size());
   return text;
 }
 

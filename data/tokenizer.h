@@ -4,6 +4,7 @@
 // data/special_ids.h) and with <mask> as a user-defined symbol; SentencePiece places
 // user-defined symbols right after the specials, so mask_id() is 4 for models trained here.
 // load() refuses models whose special ids differ, so the rest of tarn can rely on them.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,8 +49,11 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;  // no <s> or </s> added
   // Encodes many lines on `num_threads` threads; row i holds line i's ids.
   Ragged encode_lines(const std::vector<std::string>& lines, int num_threads = 2) const;
-  // Control ids (<s>, <pad>, </s>) decode to nothing; ids out of range are an error.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  // Control ids (<s>, <pad>, </s>) decode to nothing; ids out of range are an error. Long
+  // sequences are decoded by chunks of about `chunk_tokens` ids, so that what SentencePiece
+  // builds per id is bounded; the text is the same whatever the chunk (given for tests).
+  static constexpr size_t kDecodeChunkTokens = 1024;
+  std::string decode(const std::vector<int32_t>& ids, size_t chunk_tokens = kDecodeChunkTokens) const;
   std::string id_to_piece(int32_t id) const;
 
   int32_t vocab_size() const { return vocab_size_; }
