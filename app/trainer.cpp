@@ -133,6 +133,7 @@ class Trainer {
   std::unique_ptr<MetricsFile> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0's, unless logging.tensorboard is off
   std::string tensorboard_dir() const { return recipe_.logging.tensorboard == "off" ? "" : recipe_.logging.tensorboard; }
+  void tensorboard_scalars(const std::vector<std::pair<std::string, double>>& values);
   LrSchedule schedule_;
   Progress progress_;
   Interval interval_;
@@ -536,16 +537,28 @@ void Trainer::log_progress() {
   m.set("tokens_seen", json::Value::number(progress_.tokens_seen));
   m.set("elapsed_s", json::Value::number(elapsed));
   if (metrics_) metrics_->write(m);
-  if (tensorboard_)
-    tensorboard_->scalars(progress_.step, {{"train/loss", loss},
-                                           {"train/nll", nll},
-                                           {"train/ppl", std::exp(nll)},
-                                           {"train/lr", lr_},
-                                           {"train/grad_norm", interval_.grad_norm_sum / interval_.steps},
-                                           {"train/tokens_per_s", tps},
-                                           {"memory/rss_mib", resident_memory().current_bytes / double(1 << 20)}});
+  tensorboard_scalars({{"train/loss", loss},
+                       {"train/nll", nll},
+                       {"train/ppl", std::exp(nll)},
+                       {"train/lr", lr_},
+                       {"train/grad_norm", interval_.grad_norm_sum / interval_.steps},
+                       {"train/tokens_per_s", tps},
+                       {"memory/rss_mib", resident_memory().current_bytes / double(1 << 20)}});
   summary_.train_loss = loss;
   interval_.reset();
+}
+
+// The event file is a view of the run, not the run: a write that fails (a full disk, a folder
+// removed) is said once and ends the event file, never the training (metrics.jsonl and the
+// checkpoints go on as before).
+void Trainer::tensorboard_scalars(const std::vector<std::pair<std::string, double>>& values) {
+  if (!tensorboard_) return;
+  try {
+    tensorboard_->scalars(progress_.step, values);
+  } catch (const Error& e) {
+    log::warn("train", str_cat("TensorBoard: ", e.what(), "; no more events are written this run"));
+    tensorboard_.reset();
+  }
 }
 
 void Trainer::validate_and_maybe_save_best() {
@@ -591,11 +604,10 @@ void Trainer::validate_and_maybe_save_best() {
   m.set("memory_cached_bytes", json::Value::number(static_cast<double>(mem.cached_bytes)));
   m.set("rss_peak_bytes", json::Value::number(static_cast<double>(rss.peak_bytes)));
   if (metrics_) metrics_->write(m);
-  if (tensorboard_)
-    tensorboard_->scalars(progress_.step, {{"valid/nll", r.mean_nll()},
-                                           {"valid/ppl", r.perplexity()},
-                                           {"memory/rss_peak_mib", rss.peak_bytes / double(1 << 20)},
-                                           {"memory/live_peak_mib", mem.high_water_bytes / double(1 << 20)}});
+  tensorboard_scalars({{"valid/nll", r.mean_nll()},
+                       {"valid/ppl", r.perplexity()},
+                       {"memory/rss_peak_mib", rss.peak_bytes / double(1 << 20)},
+                       {"memory/live_peak_mib", mem.high_water_bytes / double(1 << 20)}});
   if (improved && recipe_.checkpoints.keep_best) {
     save("best validation");
     if (lead()) set_best_checkpoint(recipe_.checkpoints.dir, progress_.step);
@@ -692,9 +704,7 @@ TrainSummary Trainer::run() {
   summary_.buckets_started_early = step_->buckets_started_early();
   if (test_set_ && !summary_.failed && !stopped_by_signal(reason)) {
     summary_.test = evaluate(*model_, *test_set_, recipe_.training.tokens_per_batch, 0, comm_);
-    if (tensorboard_)
-      tensorboard_->scalars(progress_.step,
-                            {{"test/nll", summary_.test->mean_nll()}, {"test/ppl", summary_.test->perplexity()}});
+    tensorboard_scalars({{"test/nll", summary_.test->mean_nll()}, {"test/ppl", summary_.test->perplexity()}});
     log::info("test", "nll ", log::number("%.4f", summary_.test->mean_nll()), " | ppl ",
               log::number("%.2f", summary_.test->perplexity()), " over ", log::thousands(summary_.test->tokens),
               " target tokens (", recipe_.data.test, ")");

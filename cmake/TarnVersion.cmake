@@ -3,6 +3,7 @@
 # that the commit is the one built, not the one configured. The file is rewritten only when its
 # text changes (configure_file), so an unchanged commit relinks nothing.
 #   cmake -DSOURCE_DIR=... -DOUTPUT=... -DVERSION=... -P TarnVersion.cmake
+cmake_minimum_required(VERSION 3.25)  # the policies of the project, in script mode too
 set(commit "unknown")
 find_package(Git QUIET)
 if(GIT_FOUND AND EXISTS "${SOURCE_DIR}/.git")
