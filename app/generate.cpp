@@ -154,10 +154,9 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     // Stop once the best finished hypothesis beats anything the live ones can still reach
     // (log-probabilities only fall as hypotheses grow).
     if (finished >= o.beam) {
-      const double best = best_score;
       double best_live = -std::numeric_limits<double>::infinity();
       for (const Hyp& h : next) best_live = std::max(best_live, normalised(h.logp, static_cast<size_t>(o.max_length)));
-      if (best >= best_live) break;
+      if (best_score >= best_live) break;
     }
     live = std::move(next);
     if (!live.empty()) reorder(state, rows);

@@ -64,10 +64,12 @@ std::string vocabulary_difference(const Tokenizer& checkpoint, const Tokenizer& 
   return "";
 }
 
+constexpr const char* kNewRun =
+    "start a new run: --restart (this folder's checkpoints move to previous_<time>/) or another checkpoints.dir";
+
 std::string how_to_go_on(const Checkpoint& ckpt) {
   return str_cat("To continue this run, give the recipe the checkpoint's values again (", ckpt.path(kRecipeFile),
-                 " holds them); to train this recipe from new weights, start a new run: --restart (this folder's "
-                 "checkpoints move to previous_<time>/) or another checkpoints.dir");
+                 " holds them); to train this recipe from new weights, ", kNewRun);
 }
 
 }  // namespace
@@ -159,8 +161,7 @@ void check_resume(const Checkpoint& ckpt, const Recipe& recipe, const Tokenizer&
     throw ResumeRefused({recipe_path, 0}, "",
                         str_cat("this tarn cannot read the recipe the checkpoint was written with, so it cannot "
                                 "check that this recipe's model is the same:\n",
-                                e.what(), "\nTo train this recipe, start a new run: --restart (this folder's "
-                                          "checkpoints move to previous_<time>/) or another checkpoints.dir"));
+                                e.what(), "\nTo train this recipe, ", kNewRun));
   }
 
   std::vector<ConfigIssue> issues;

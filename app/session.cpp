@@ -413,22 +413,19 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   const AttentionSizeShare share = largest_attention_size_share(recipe, c, need);
   char params[64];
   std::snprintf(params, sizeof params, "%.3g", f.parameters());
+  // What the model needs beside what the machine has; each refusal below says what to change.
+  const std::string sizes =
+      str_cat("this model and its training state need at least ", gigabytes(need), " (", gigabytes(t.state), " for ",
+              params, " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
+              gigabytes(t.logits + t.activations + t.attention),
+              " for one batch's logits, activations and attention) and ", budget.has);
   if (!share.key.empty() && share.bytes >= 0.5 * need)
     throw ConfigError(share.where, share.key,
-                      str_cat("this model and its training state need at least ", gigabytes(need), " (",
-                              gigabytes(t.state), " for ", params,
-                              " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
-                              gigabytes(t.logits + t.activations + t.attention),
-                              " for one batch's logits, activations and attention) and ", budget.has, ": ",
-                              share.value, " ", share.what, " account for ",
+                      str_cat(sizes, ": ", share.value, " ", share.what, " account for ",
                               std::isfinite(share.bytes) ? gigabytes(share.bytes) : std::string("all"),
                               " of it; lower it (default ", share.default_value, ")"));
   throw ConfigError(recipe.where(key), key,
-                    str_cat("this model and its training state need at least ", gigabytes(need), " (",
-                            gigabytes(t.state), " for ", params,
-                            " parameters at 16 bytes each for weights, gradients and AdamW moments, and buffers; ",
-                            gigabytes(t.logits + t.activations + t.attention),
-                            " for one batch's logits, activations and attention) and ", budget.has,
+                    str_cat(sizes,
                             key == "model.attention_dropout"
                                 ? ": softmax attention with attention dropout keeps every query-key pair's probability; "
                                   "turn it off (model.attention_dropout: 0 uses the blocked kernel, which keeps none), "
