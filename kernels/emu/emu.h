@@ -100,6 +100,15 @@ uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int value
 int block_barrier(Collective op, int predicate, const char* file, int line);
 void* dynamic_shared();
 unsigned active_mask();
+// cp.async (kernels/cuda/async_copy.cuh): the calling thread's copies of `bytes` (4, 8 or 16)
+// from global to shared memory, of which the first src_bytes are read and the rest zeroed.
+// The destination reads as NaN bytes from the copy until a wait completes it (the data is not
+// visible before its wait_group); async_commit closes the thread's open group; async_wait(n)
+// completes every committed group but the n most recent. A thread that exits with copies
+// pending is an error (nothing could wait for them).
+void async_copy(void* dst, const void* src, int bytes, int src_bytes, const char* file, int line);
+void async_commit(const char* file, int line);
+void async_wait(int pending_groups, const char* file, int line);
 
 template <typename T>
 T shuffle(Collective op, unsigned mask, T var, int arg, int width, const char* file, int line) {

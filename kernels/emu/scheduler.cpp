@@ -165,6 +165,17 @@ bool same_file(const char* a, const char* b) { return a == b || (a && b && std::
 
 enum class State : uint8_t { runnable, at_barrier, at_warp, exited };
 
+// One cp.async of a thread: performed when a wait_group completes its group.
+struct AsyncCopy {
+  static constexpr uint64_t kUncommitted = ~uint64_t{0};
+  void* dst;
+  const void* src;
+  int bytes, src_bytes;
+  uint64_t group;  // its commit group, or kUncommitted while the thread's group is open
+  const char* file;
+  int line;
+};
+
 struct Fiber {
   void* sp = nullptr;
   State state = State::runnable;
@@ -181,6 +192,8 @@ struct Fiber {
   uint64_t value = 0;
   uint64_t result = 0;
   FiberStack* stack = nullptr;
+  std::vector<AsyncCopy> copies;  // cp.async issued and not yet completed by a wait
+  uint64_t groups = 0;            // cp.async groups committed so far
 #if defined(TARN_EMU_ASAN)
   void* fake_stack = nullptr;
 #endif
@@ -278,6 +291,10 @@ void fiber_main(void* arg) {
 #endif
   try {
     w.grid->call.invoke(w.grid->call.data);
+    if (!f.copies.empty())
+      throw Error(str_cat("exited with ", f.copies.size(), " cp.async cop", f.copies.size() == 1 ? "y" : "ies",
+                          " not waited for (the first at ", where(f.copies.front().file, f.copies.front().line),
+                          "): wait for every copy before a thread ends"));
   } catch (const std::exception& e) {
     if (w.fiber_error.empty()) w.fiber_error = str_cat("thread ", triple(f.idx), " threw: ", e.what());
   } catch (...) {
@@ -702,6 +719,42 @@ int block_barrier(Collective op, int predicate, const char* file, int line) {
 void* dynamic_shared() {
   if (!tl_worker.current) throw Error("dynamic shared memory used outside a kernel");
   return tl_worker.dyn_smem;
+}
+
+void async_copy(void* dst, const void* src, int bytes, int src_bytes, const char* file, int line) {
+  Fiber& f = current_fiber("cp.async", file, line);
+  const auto misaligned = [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes != 0; };
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || src_bytes < 0 || src_bytes > bytes || !dst || !src ||
+      misaligned(dst) || misaligned(src))
+    throw Error(str_cat("cp.async at ", where(file, line), ": ", bytes, " bytes (", src_bytes, " read) from ", src,
+                        " to ", dst, ": the size must be 4, 8 or 16, the bytes read at most that, and both "
+                        "addresses aligned to the size"));
+  std::memset(dst, kNaNByte, static_cast<size_t>(bytes));  // not visible before its wait
+  f.copies.push_back(AsyncCopy{dst, src, bytes, src_bytes, AsyncCopy::kUncommitted, file, line});
+}
+
+void async_commit(const char* file, int line) {
+  Fiber& f = current_fiber("cp.async.commit_group", file, line);
+  for (AsyncCopy& c : f.copies)
+    if (c.group == AsyncCopy::kUncommitted) c.group = f.groups;
+  ++f.groups;
+}
+
+void async_wait(int pending_groups, const char* file, int line) {
+  Fiber& f = current_fiber("cp.async.wait_group", file, line);
+  if (pending_groups < 0) throw Error(str_cat("cp.async.wait_group at ", where(file, line), ": negative count"));
+  // Groups 0 .. groups - pending - 1 complete; younger groups and uncommitted copies stay.
+  const uint64_t done_below = f.groups > static_cast<uint64_t>(pending_groups) ? f.groups - pending_groups : 0;
+  std::vector<AsyncCopy> left;
+  for (const AsyncCopy& c : f.copies) {
+    if (c.group != AsyncCopy::kUncommitted && c.group < done_below) {
+      std::memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
+      std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, static_cast<size_t>(c.bytes - c.src_bytes));
+    } else {
+      left.push_back(c);
+    }
+  }
+  f.copies.swap(left);
 }
 
 unsigned active_mask() {
