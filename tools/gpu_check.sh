@@ -18,6 +18,26 @@
 #       and one of flash softmax, then a one-page summary (summary.md). Each step has its own
 #       timeout and writes its log as it goes, into --out (default: $OUT when set, else
 #       gpu_check_out/). The whole run stays under 9 minutes. Without a GPU it says so and exits 2.
+#   tools/gpu_check.sh perf [--bundle DIR|TARBALL] [--out DIR] [--wheels DIR] [--budget S] [--quick]
+#       On the GPU machine (issue 50, item 6): tarn's kernels beside PyTorch's
+#       scaled_dot_product_attention (flash backend) and FLA's chunk_linear_attn (normalised) and
+#       chunk_gated_delta_rule, on the same shapes in the same run: B*H 8 and 128, N 1,024, 4,096
+#       and 16,384, d 64 (and 128 for the delta rule), bf16 (tarn's f32 kernels too), each a
+#       median of 15 CUDA-event times after warm-up with the inputs rotated past the L2, and as a
+#       fraction of the copy bandwidth and the matrix rate measured in the same run. Installs the
+#       FLA wheels of .whl/ (or --wheels DIR) into a folder of /tmp first; without FLA it times
+#       the rest and records "fla": "unavailable (why)". Steps: the bundle's cuda_attention_bench
+#       --json, tools/gpu_perf.py measure (torch, FLA), tools/gpu_perf.py report. Each step has
+#       its own timeout inside --budget (default 450 s: under 8 minutes); writes into --out
+#       (default as run's) perf.log, the steps' JSON, perf-<date>-<commit>.json (the bundle's
+#       commit) and perf_table.md, and prints the table last. Exit 0 when every step ran, 1 when
+#       one failed or timed out (the JSON holds what was measured), 2 without a GPU or a bundle.
+#       How to run it: here, tools/gpu_check.sh bundle and tools/fetch_fla_wheels.sh (the pinned
+#       FLA wheels into .whl/, which git ignores); then the device tool's run with the command
+#       `tools/gpu_check.sh perf` and carry ["build/gpu_bundle.tar.gz", ".whl"] (about 26 MB with
+#       the 1.5 MB of wheels; the unpacked build/gpu_bundle, ~70 MB, is over the tool's 64 MiB);
+#       commit the perf-*.json it returns under docs/experiment/data/gpu/
+#       (docs/experiment/gpu_perf.md says more).
 #   tools/gpu_check.sh exec [--bundle DIR|TARBALL] -- COMMAND...
 #       On the GPU machine: runs COMMAND with the bundle's programs first on PATH, TARN set to its
 #       tarn and the loader path set as for run, e.g. the experiment's training runs on the device:
@@ -91,6 +111,7 @@ do_bundle() {
            done | sort -u)
   strip --strip-unneeded "$bundle_dir"/lib/* 2>/dev/null || true
   cp "$0" "$bundle_dir/gpu_check.sh"
+  cp "$root/tools/gpu_perf.py" "$bundle_dir/gpu_perf.py"
   git -C "$root" rev-parse HEAD >"$bundle_dir/commit" 2>/dev/null || echo unknown >"$bundle_dir/commit"
   {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) for sm $arch"
@@ -402,9 +423,142 @@ write_summary() {
   echo "[gpu_check] logs and summary.md in $out"
 }
 
+# --------------------------------------------------------------------------------------------
+# perf
+
+perf_steps=()
+
+# pstep NAME LIMIT COMMAND...: one step of perf, its output appended to $out/perf.log; records
+# "NAME=how it ended" for the JSON; returns the command's status (124 on a timeout or when the
+# budget left no time for it).
+pstep() {
+  local name=$1 limit=$2
+  shift 2
+  if [ "$limit" -lt 5 ]; then
+    echo "[gpu_check] --- $name: skipped (the budget is spent)"
+    perf_steps+=("$name=skipped: the budget is spent")
+    return 124
+  fi
+  local start=$SECONDS rc how
+  echo "[gpu_check] --- $name (timeout ${limit}s)"
+  { echo; echo "===== $name (timeout ${limit}s): $*"; } >>"$out/perf.log"
+  timeout --kill-after=10 "$limit" "$@" >>"$out/perf.log" 2>&1
+  rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then how="TIMED OUT after $((SECONDS - start))s"; else how="exit $rc in $((SECONDS - start))s"; fi
+  echo "[gpu_check] $name: $how"
+  perf_steps+=("$name=$how")
+  [ $rc -eq 0 ] || tail -6 "$out/perf.log" | sed 's/^/[gpu_check]   | /'
+  return $rc
+}
+
+do_perf() {
+  local given="" wheels="" budget=450 quick=0
+  out=${OUT:-$root/gpu_check_out}
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bundle) [ $# -ge 2 ] || die "--bundle needs a folder or a .tar.gz"; given=$2; shift 2 ;;
+      --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift 2 ;;
+      --wheels) [ $# -ge 2 ] || die "--wheels needs a folder of .whl files"; wheels=$2; shift 2 ;;
+      --budget)
+        if ! [[ ${2:-} =~ ^[0-9]+$ ]] || [ "$2" -lt 120 ]; then die "--budget needs seconds, at least 120"; fi
+        budget=$2; shift 2 ;;
+      --quick) quick=1; shift ;;
+      *) die "perf: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  require_gpu perf
+  command -v python3 >/dev/null 2>&1 || die "perf needs python3 (the GPU machine's, with torch)"
+  mkdir -p "$out" || die "cannot create the output folder $out"
+  out=$(cd "$out" && pwd)
+  open_bundle "$given"
+  [ -x "$bundle/bin/cuda_attention_bench" ] || die "the bundle at $bundle has no cuda_attention_bench"
+  local perf_py="$root/tools/gpu_perf.py"
+  [ -f "$perf_py" ] || perf_py="$bundle/gpu_perf.py"
+  [ -f "$perf_py" ] || die "no tools/gpu_perf.py beside this script or in the bundle"
+  local started=$SECONDS
+  local end=$((started + budget))
+  rm -f "$out/perf.log" "$out/tarn_d64.json" "$out/tarn_d128.json" "$out/torch.json" "$out/perf_table.md"
+  : >"$out/perf.log"
+  echo "[gpu_check] perf: budget ${budget}s, output in $out"
+
+  # 1. FLA's wheels (.whl/ or --wheels), into a folder of their own on PYTHONPATH.
+  [ -n "$wheels" ] || { [ -d "$root/.whl" ] && wheels="$root/.whl"; }
+  if [ -n "$wheels" ]; then
+    [ -d "$wheels" ] || die "--wheels: no folder $wheels"
+    local site="${TMPDIR:-/tmp}/tarn_perf_site"
+    if compgen -G "$wheels/*.whl" >/dev/null; then
+      pstep wheels 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" "$wheels"/*.whl && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    else
+      echo "[gpu_check] no .whl files in $wheels: FLA only if this python has it" | tee -a "$out/perf.log"
+    fi
+  else
+    echo "[gpu_check] no .whl folder (tools/fetch_fla_wheels.sh fetches FLA's): FLA only if this python has it" |
+      tee -a "$out/perf.log"
+  fi
+
+  # 2. The environment and the bundle's identity.
+  local commit dirty=0 version day
+  commit=$(cat "$bundle/commit" 2>/dev/null || echo unknown)
+  grep -q 'uncommitted changes' "$bundle/BUILD_INFO" 2>/dev/null && dirty=1
+  version=$("$bundle/bin/tarn" --version 2>/dev/null | head -1)
+  day=$(date -u +%Y-%m-%d)
+  {
+    echo "===== environment"; date -u; cat "$bundle/BUILD_INFO" 2>/dev/null; echo "tarn --version: $version"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+    timeout 60 python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)' 2>&1
+  } >>"$out/perf.log"
+
+  local report_args=(report --torch "$out/torch.json" --tarn "$out/tarn_d64.json" --tarn "$out/tarn_d128.json"
+                     --out-dir "$out" --commit "$commit" --date "$day" --tarn-version "$version"
+                     --build-info "$(head -1 "$bundle/BUILD_INFO" 2>/dev/null)")
+  [ $dirty -eq 1 ] && report_args+=(--dirty)
+  local ns=1024,4096,16384 measure_args=()
+  [ $quick -eq 1 ] && { ns=1024,4096; report_args+=(--quick); measure_args+=(--quick); }
+  # Merges what the steps wrote so far (quietly), so that the JSON in $out is current after each.
+  interim_report() {
+    local s args=("${report_args[@]}")
+    for s in "${perf_steps[@]}"; do args+=(--step "$s"); done
+    timeout 60 python3 "$perf_py" "${args[@]}" --quiet >>"$out/perf.log" 2>&1 || true
+  }
+  left() { echo $((end - SECONDS)); }
+  local failed=0 limit
+
+  # 3. tarn's kernels from the bundle: every algorithm at d = 64 (checked against the CPU
+  # first), then the delta rule at d = 128. Each stops starting rows 15 s before its timeout.
+  # shellcheck disable=SC2054  # the commas are the bench's lists
+  local bench=("$bundle/bin/cuda_attention_bench" --rotate --repeats 15 --min-repeats 10 --warmup 2 --keep-going
+               --bh 8,128 --n "$ns" --max-n 16384)
+  # Shares of what is left: a third for d = 64 (at most 150 s), a quarter of the rest for d = 128
+  # (at most 100 s), the rest less 30 s for measure (FLA's Triton compilation is most of it).
+  limit=$(( $(left) / 3 )); [ $limit -gt 150 ] && limit=150
+  pstep tarn_d64 $limit "${bench[@]}" --d 64 --deadline-s $((limit > 20 ? limit - 15 : 5)) --json "$out/tarn_d64.json" \
+    --algos linear_causal_f32,linear_causal_bf16,delta_causal_f32,delta_causal_bf16,softmax_causal_f32,softmax_causal_bf16 ||
+    failed=1
+  interim_report
+  limit=$(( $(left) / 4 )); [ $limit -gt 100 ] && limit=100
+  pstep tarn_d128 $limit "${bench[@]}" --d 128 --skip-check --deadline-s $((limit > 20 ? limit - 15 : 5)) \
+    --json "$out/tarn_d128.json" --algos delta_causal_f32,delta_causal_bf16 || failed=1
+  interim_report
+
+  # 4. PyTorch's SDPA and FLA, with the ceilings, until 30 s before the budget's end.
+  limit=$(( $(left) - 30 ))
+  pstep measure $limit env PYTHONUNBUFFERED=1 python3 "$perf_py" measure --out "$out/torch.json" \
+    --deadline $(( $(date +%s) + limit - 25 )) "${measure_args[@]}" || failed=1
+
+  # 5. The merge: the JSON to commit and the table, printed last.
+  local s args=("${report_args[@]}")
+  for s in "${perf_steps[@]}"; do args+=(--step "$s"); done
+  echo "[gpu_check] perf: ${budget}s budget, $((SECONDS - started))s spent; log: $out/perf.log"
+  echo
+  timeout 60 python3 "$perf_py" "${args[@]}" || { echo "[gpu_check] the report failed (perf.log)"; return 1; }
+  return $failed
+}
+
 case "${1:-}" in
   bundle) shift; do_bundle "$@" ;;
   run) shift; do_run "$@"; exit $? ;;
+  perf) shift; do_perf "$@"; exit $? ;;
   exec) shift; do_exec "$@" ;;
   -h | --help | help) usage ;;
   "") usage >&2; exit 2 ;;

@@ -2,7 +2,9 @@
 # tools/gpu_check.sh where there is no GPU (CI, a developer's machine): `run` refuses at once with
 # exit 2 and says why; with a GPU but no bundle it names the command that builds one; bad
 # arguments exit 2; --help tells every subcommand; `exec` refuses alike, and with a stand-in GPU
-# and a bundle it runs the command with the bundle's tarn as $TARN. Skipped (77) with a GPU.
+# and a bundle it runs the command with the bundle's tarn as $TARN; `perf` refuses alike, and
+# with a stand-in GPU and a stand-in bench it merges the bench's JSON into perf-<date>-<commit>.json
+# and prints the table, recording that torch and FLA were unavailable. Skipped (77) with a GPU.
 #   gpu_check_test.sh <repo root>
 set -uo pipefail
 root=$1
@@ -40,7 +42,12 @@ expect 2 "unknown command 'frobnicate'" frobnicate
 expect 2 "--bundle needs a folder" run --bundle
 expect 2 "unknown argument '--fast'" run --fast
 expect 0 "tools/gpu_check.sh exec" --help
+expect 0 "tools/gpu_check.sh perf" --help
 expect 2 "no GPU here" exec -- true
+expect 2 "no GPU here" perf --out "$work/out"
+[ ! -e "$work/out/perf.log" ] || fail "perf without a GPU wrote a log"
+expect 2 "unknown argument '--fast'" perf --fast
+expect 2 "--budget needs seconds" perf --budget 10
 expect 2 "no command" exec --
 expect 2 "the command comes after --" exec true
 
@@ -59,7 +66,63 @@ echo "%s ran"
 chmod +x "$work/bundle/bin/"*
 expect 0 "tarn ran" exec --bundle "$work/bundle" -- sh -c '"$TARN"'
 expect 0 "tarn_cuda_tests ran" exec --bundle "$work/bundle" -- tarn_cuda_tests
+expect 2 "has no cuda_attention_bench" perf --bundle "$work/bundle" --out "$work/perf"
+
+# perf with a stand-in bench that writes the --json file the real one would (a row a shape and
+# algorithm, one of them too large): python3 has no torch here (or no GPU for it), FLA no wheels.
+cat >"$work/bundle/bin/cuda_attention_bench" <<'EOF'
+#!/bin/sh
+json="" d=64 algos=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --json) json=$2; shift 2 ;;
+    --d) d=$2; shift 2 ;;
+    --algos) algos=$2; shift 2 ;;
+    *) shift ;;
+  esac
+done
+echo "stand-in bench d=$d algos=$algos"
+rows="" sep=""
+for a in $(echo "$algos" | tr , ' '); do
+  case "$a" in linear*) k=linear_causal ;; delta*) k=delta_causal ;; *) k=softmax_causal ;; esac
+  case "$a" in *bf16) p=bf16 ;; *) p=f32 ;; esac
+  for bh in 8 128; do for n in 1024 4096 16384; do
+    row="\"algo\": \"$a\", \"kernel\": \"$k\", \"precision\": \"$p\", \"bh\": $bh, \"n\": $n, \"d\": $d, \"e\": $d"
+    if [ "$bh" = 128 ] && [ "$n" = 16384 ] && [ "$d" = 128 ]; then
+      rows="$rows$sep{$row, \"status\": \"unsupported: needs 999.0 GiB of device memory\"}"
+    else
+      rows="$rows$sep{$row, \"status\": \"ok\", \"fwd_ms\": 1.5, \"fwdbwd_ms\": 4.5, \"sets\": 3}"
+    fi
+    sep=", "
+  done; done
+done
+printf '{"tool": "cuda_attention_bench", "complete": true, "checks": [], "rows": [%s]}\n' "$rows" >"$json"
+EOF
+chmod +x "$work/bundle/bin/cuda_attention_bench"
+echo 0123456789abcdef0123456789abcdef01234567 >"$work/bundle/commit"
+echo "built for the test" >"$work/bundle/BUILD_INFO"
+mkdir -p "$work/nowheels"
+out=$(cd "$work" && PATH="$path" bash "$script" perf --bundle "$work/bundle" --out "$work/perf" --wheels "$work/nowheels" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "perf with a stand-in bench exited $rc: $out"
+json=$(find "$work/perf" -name 'perf-*-0123456.json' | head -1)
+[ -n "$json" ] || fail "perf wrote no perf-<date>-0123456.json: $(ls "$work/perf")"
+grep -qF '| linear_causal | tarn bf16 | 8 | 1024 | 64 | 1.500 | 4.500 |' <<<"$out" || fail "perf printed no table: $out"
+grep -qF 'unsupported: needs 999.0 GiB' <<<"$out" || fail "the unsupported row is not in the table: $out"
+/usr/bin/python3 - "$json" <<'EOF' || fail "the perf JSON is not as expected ($json)"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["commit"] == "0123456789abcdef0123456789abcdef01234567", doc["commit"]
+assert doc["fla"].startswith("unavailable ("), doc["fla"]
+tarn = [r for r in doc["rows"] if r["impl"] == "tarn" and r["status"] == "ok"]
+assert len(tarn) == 6 * 6 + 6 * 2 - 2, len(tarn)
+assert set(doc["steps"]) == {"tarn_d64", "tarn_d128", "measure"}, doc["steps"]
+assert all(v.startswith("exit 0") for v in doc["steps"].values()), doc["steps"]
+EOF
+[ -s "$work/perf/perf_table.md" ] && [ -s "$work/perf/perf.log" ] || fail "perf_table.md or perf.log missing"
+[ "$(find "$work/perf" -type f | wc -l)" -le 8 ] || fail "perf leaves more than the 8 files the device tool returns"
+
 rm "$work/bundle/bin/tarn"
 expect 2 "has no tarn" exec --bundle "$work/bundle" -- true
-echo "[gpu_check_test] run and exec refuse without a GPU (exit 2) and without a bundle; bad arguments exit 2;" \
-     "exec runs a command with the bundle's programs"
+echo "[gpu_check_test] run, exec and perf refuse without a GPU (exit 2) and without a bundle; bad arguments" \
+     "exit 2; exec runs a command with the bundle's programs; perf merges a stand-in bench's JSON into its own"
