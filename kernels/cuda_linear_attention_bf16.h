@@ -18,6 +18,11 @@
 //     masked chunk product and the state S), products and S accumulate in f32. Each rounding is
 //     2^-9 relative; out and den come within a few 1e-3 of their size, the gradients within
 //     what bf16 roundings of the inputs move them (tests/cuda/conformance_linear_attention_bf16_test.cpp).
+//   - The causal form with identity, elu1 or relu, d and e multiples of 8 up to 128 and 16-byte
+//     aligned buffers runs chunk-parallel (kernels/cuda/linear_attention_chunked_bf16.cu): per-chunk
+//     states in the workspace (B, H, ceil(N / 64) of them, linear in N), every chunk's outputs
+//     and gradients at once, on mma.sync. linear_attention_bf16_set_chunk_parallel(false) sends
+//     every call to the scan kernels below instead (tests, benches).
 //   - Small B * H (fewer blocks than twice the SMs): the sequence is split across blocks as in
 //     the f32 kernels, and linear_attention_set_sequence_split (kernels/cuda_kernels.h) forces
 //     the segment count of both (clamped to the chunks of 64 rows). The split depends on the
@@ -73,6 +78,7 @@ constexpr int64_t kCudaLinearAttentionBf16Chunk = 64;  // rows per chunk of the 
                                       const ::tarn::bf16* out, const float* den, const ::tarn::bf16* dout,           \
                                       ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,        \
                                       size_t workspace_floats);                                                     \
+  void linear_attention_bf16_set_chunk_parallel(bool enabled);                                                     \
   size_t favor_forward_bf16_workspace_floats(const cpu::FavorDims& dims);                                           \
   void favor_forward_bf16(const cpu::FavorDims& dims, cpu::FavorStabilizer stab, const ::tarn::bf16* x,             \
                           const float* w, ::tarn::bf16* y, float* workspace, size_t workspace_floats);              \

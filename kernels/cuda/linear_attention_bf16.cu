@@ -35,6 +35,7 @@
 // X S work the conformance errors barely moved, the worst from 0.70 to 0.64 of its bound).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/feature_maps.cuh"
+#include "kernels/cuda/linear_attention_chunked_bf16.cuh"
 #include "kernels/cuda/linear_attention_shared.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda_linear_attention_bf16.h"
@@ -539,10 +540,12 @@ void compute_row_maxima(const LinearAttentionDims& dims, const LinearAttentionCo
 }
 
 // What a pass asks for in floats of workspace, its arguments checked first.
+// (Enough for either path: which one runs also depends on the buffers' alignment.)
 size_t checked_workspace_floats(const char* op, const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,
                                 bool backward) {
   check_args(op, dims, cfg);
-  return workspace_layout(dims, cfg, backward).total;
+  const size_t scan = workspace_layout(dims, cfg, backward).total;
+  return chunked_bf16::supported(dims, cfg, {}) ? std::max(scan, chunked_bf16::workspace_floats(dims)) : scan;
 }
 
 }  // namespace
@@ -557,6 +560,11 @@ void linear_attention_bf16_forward(const LinearAttentionDims& dims, const Linear
                                    ::tarn::bf16* out, float* den, float* workspace, size_t workspace_floats_given) {
   const char* op = "linear_attention_bf16_forward";
   check_args(op, dims, cfg);
+  if (chunked_bf16::supported(dims, cfg, {q, k, v, out, workspace})) {
+    check_workspace(op, workspace, workspace_floats_given, chunked_bf16::workspace_floats(dims));
+    chunked_bf16::forward(dims, cfg, q, k, v, out, den, workspace);
+    return;
+  }
   const Workspace ws = workspace_layout(dims, cfg, false);
   check_workspace(op, workspace, workspace_floats_given, ws.total);
   const int64_t slices = dims.batch * dims.heads, rows = slices * dims.n_q;
@@ -588,6 +596,11 @@ void linear_attention_bf16_backward(const LinearAttentionDims& dims, const Linea
   const char* op = "linear_attention_bf16_backward";
   check_args(op, dims, cfg);
   if (!dq && !dk && !dv) return;
+  if (chunked_bf16::supported(dims, cfg, {q, k, v, out, dout, dq, dk, dv, workspace})) {
+    check_workspace(op, workspace, workspace_floats_given, chunked_bf16::workspace_floats(dims));
+    chunked_bf16::backward(dims, cfg, q, k, v, out, den, dout, dq, dk, dv, workspace);
+    return;
+  }
   const Workspace ws = workspace_layout(dims, cfg, true);
   check_workspace(op, workspace, workspace_floats_given, ws.total);
   const int64_t slices = dims.batch * dims.heads, q_rows = slices * dims.n_q;
@@ -633,5 +646,7 @@ void linear_attention_bf16_backward(const LinearAttentionDims& dims, const Linea
     scan(op, b_op, a_op, g_main, Output{nullptr, device_bf16(dv), dims.n_k, e, nullptr, id, nullptr}, d, e,
          dims.heads, slices, rev, ws.segments, workspace + ws.states);
 }
+
+void linear_attention_bf16_set_chunk_parallel(bool enabled) { chunked_bf16::set_enabled(enabled); }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

@@ -206,6 +206,39 @@ TARN_LDMATRIX_EMULATED(ldmatrix_x4_trans, 4, true)
 
 #endif
 
+// Operand tiles from bf16 shared memory (ld in elements, a multiple of 8; tile corners at
+// multiples of 8): the ldmatrix addressing for each way an operand can be stored.
+//   load_a(a, m, ld, r0, c0)           A = M[r0 .. r0+15][c0 .. c0+15]           (M row-major by A's rows)
+//   load_a_trans(a, m, ld, r0, c0)     A = (M[r0 .. r0+15][c0 .. c0+15])^T         (M's rows are A's k)
+//   load_b_n_major(b, m, ld, n0, k0)   b[i] = B with B[k][n] = M[n0 + 8 i + n][k0 + k], i = 0, 1
+//   load_b_k_major(b, m, ld, k0, n0)   b[i] = B with B[k][n] = M[k0 + k][n0 + 8 i + n], i = 0, 1
+// (two 16x8 B tiles side by side: the 16 columns n0 .. n0+15 of the product).
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x % 32); }
+template <typename T>
+__device__ __forceinline__ void load_a(FragA& a, const T* m, int ld, int r0, int c0) {
+  const int l = lane_id();
+  ldmatrix_x4(a.r, m + (r0 + l % 16) * ld + c0 + 8 * (l / 16));
+}
+template <typename T>
+__device__ __forceinline__ void load_a_trans(FragA& a, const T* m, int ld, int r0, int c0) {
+  const int l = lane_id();
+  ldmatrix_x4_trans(a.r, m + (r0 + l % 8 + 8 * (l / 16)) * ld + c0 + 8 * ((l / 8) % 2));
+}
+template <typename T>
+__device__ __forceinline__ void load_b_n_major(FragB (&b)[2], const T* m, int ld, int n0, int k0) {
+  const int l = lane_id();
+  uint32_t r[4];
+  ldmatrix_x4(r, m + (n0 + l % 8 + 8 * (l / 16)) * ld + k0 + 8 * ((l / 8) % 2));
+  b[0].r[0] = r[0], b[0].r[1] = r[1], b[1].r[0] = r[2], b[1].r[1] = r[3];
+}
+template <typename T>
+__device__ __forceinline__ void load_b_k_major(FragB (&b)[2], const T* m, int ld, int k0, int n0) {
+  const int l = lane_id();
+  uint32_t r[4];
+  ldmatrix_x4_trans(r, m + (k0 + l % 8 + 8 * ((l / 8) % 2)) * ld + n0 + 8 * (l / 16));
+  b[0].r[0] = r[0], b[0].r[1] = r[1], b[1].r[0] = r[2], b[1].r[1] = r[3];
+}
+
 // The accumulators of a 16x16 product (two 16x8 tiles, columns 0-7 and 8-15) as the A operand of
 // the next product, rounded to bf16: C's layout of the pair is A's, register for register.
 __device__ __forceinline__ FragA accumulator_to_a(const FragC& left, const FragC& right) {

@@ -206,12 +206,82 @@ class LinearAttentionBf16Conformance : public Conformance {
 
 constexpr int64_t kLengths[] = {1, 63, 64, 65};
 
+// Sends causal calls to the scan kernels instead of the chunk-parallel ones for the scope.
+class ScanKernelsOnly {
+ public:
+  explicit ScanKernelsOnly(Target target) : target_(target) { Set(false); }
+  ~ScanKernelsOnly() { Set(true); }
+  ScanKernelsOnly(const ScanKernelsOnly&) = delete;
+  ScanKernelsOnly& operator=(const ScanKernelsOnly&) = delete;
+
+ private:
+  void Set(bool chunk_parallel) { TARN_ON(target_, linear_attention_bf16_set_chunk_parallel, chunk_parallel); }
+  Target target_;
+};
+
 TEST_P(LinearAttentionBf16Conformance, CausalScanMatchesCpuAtChunkBoundaries) {
   uint32_t seed = 100;
   const int64_t dims[][2] = {{32, 64}, {64, 32}};
   for (const auto& de : dims)
     for (int64_t n : kLengths)
       for (bool mask : {false, true}) Check({2, 1, n, n, de[0], de[1]}, true, mask, FeatureMap::elu1, seed += 4);
+}
+
+// The causal cases above run chunk-parallel (kernels/cuda/linear_attention_chunked_bf16.cu);
+// these run the scan kernels that still take other shapes and alignments.
+TEST_P(LinearAttentionBf16Conformance, CausalScanKernelsMatchCpuWithChunkParallelOff) {
+  const ScanKernelsOnly scan(target());
+  uint32_t seed = 150;
+  for (int64_t n : {int64_t{63}, int64_t{65}}) Check({2, 1, n, n, 32, 64}, true, true, FeatureMap::elu1, seed += 4);
+  Check({1, 2, 300, 300, 64, 32}, true, true, FeatureMap::relu, seed += 4);
+}
+
+// Chunk-parallel: many chunks (states carried over 16 of them, the last partial), every width
+// it pads (d, e of 8 .. 128 to 32, 64, 128), each map, several slices with padding, and calls
+// wanting only some gradients.
+TEST_P(LinearAttentionBf16Conformance, ChunkParallelMatchesCpuOverManyChunksAndWidths) {
+  uint32_t seed = 170;
+  Check({1, 1, 1000, 1000, 64, 64}, true, true, FeatureMap::elu1, seed += 4);
+  const int64_t widths[][2] = {{8, 16}, {24, 40}, {64, 128}, {128, 128}, {96, 8}};
+  for (const auto& de : widths) Check({2, 2, 130, 130, de[0], de[1]}, true, true, FeatureMap::elu1, seed += 4);
+  for (FeatureMap fm : {FeatureMap::identity, FeatureMap::relu}) Check({3, 1, 129, 129, 64, 32}, true, true, fm, seed += 4);
+}
+
+TEST_P(LinearAttentionBf16Conformance, ChunkParallelBackwardWritesOnlyTheGradientsAskedFor) {
+  const cpu::LinearAttentionDims dims{1, 2, 100, 100, 32, 32};
+  cpu::LinearAttentionConfig cfg;
+  cfg.causal = true;
+  cfg.feature_map = FeatureMap::elu1;
+  const int64_t rows = 2 * 100;
+  auto q = dev(ToBf16(RoundedRandom(rows * 32, -1.0f, 1.0f, 1)));
+  auto k = dev(ToBf16(RoundedRandom(rows * 32, -1.0f, 1.0f, 2)));
+  auto v = dev(ToBf16(RoundedRandom(rows * 32, -1.0f, 1.0f, 3)));
+  auto dout = dev(ToBf16(RoundedRandom(rows * 32, -1.0f, 1.0f, 4)));
+  DeviceArray<bf16> o(target(), rows * 32, bf16_from_float(0.0f));
+  auto den = out(rows);
+  const size_t nf = TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, dims, cfg);
+  auto wsf = out(nf);
+  TARN_ON(target(), linear_attention_bf16_forward, dims, cfg, q.get(), k.get(), v.get(), o.get(), den.get(), wsf.get(),
+          nf);
+  const size_t nb = TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, dims, cfg);
+  const bf16 sentinel = bf16_from_float(7.0f);
+  for (int which = 0; which < 3; ++which) {
+    DeviceArray<bf16> dq(target(), rows * 32, sentinel), dk(target(), rows * 32, sentinel),
+        dv(target(), rows * 32, sentinel);
+    auto ws = out(nb);
+    TARN_ON(target(), linear_attention_bf16_backward, dims, cfg, q.get(), k.get(), v.get(), o.get(), den.get(),
+            dout.get(), which == 0 ? dq.get() : nullptr, which == 1 ? dk.get() : nullptr,
+            which == 2 ? dv.get() : nullptr, ws.get(), nb);
+    const std::vector<bf16> got[] = {dq.host(), dk.host(), dv.host()};
+    for (int g = 0; g < 3; ++g) {
+      size_t sentinels = 0;
+      for (const bf16& x : got[g]) sentinels += x.bits == sentinel.bits;
+      if (g == which)
+        EXPECT_LT(sentinels, got[g].size() / 10) << "gradient " << g << " was asked for but not written";
+      else
+        EXPECT_EQ(sentinels, got[g].size()) << "gradient " << g << " was written though not asked for";
+    }
+  }
 }
 
 TEST_P(LinearAttentionBf16Conformance, CausalScanOverManyChunksWithWideFeaturesMatchesCpu) {
@@ -291,7 +361,25 @@ TEST_P(LinearAttentionBf16Conformance, UnsupportedArgumentsAreRejected) {
   EXPECT_THROW(TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, cross, cfg), tarn::Error);
 }
 
+TEST_P(LinearAttentionBf16Conformance, ChunkParallelWorkspaceIsItsStatesLinearInSequenceLength) {
+  // Per (batch, head) and chunk of 64 rows, with d and e padded to D = 64: the chunk's own
+  // state and vector in f32 (D (D + 1)), the carried state and its gradient in bf16 (D^2 / 2
+  // floats each) and their vectors (D each).
+  cpu::LinearAttentionConfig cfg;
+  cfg.causal = true;
+  cfg.feature_map = FeatureMap::elu1;
+  for (int64_t n : {int64_t{64}, int64_t{100000}}) {
+    const cpu::LinearAttentionDims dims{2, 3, n, n, 64, 40};
+    const size_t per_chunk = 64 * 65 + 64 * 64 + 2 * 64;
+    const size_t want = std::max(static_cast<size_t>(2 * 3 * ((n + 63) / 64)) * per_chunk,
+                                 static_cast<size_t>(2 * 3 * n * 41));  // or the scan kernels' G, if more
+    EXPECT_EQ(TARN_ON(target(), linear_attention_bf16_forward_workspace_floats, dims, cfg), want) << n;
+    EXPECT_EQ(TARN_ON(target(), linear_attention_bf16_backward_workspace_floats, dims, cfg), want) << n;
+  }
+}
+
 TEST_P(LinearAttentionBf16Conformance, WorkspaceGrowsLinearlyInSequenceLength) {
+  const ScanKernelsOnly scan(target());
   const ForcedSplit unsplit(target(), 1);
   for (bool causal : {true, false})
     for (FeatureMap fm : {FeatureMap::elu1, FeatureMap::exp}) {
@@ -315,6 +403,7 @@ TEST_P(LinearAttentionBf16Conformance, WorkspaceGrowsLinearlyInSequenceLength) {
 TEST_P(LinearAttentionBf16Conformance, SplitWorkspaceStaysLinearInSequenceLength) {
   // When split, plus segments * d * (e + 1) per (batch, head), at most one segment per 2 chunks
   // of 64 rows (automatic) or per chunk (forced): linear in N whatever the split.
+  const ScanKernelsOnly scan(target());
   for (int split : {0, 1000}) {
     const ForcedSplit forced(target(), split);
     for (bool causal : {true, false}) {
