@@ -1,13 +1,13 @@
 // bf16 softmax attention on CUDA (kernels/cuda_softmax_attention_bf16.h): the FlashAttention-2
-// passes of softmax_attention.cu, with every tile product on tensor cores (kernels/cuda/mma.cuh,
-// 16x16x16 bf16 -> f32) instead of f32 FMAs:
+// passes of softmax_attention.cu, with every tile product on tensor cores instead of f32 FMAs:
 //
 //   forward   one block per (batch*head, tile of 64 queries), the last tiles first (under causal
 //             masking they see the most keys); key tiles stream through shared memory:
 //               S = Q K^T (f32), the online softmax on S (row max m, row sum l, in f32 registers,
-//               two lanes per row), P = exp(scale S - m) rounded to bf16, O = alpha O + P V.
-//             O lives in f32 shared memory, not in accumulator fragments: a lane does not know
-//             which elements of a fragment it holds (mma.cuh), and rescaling by alpha is per row.
+//               a lane quad per two rows), P = exp(scale S - m) rounded to bf16, O = alpha O + P V,
+//             all in mma.sync accumulators (kernels/cuda/warp_mma.cuh: the PTX layout, so a lane
+//             knows its elements' rows and columns): S, P and O never touch shared memory, and P
+//             is the A operand of P V straight from registers.
 //             out = O / l (bf16), lse = m + log l (+inf for a query that sees no key).
 //   delta     D_i = dO_i . O_i in f32, one warp per row (the backward's workspace).
 //   dK, dV    one block per (batch*head, tile of 64 keys), looping over query tiles:
@@ -18,8 +18,8 @@
 // Each gradient element is summed by one warp in a fixed order: no atomics, deterministic.
 //
 // Each block is 4 warps; warp w owns rows 16 w .. 16 w + 15 of the block's tile (queries in the
-// forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; in the elementwise
-// steps lane l works on row l / 2, columns l % 2, l % 2 + 2, ... Score tiles (S, dP) are f32 in
+// forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; in the backward's
+// elementwise steps (kernels/cuda/mma.cuh, wmma) lane l works on row l / 2, columns l % 2, l % 2 + 2, ... Score tiles (S, dP) are f32 in
 // shared memory, P and dS bf16; rows of q, k, v, dout are copied to shared memory as bf16,
 // zero-padded to 64 rows and to a multiple of 16 columns. Under causal masking, 16x16 tiles the
 // mask hides entirely are neither computed nor multiplied (their elements never read).
@@ -34,6 +34,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/warp_mma.cuh"
 #include "kernels/cuda_softmax_attention_bf16.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
@@ -46,6 +47,7 @@ using cpu::keys_of_block;
 using cpu::queries_of_block;
 using cpu::SoftmaxAttentionDims;
 using mma::bf16;
+namespace wm = warp_mma;
 
 constexpr int kT = mma::kTile;                     // 16: rows, columns and depth of a fragment
 constexpr int kTile = 64;                          // query or key rows per block tile
@@ -78,15 +80,15 @@ enum class Pass { forward, dkdv, dq };
 
 // Byte offsets of a pass's shared memory; each part starts on 128 bytes (wmma needs 32).
 struct Layout {
-  int ldd, lde, ldo;  // bf16 rows of width pd, of width pe; f32 rows of width pe (the forward's O)
-  size_t q, k, v, dout, s, dp, p, ds, o, key_ok, lse, delta, bytes;
+  int ldd, lde;  // bf16 rows of width pd, of width pe
+  size_t q, k, v, dout, s, dp, p, ds, key_ok, lse, delta, bytes;
 };
 
 __host__ __device__ __forceinline__ size_t round128(size_t b) { return (b + 127) / 128 * 128; }
 
 __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
   Layout L{};
-  L.ldd = pd + kPadBf16, L.lde = pe + kPadBf16, L.ldo = pe + kPadF32;
+  L.ldd = pd + kPadBf16, L.lde = pe + kPadBf16;
   const size_t rows_d = round128(sizeof(bf16) * kTile * L.ldd), rows_e = round128(sizeof(bf16) * kTile * L.lde);
   const size_t scores = round128(sizeof(float) * kTile * kLdScore);
   const size_t probs = round128(sizeof(bf16) * kTile * kLdProb);
@@ -95,12 +97,9 @@ __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
   L.q = at, at += rows_d;
   L.k = at, at += rows_d;
   L.v = at, at += rows_e;
-  L.s = at, at += scores;
   L.key_ok = at, at += vec;
-  if (pass == Pass::forward) {
-    L.p = at, at += probs;
-    L.o = at, at += round128(sizeof(float) * kTile * L.ldo);
-  } else {
+  if (pass != Pass::forward) {  // (the forward keeps its scores, probabilities and output in registers)
+    L.s = at, at += scores;
     L.dout = at, at += rows_e;
     L.dp = at, at += scores;
     L.ds = at, at += probs;
@@ -215,7 +214,23 @@ __device__ __forceinline__ void write_fragments(bf16* dst, int64_t rows, int wid
   }
 }
 
+// The online softmax's combination of a lane quad's values for its rows (g and g + 8 of the
+// warp's 16: each quad holds two rows, four lanes each).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(device::kFullMask, v, 1));
+  return fmaxf(v, __shfl_xor_sync(device::kFullMask, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(device::kFullMask, v, 1);
+  return v + __shfl_xor_sync(device::kFullMask, v, 2);
+}
+
 // q: (B,H,Nq,d) k: (B,H,Nk,d) v: (B,H,Nk,e) -> out (B,H,Nq,e) bf16, lse (B,H,Nq) f32.
+// Register-resident (kernels/cuda/warp_mma.cuh): the warp's 16 x 64 scores S, its
+// probabilities P and its output O stay in mma.sync accumulators; each lane holds rows g and
+// g + 8 of its warp's 16 (g = lane / 4) and reduces them over its lane quad. kDim (32, 64, 128)
+// covers the padded widths pd and pe.
+template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     softmax_attention_bf16_forward_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                                           float* lse) {
@@ -225,74 +240,111 @@ __global__ void __launch_bounds__(kThreads)
   bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
   bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
   bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
-  float* sf = reinterpret_cast<float*>(smem + L.s);
-  bf16* pb = reinterpret_cast<bf16*>(smem + L.p);
-  float* of = reinterpret_cast<float*>(smem + L.o);
   float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
-  const int wr = warp * kT, row = lane / 2, half = lane % 2;
+  const int wr = warp * kT;
   const int64_t bh = blockIdx.x % sh.slices;
   const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
-  const int64_t i = i0 + wr + row;  // this lane's query
+  const int64_t row0 = i0 + wr + wm::c_row(lane, 0), row1 = row0 + 8;  // this lane's two queries
   const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
   load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
-  float* srow = sf + (wr + row) * kLdScore;
-  bf16* prow = pb + (wr + row) * kLdProb;
-  float* orow = of + (wr + row) * L.ldo;
-  for (int c = half; c < sh.pe; c += 2) orow[c] = 0.0f;
+  __syncthreads();
+  wm::FragA qa[kDim / kT];
+#pragma unroll
+  for (int t = 0; t < kDim / kT; ++t)
+    if (t * kT < sh.pd) wm::load_a(qa[t], qs, L.ldd, wr, t * kT);
+  wm::FragC o[kDim / 8];
+#pragma unroll
+  for (int t = 0; t < kDim / 8; ++t) wm::zero(o[t]);
 
-  float m = -INFINITY, l = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const KeyRange span = key_span(sh, i0);
   for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
     load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
     load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
     load_key_ok(key_ok, sh, pad, j0);
     __syncthreads();
-    scores_nt(sf + wr * kLdScore, qs + wr * L.ldd, ks, L.ldd, sh.pd, sh, i0 + wr, j0, true);
-    __syncwarp();
-
-    // Online softmax: rescale what was accumulated under the old max. While the row has seen
-    // nothing (m_new = -inf) any finite shift gives p = 0, alpha = 0 and keeps l = O = 0.
-    float tile_max = -INFINITY;
-    for (int c = half; c < kTile; c += 2)
-      if (key_ok[c] != 0.0f && sees(sh, i, j0 + c)) tile_max = fmaxf(tile_max, srow[c] * sh.scale);
-    const float m_new = fmaxf(m, pair_max(tile_max));
-    const float shift = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = expf(m - shift);
-    float sum = 0.0f;
-    for (int c = half; c < kTile; c += 2) {
-      const bool seen = key_ok[c] != 0.0f && sees(sh, i, j0 + c);
-      const bf16 p = mma::to_bf16(seen ? expf(srow[c] * sh.scale - shift) : 0.0f);
-      prow[c] = p;
-      sum += mma::to_float(p);  // the weights P V multiplies: out stays their weighted mean
-    }
-    l = l * alpha + pair_sum(sum);
-    m = m_new;
-    for (int c = half; c < sh.pe; c += 2) orow[c] *= alpha;
-    __syncwarp();
-
-    for (int et = 0; et < sh.pe / kT; ++et) {  // O += P V
-      mma::Accumulator acc;
-      mma::load(acc, of + wr * L.ldo + et * kT, L.ldo);
-      for (int t = 0; t < kTiles; ++t) {
-        if (hidden(sh, i0 + wr, j0 + t * kT)) continue;
-        mma::FragmentA<mma::RowMajor> fa;
-        mma::FragmentB<mma::RowMajor> fb;
-        mma::load(fa, pb + wr * kLdProb + t * kT, kLdProb);
-        mma::load(fb, vs + t * kT * L.lde + et * kT, L.lde);
-        mma::multiply_add(acc, fa, fb);
+    wm::FragC s[2 * kTiles];  // 16 x 64: columns 8 t .. 8 t + 7 in s[t]
+#pragma unroll
+    for (int t = 0; t < 2 * kTiles; ++t) wm::zero(s[t]);
+#pragma unroll
+    for (int pp = 0; pp < kTiles; ++pp) {
+      if (hidden(sh, i0 + wr, j0 + pp * kT)) continue;
+#pragma unroll
+      for (int t = 0; t < kDim / kT; ++t) {
+        if (t * kT >= sh.pd) continue;
+        wm::FragB b[2];
+        wm::load_b_n_major(b, ks, L.ldd, pp * kT, t * kT);
+        wm::mma(s[2 * pp], qa[t], b[0]);
+        wm::mma(s[2 * pp + 1], qa[t], b[1]);
       }
-      mma::store(of + wr * L.ldo + et * kT, acc, L.ldo);
     }
-    __syncthreads();
+    // Online softmax: rescale what was accumulated under the old max. While a row has seen
+    // nothing (m_new = -inf) any finite shift gives p = 0, alpha = 0 and keeps l = O = 0.
+    float tile0 = -INFINITY, tile1 = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < 2 * kTiles; ++t)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        const int c = 8 * t + wm::c_col(lane, el);
+        const bool seen = key_ok[c] != 0.0f && sees(sh, el < 2 ? row0 : row1, j0 + c);
+        const float x = seen ? s[t].r[el] * sh.scale : -INFINITY;
+        s[t].r[el] = x;
+        if (el < 2)
+          tile0 = fmaxf(tile0, x);
+        else
+          tile1 = fmaxf(tile1, x);
+      }
+    const float new0 = fmaxf(m0, quad_max(tile0)), new1 = fmaxf(m1, quad_max(tile1));
+    const float shift0 = new0 == -INFINITY ? 0.0f : new0, shift1 = new1 == -INFINITY ? 0.0f : new1;
+    const float alpha0 = expf(m0 - shift0), alpha1 = expf(m1 - shift1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 2 * kTiles; ++t)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        // The weights P V multiplies, rounded as it rounds them: out stays their weighted mean.
+        const float p = mma::to_float(mma::to_bf16(expf(s[t].r[el] - (el < 2 ? shift0 : shift1))));
+        s[t].r[el] = p;
+        if (el < 2)
+          sum0 += p;
+        else
+          sum1 += p;
+      }
+    l0 = l0 * alpha0 + quad_sum(sum0), l1 = l1 * alpha1 + quad_sum(sum1);
+    m0 = new0, m1 = new1;
+#pragma unroll
+    for (int t = 0; t < kDim / 8; ++t) o[t].r[0] *= alpha0, o[t].r[1] *= alpha0, o[t].r[2] *= alpha1, o[t].r[3] *= alpha1;
+#pragma unroll
+    for (int pp = 0; pp < kTiles; ++pp) {  // O += P V
+      if (hidden(sh, i0 + wr, j0 + pp * kT)) continue;
+      const wm::FragA pa = wm::accumulator_to_a(s[2 * pp], s[2 * pp + 1]);
+#pragma unroll
+      for (int t = 0; t < kDim / kT; ++t) {
+        if (t * kT >= sh.pe) continue;
+        wm::FragB b[2];
+        wm::load_b_k_major(b, vs, L.lde, pp * kT, t * kT);
+        wm::mma(o[2 * t], pa, b[0]);
+        wm::mma(o[2 * t + 1], pa, b[1]);
+      }
+    }
+    __syncthreads();  // every warp is done with K, V before the next tile overwrites them
   }
 
-  if (i < sh.n_q) {
-    const bool empty = l == 0.0f;
-    const float inv = empty ? 0.0f : 1.0f / l;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t i = h == 0 ? row0 : row1;
+    const float l = h == 0 ? l0 : l1, m = h == 0 ? m0 : m1;
+    if (i >= sh.n_q) continue;
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l;
     bf16* dst = out + (bh * sh.n_q + i) * sh.e;
-    for (int c = half; c < sh.e; c += 2) dst[c] = mma::to_bf16(orow[c] * inv);
-    if (half == 0) lse[bh * sh.n_q + i] = empty ? INFINITY : m + logf(l);
+#pragma unroll
+    for (int t = 0; t < kDim / 8; ++t) {
+      const int c = 8 * t + wm::c_col(lane, 0);
+      if (c < sh.e) dst[c] = mma::to_bf16(o[t].r[2 * h] * inv);
+      if (c + 1 < sh.e) dst[c + 1] = mma::to_bf16(o[t].r[2 * h + 1] * inv);
+    }
+    if (lane % 4 == 0) lse[bh * sh.n_q + i] = l == 0.0f ? INFINITY : m + logf(l);
   }
 }
 
@@ -542,8 +594,10 @@ void softmax_attention_bf16_forward(const SoftmaxAttentionDims& dims, const Soft
   (void)workspace, (void)workspace_floats;
   const Shape sh = make_shape(dims, cfg, dims.n_q);
   if (sh.slices == 0 || dims.n_q == 0) return;
-  launch_tiles(op, Pass::forward, softmax_attention_bf16_forward_kernel, sh, device_bf16(q), device_bf16(k),
-               device_bf16(v), device_bf16(out), lse);
+  const auto kernel = column_tiles(sh) == 2   ? softmax_attention_bf16_forward_kernel<32>
+                      : column_tiles(sh) == 4 ? softmax_attention_bf16_forward_kernel<64>
+                                              : softmax_attention_bf16_forward_kernel<128>;
+  launch_tiles(op, Pass::forward, kernel, sh, device_bf16(q), device_bf16(k), device_bf16(v), device_bf16(out), lse);
 }
 
 size_t softmax_attention_bf16_backward_workspace_floats(const SoftmaxAttentionDims& dims,
