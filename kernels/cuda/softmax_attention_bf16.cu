@@ -16,6 +16,8 @@
 //   dQ        one block per (batch*head, tile of 64 queries), looping over key tiles: the same S,
 //             dP and dS, then dQ += dS K.
 // Each gradient element is summed by one warp in a fixed order: no atomics, deterministic.
+// Where d and e are at most 64, dK, dV and dQ keep S, dP, P and dS in mma.sync accumulators as the
+// forward does (the *_registers_kernel variants); wider rows stage them through shared memory.
 //
 // Each block is 4 warps; warp w owns rows 16 w .. 16 w + 15 of the block's tile (queries in the
 // forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; in the backward's
@@ -76,7 +78,9 @@ struct Shape {
   int64_t tiles;     // tiles per slice of the launched kernel
 };
 
-enum class Pass { forward, dkdv, dq };
+// forward, dkdv_regs and dq_regs keep scores in registers (widths up to 64 for the backward);
+// dkdv and dq stage them through shared memory (the backward at widths up to 128).
+enum class Pass { forward, dkdv, dq, dkdv_regs, dq_regs };
 
 // Byte offsets of a pass's shared memory; each part starts on 128 bytes (wmma needs 32).
 struct Layout {
@@ -98,7 +102,10 @@ __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
   L.k = at, at += rows_d;
   L.v = at, at += rows_e;
   L.key_ok = at, at += vec;
-  if (pass != Pass::forward) {  // (the forward keeps its scores, probabilities and output in registers)
+  if (pass == Pass::dkdv_regs || pass == Pass::dq_regs) {
+    L.dout = at, at += rows_e;
+    if (pass == Pass::dkdv_regs) L.lse = at, at += vec, L.delta = at, at += vec;
+  } else if (pass != Pass::forward) {  // (the forward keeps scores, probabilities and output in registers)
     L.s = at, at += scores;
     L.dout = at, at += rows_e;
     L.dp = at, at += scores;
@@ -520,6 +527,191 @@ __global__ void __launch_bounds__(kThreads)
   write_fragments(dq + bh * sh.n_q * sh.d, sh.n_q, sh.d, i0 + wr, dq_acc, dtiles, sf + wr * kLdScore);
 }
 
+// The backward with scores in registers (kernels/cuda/warp_mma.cuh), for pd, pe <= kDim <= 64
+// (wider rows would not leave the registers to hold them): the same passes and rounding as the
+// kernels above, with S, dP, P and dS as mma.sync accumulators and P, dS the A operands of the
+// gradient products straight from registers.
+//
+// The warp's 16 x 64 products a b^T of rows a0 .. a0 + 15 of `a` with the 64 rows of `b` (both
+// bf16 row-major in shared memory, depth `depth`), on the 16-column pairs `skip` does not hide.
+template <int kDim, typename Skip>
+__device__ __forceinline__ void scores_registers(wm::FragC (&out)[2 * kTiles], const bf16* a, const bf16* b, int ld,
+                                                 int depth, int a0, Skip skip) {
+#pragma unroll
+  for (int t = 0; t < 2 * kTiles; ++t) wm::zero(out[t]);
+#pragma unroll
+  for (int kk = 0; kk < kDim / kT; ++kk) {
+    if (kk * kT >= depth) continue;
+    wm::FragA fa;
+    wm::load_a(fa, a, ld, a0, kk * kT);
+#pragma unroll
+    for (int pp = 0; pp < kTiles; ++pp) {
+      if (skip(pp)) continue;
+      wm::FragB b2[2];
+      wm::load_b_n_major(b2, b, ld, pp * kT, kk * kT);
+      wm::mma(out[2 * pp], fa, b2[0]);
+      wm::mma(out[2 * pp + 1], fa, b2[1]);
+    }
+  }
+}
+
+// acc (16 x kDim) += x (16 x 64, accumulators rounded to bf16) m, m's 64 rows k-major in shared
+// memory with `width` columns.
+template <int kDim, typename Skip>
+__device__ __forceinline__ void times_rows(wm::FragC (&acc)[kDim / 8], const wm::FragC (&x)[2 * kTiles], const bf16* m,
+                                           int ld, int width, Skip skip) {
+#pragma unroll
+  for (int pp = 0; pp < kTiles; ++pp) {
+    if (skip(pp)) continue;
+    const wm::FragA fa = wm::accumulator_to_a(x[2 * pp], x[2 * pp + 1]);
+#pragma unroll
+    for (int t = 0; t < kDim / kT; ++t) {
+      if (t * kT >= width) continue;
+      wm::FragB b2[2];
+      wm::load_b_k_major(b2, m, ld, pp * kT, t * kT);
+      wm::mma(acc[2 * t], fa, b2[0]);
+      wm::mma(acc[2 * t + 1], fa, b2[1]);
+    }
+  }
+}
+
+// The warp's accumulators (its 16 rows from row0) as bf16 rows of dst (rows x width).
+template <int kDim>
+__device__ __forceinline__ void store_registers(bf16* dst, int64_t rows, int width, int64_t row0,
+                                                const wm::FragC (&acc)[kDim / 8]) {
+  const int lane = threadIdx.x % device::kWarp;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = row0 + wm::c_row(lane, 2 * h);
+    if (r >= rows) continue;
+#pragma unroll
+    for (int t = 0; t < kDim / 8; ++t) {
+      const int c = 8 * t + wm::c_col(lane, 0);
+      if (c < width) dst[r * width + c] = mma::to_bf16(acc[t].r[2 * h]);
+      if (c + 1 < width) dst[r * width + c + 1] = mma::to_bf16(acc[t].r[2 * h + 1]);
+    }
+  }
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    softmax_attention_bf16_dkdv_registers_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v,
+                                                 const bf16* dout, const float* lse, const float* dvec, bf16* dk,
+                                                 bf16* dv) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  unsigned char* smem = mma::align_shared(smem_unaligned);
+  const Layout L = layout(Pass::dkdv_regs, sh.pd, sh.pe);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  float* lse_s = reinterpret_cast<float*>(smem + L.lse);
+  float* d_s = reinterpret_cast<float*>(smem + L.delta);
+  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+  const int wr = warp * kT;
+  const int64_t bh = blockIdx.x % sh.slices;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) / sh.slices * kTile;
+  const int64_t key0 = j0 + wr + wm::c_row(lane, 0), key1 = key0 + 8;  // this lane's two keys
+  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
+  const bf16* qb = q + bh * sh.n_q * sh.d;
+  const bf16* dob = dout + bh * sh.n_q * sh.e;
+  load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
+  load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
+  load_key_ok(key_ok, sh, pad, j0);
+
+  wm::FragC dk_acc[kDim / 8], dv_acc[kDim / 8];
+#pragma unroll
+  for (int t = 0; t < kDim / 8; ++t) wm::zero(dk_acc[t]), wm::zero(dv_acc[t]);
+  const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
+  for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
+    load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
+    load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
+    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+      const int64_t i = i0 + t;
+      lse_s[t] = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
+      d_s[t] = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
+    }
+    __syncthreads();
+    const auto skip = [&](int pp) { return hidden(sh, i0 + pp * kT, j0 + wr); };
+    wm::FragC st[2 * kTiles], dpt[2 * kTiles];  // S^T and dP^T: the warp's keys x 64 queries
+    scores_registers<kDim>(st, ks, qs, L.ldd, sh.pd, wr, skip);
+    scores_registers<kDim>(dpt, vs, dos, L.lde, sh.pe, wr, skip);
+    const bool seen0 = key_ok[wr + wm::c_row(lane, 0)] != 0.0f, seen1 = key_ok[wr + wm::c_row(lane, 2)] != 0.0f;
+#pragma unroll
+    for (int t = 0; t < 2 * kTiles; ++t)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        const int c = 8 * t + wm::c_col(lane, el);
+        const int64_t i = i0 + c;
+        // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf).
+        const bool seen = (el < 2 ? seen0 : seen1) && i < sh.n_q && sees(sh, i, el < 2 ? key0 : key1);
+        const float p = seen ? expf(st[t].r[el] * sh.scale - lse_s[c]) : 0.0f;
+        dpt[t].r[el] = seen ? p * (dpt[t].r[el] - d_s[c]) * sh.scale : 0.0f;  // dS^T
+        st[t].r[el] = p;
+      }
+    times_rows<kDim>(dv_acc, st, dos, L.lde, sh.pe, skip);   // dV += P^T dO
+    times_rows<kDim>(dk_acc, dpt, qs, L.ldd, sh.pd, skip);   // dK += dS^T Q
+    __syncthreads();
+  }
+  if (dk) store_registers<kDim>(dk + bh * sh.n_k * sh.d, sh.n_k, sh.d, j0 + wr, dk_acc);
+  if (dv) store_registers<kDim>(dv + bh * sh.n_k * sh.e, sh.n_k, sh.e, j0 + wr, dv_acc);
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    softmax_attention_bf16_dq_registers_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                                               const float* lse, const float* dvec, bf16* dq) {
+  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
+  unsigned char* smem = mma::align_shared(smem_unaligned);
+  const Layout L = layout(Pass::dq_regs, sh.pd, sh.pe);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
+  const int wr = warp * kT;
+  const int64_t bh = blockIdx.x % sh.slices;
+  const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
+  const int64_t row0 = i0 + wr + wm::c_row(lane, 0), row1 = row0 + 8;  // this lane's two queries
+  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
+  load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
+  load_rows(dos, L.lde, sh.pe, dout + bh * sh.n_q * sh.e, i0, sh.n_q, sh.e);
+  const float lse0 = row0 < sh.n_q ? lse[bh * sh.n_q + row0] : INFINITY;
+  const float lse1 = row1 < sh.n_q ? lse[bh * sh.n_q + row1] : INFINITY;
+  const float d0 = row0 < sh.n_q ? dvec[bh * sh.n_q + row0] : 0.0f;
+  const float d1 = row1 < sh.n_q ? dvec[bh * sh.n_q + row1] : 0.0f;
+
+  wm::FragC dq_acc[kDim / 8];
+#pragma unroll
+  for (int t = 0; t < kDim / 8; ++t) wm::zero(dq_acc[t]);
+  const KeyRange span = key_span(sh, i0);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
+    load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
+    load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
+    load_key_ok(key_ok, sh, pad, j0);
+    __syncthreads();
+    const auto skip = [&](int pp) { return hidden(sh, i0 + wr, j0 + pp * kT); };
+    wm::FragC s[2 * kTiles], dp[2 * kTiles];
+    scores_registers<kDim>(s, qs, ks, L.ldd, sh.pd, wr, skip);
+    scores_registers<kDim>(dp, dos, vs, L.lde, sh.pe, wr, skip);
+#pragma unroll
+    for (int t = 0; t < 2 * kTiles; ++t)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        const int c = 8 * t + wm::c_col(lane, el);
+        const int64_t i = el < 2 ? row0 : row1;
+        const bool seen = key_ok[c] != 0.0f && i < sh.n_q && sees(sh, i, j0 + c);
+        const float p = seen ? expf(s[t].r[el] * sh.scale - (el < 2 ? lse0 : lse1)) : 0.0f;
+        dp[t].r[el] = seen ? p * (dp[t].r[el] - (el < 2 ? d0 : d1)) * sh.scale : 0.0f;  // dS
+      }
+    times_rows<kDim>(dq_acc, dp, ks, L.ldd, sh.pd, skip);  // dQ += dS K
+    __syncthreads();
+  }
+  store_registers<kDim>(dq + bh * sh.n_q * sh.d, sh.n_q, sh.d, i0 + wr, dq_acc);
+}
+
 void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
   TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
               ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
@@ -571,11 +763,21 @@ template <int kCT>
 void backward_with(const Shape& key_tiles, const Shape& query_tiles, const bf16* q, const bf16* k, const bf16* v,
                    const bf16* dout, const float* lse, const float* dvec, bf16* dq, bf16* dk, bf16* dv) {
   const char* op = "softmax_attention_bf16_backward";
-  if ((dk || dv) && key_tiles.n_k > 0)
-    launch_tiles(op, Pass::dkdv, softmax_attention_bf16_dkdv_kernel<kCT>, key_tiles, q, k, v, dout, lse, dvec, dk,
-                 dv);
-  if (dq && query_tiles.n_q > 0)
-    launch_tiles(op, Pass::dq, softmax_attention_bf16_dq_kernel<kCT>, query_tiles, q, k, v, dout, lse, dvec, dq);
+  if constexpr (kCT <= 4) {  // widths up to 64: scores in registers
+    constexpr int kDim = kCT * kT;
+    if ((dk || dv) && key_tiles.n_k > 0)
+      launch_tiles(op, Pass::dkdv_regs, softmax_attention_bf16_dkdv_registers_kernel<kDim>, key_tiles, q, k, v, dout,
+                   lse, dvec, dk, dv);
+    if (dq && query_tiles.n_q > 0)
+      launch_tiles(op, Pass::dq_regs, softmax_attention_bf16_dq_registers_kernel<kDim>, query_tiles, q, k, v, dout,
+                   lse, dvec, dq);
+  } else {  // widths up to 128: scores staged through shared memory
+    if ((dk || dv) && key_tiles.n_k > 0)
+      launch_tiles(op, Pass::dkdv, softmax_attention_bf16_dkdv_kernel<kCT>, key_tiles, q, k, v, dout, lse, dvec, dk,
+                   dv);
+    if (dq && query_tiles.n_q > 0)
+      launch_tiles(op, Pass::dq, softmax_attention_bf16_dq_kernel<kCT>, query_tiles, q, k, v, dout, lse, dvec, dq);
+  }
 }
 
 }  // namespace
