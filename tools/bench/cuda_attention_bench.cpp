@@ -72,7 +72,8 @@ constexpr size_t kPatternFloats = 1 << 20;  // random values, repeated to fill b
 enum class Algo {
   linear_causal_f32,
   linear_bidir_f32,
-  linear_causal_bf16,
+  linear_causal_bf16,       // chunk-parallel (kernels/cuda/linear_attention_chunked_bf16.cu) where it applies
+  linear_causal_bf16_scan,  // the chunked scan kernels, forced (the path before the chunk-parallel one)
   linear_bidir_bf16,
   softmax_causal,
   softmax_bidir,
@@ -83,7 +84,7 @@ enum class Algo {
   delta_causal_bf16            // the chunked (WY) form with its products on tensor cores
 };
 constexpr Algo kAllAlgos[] = {Algo::linear_causal_f32,   Algo::linear_bidir_f32,   Algo::linear_causal_bf16,
-                              Algo::linear_bidir_bf16,   Algo::softmax_causal,     Algo::softmax_bidir,
+                              Algo::linear_causal_bf16_scan, Algo::linear_bidir_bf16,   Algo::softmax_causal,     Algo::softmax_bidir,
                               Algo::softmax_causal_bf16, Algo::softmax_bidir_bf16, Algo::delta_causal_f32,
                               Algo::delta_causal_f32_recurrent, Algo::delta_causal_bf16};
 
@@ -92,6 +93,7 @@ const char* algo_name(Algo a) {
     case Algo::linear_causal_f32: return "linear_causal_f32";
     case Algo::linear_bidir_f32: return "linear_bidir_f32";
     case Algo::linear_causal_bf16: return "linear_causal_bf16";
+    case Algo::linear_causal_bf16_scan: return "linear_causal_bf16_scan";
     case Algo::linear_bidir_bf16: return "linear_bidir_bf16";
     case Algo::softmax_causal: return "softmax_causal_f32";
     case Algo::softmax_bidir: return "softmax_bidir_f32";
@@ -104,8 +106,8 @@ const char* algo_name(Algo a) {
   return "?";
 }
 bool is_bf16(Algo a) {
-  return a == Algo::linear_causal_bf16 || a == Algo::linear_bidir_bf16 || a == Algo::softmax_causal_bf16 ||
-         a == Algo::softmax_bidir_bf16 || a == Algo::delta_causal_bf16;
+  return a == Algo::linear_causal_bf16 || a == Algo::linear_causal_bf16_scan || a == Algo::linear_bidir_bf16 ||
+         a == Algo::softmax_causal_bf16 || a == Algo::softmax_bidir_bf16 || a == Algo::delta_causal_bf16;
 }
 bool is_softmax(Algo a) {
   return a == Algo::softmax_causal || a == Algo::softmax_bidir || a == Algo::softmax_causal_bf16 ||
@@ -119,9 +121,16 @@ tarn::kernels::DeltaRuleAlgorithm delta_algorithm(Algo a) {
                                                : tarn::kernels::DeltaRuleAlgorithm::automatic;
 }
 bool is_causal(Algo a) {
-  return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::softmax_causal ||
+  return a == Algo::linear_causal_f32 || a == Algo::linear_causal_bf16 || a == Algo::linear_causal_bf16_scan ||
+         a == Algo::softmax_causal ||
          a == Algo::softmax_causal_bf16 || is_delta(a);
 }
+#if defined(TARN_BENCH_BF16)
+// linear_causal_bf16_scan times the scan kernels: the chunk-parallel path off for its calls.
+void select_linear_path(Algo a, bool gpu) {
+  TARN_BENCH_ON(gpu, linear_attention_bf16_set_chunk_parallel, a != Algo::linear_causal_bf16_scan);
+}
+#endif
 bool available(Algo a) {
 #if !defined(TARN_BENCH_DELTA_BF16)
   if (a == Algo::delta_causal_bf16) return false;
@@ -347,6 +356,7 @@ struct Run : RunBase {
       return std::max(TARN_BENCH_ON(on_gpu, softmax_attention_forward_workspace_floats, sd, sc),
                       TARN_BENCH_ON(on_gpu, softmax_attention_backward_workspace_floats, sd, sc));
 #if defined(TARN_BENCH_BF16)
+    select_linear_path(a, on_gpu);
     if (is_bf16(a))
       return std::max(TARN_BENCH_ON(on_gpu, linear_attention_bf16_forward_workspace_floats, ld, lc),
                       TARN_BENCH_ON(on_gpu, linear_attention_bf16_backward_workspace_floats, ld, lc));
@@ -399,6 +409,7 @@ void Run<tarn::bf16>::forward() {
                          out.get(), nullptr, checkpoints.get());
 #endif
 #if defined(TARN_BENCH_BF16)
+  select_linear_path(algo, gpu);
   if (is_softmax(algo))
     TARN_BENCH_ON(gpu, softmax_attention_bf16_forward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
                   ws.get(), ws.size());
@@ -417,6 +428,7 @@ void Run<tarn::bf16>::backward() {
                          d_alpha.get(), ws.get(), ws.size());
 #endif
 #if defined(TARN_BENCH_BF16)
+  select_linear_path(algo, gpu);
   if (is_softmax(algo))
     TARN_BENCH_ON(gpu, softmax_attention_bf16_backward, sdims, scfg, q.get(), k.get(), v.get(), out.get(), aux.get(),
                   dout.get(), dq.get(), dk.get(), dv.get(), ws.get(), ws.size());
