@@ -7,7 +7,8 @@
 //               a lane quad per two rows), P = exp(scale S - m) rounded to bf16, O = alpha O + P V,
 //             all in mma.sync accumulators (kernels/cuda/warp_mma.cuh: the PTX layout, so a lane
 //             knows its elements' rows and columns): S, P and O never touch shared memory, and P
-//             is the A operand of P V straight from registers.
+//             is the A operand of P V straight from registers. K, V and key flags are double-
+//             buffered: tile t + 1 arrives by cp.async (kernels/cuda/async_copy.cuh) during tile t.
 //             out = O / l (bf16), lse = m + log l (+inf for a query that sees no key).
 //   delta     D_i = dO_i . O_i in f32, one warp per row (the backward's workspace).
 //   dK, dV    one block per (batch*head, tile of 64 keys), looping over query tiles:
@@ -34,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/warp_mma.cuh"
@@ -86,6 +88,7 @@ enum class Pass { forward, dkdv, dq, dkdv_regs, dq_regs };
 struct Layout {
   int ldd, lde;  // bf16 rows of width pd, of width pe
   size_t q, k, v, dout, s, dp, p, ds, key_ok, lse, delta, bytes;
+  size_t k2, v2, key_ok2;  // the forward's second K, V buffers: the next tile loads while this one computes
 };
 
 __host__ __device__ __forceinline__ size_t round128(size_t b) { return (b + 127) / 128 * 128; }
@@ -102,6 +105,11 @@ __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
   L.k = at, at += rows_d;
   L.v = at, at += rows_e;
   L.key_ok = at, at += vec;
+  if (pass == Pass::forward) {  // K, V and key flags again, at one offset from the first (L.k .. at)
+    const size_t second = at - L.k;
+    L.k2 = L.k + second, L.v2 = L.v + second, L.key_ok2 = L.key_ok + second;
+    at += second;
+  }
   if (pass == Pass::dkdv_regs || pass == Pass::dq_regs) {
     L.dout = at, at += rows_e;
     if (pass == Pass::dkdv_regs) L.lse = at, at += vec, L.delta = at, at += vec;
@@ -141,6 +149,21 @@ __device__ __forceinline__ void load_rows(bf16* dst, int ld, int cols, const bf1
     const int i = idx / cols, c = idx % cols;
     const int64_t row = row0 + i;
     dst[i * ld + c] = (row < rows && c < width) ? src[row * width + c] : zero;
+  }
+}
+
+// load_rows with cp.async (kernels/cuda/async_copy.cuh) where rows are 16-byte aligned: the
+// copies are in flight until the caller's async::wait, so the next tile loads while this one
+// computes. Other widths load synchronously, as load_rows.
+__device__ __forceinline__ void load_rows_async(bf16* dst, int ld, int cols, const bf16* src, int64_t row0,
+                                                int64_t rows, int width) {
+  if (width % 8 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) return load_rows(dst, ld, cols, src, row0, rows, width);
+  const int octs = cols / 8;
+  for (int idx = threadIdx.x; idx < kTile * octs; idx += blockDim.x) {
+    const int i = idx / octs, c = 8 * (idx % octs);
+    const int64_t row = row0 + i;
+    const bool ok = row < rows && c < width;
+    async::copy16_or_zero(dst + i * ld + c, ok ? src + row * width + c : src, ok);
   }
 }
 
@@ -245,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
   unsigned char* smem = mma::align_shared(smem_unaligned);
   const Layout L = layout(Pass::forward, sh.pd, sh.pe);
   bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);  // (the current tile's buffers, below)
   bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
   float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
@@ -266,11 +289,32 @@ __global__ void __launch_bounds__(kThreads)
 
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const KeyRange span = key_span(sh, i0);
-  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
-    load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
-    load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
-    load_key_ok(key_ok, sh, pad, j0);
-    __syncthreads();
+  // Two buffers of K, V and key flags: tile t + 1 is in flight (cp.async) while tile t computes.
+  // Buffer b's parts start at these offsets from the first's (L.k2 - L.k = L.v2 - L.v, and so
+  // on, as layout() places them), so one offset selects a buffer.
+  const size_t second = L.k2 - L.k;
+  const bf16* kb = k + bh * sh.n_k * sh.d;
+  const bf16* vb = v + bh * sh.n_k * sh.e;
+  if (span.begin < span.end) {
+    load_rows_async(ks, L.ldd, sh.pd, kb, span.begin, sh.n_k, sh.d);
+    load_rows_async(vs, L.lde, sh.pe, vb, span.begin, sh.n_k, sh.e);
+    load_key_ok(key_ok, sh, pad, span.begin);
+    async::commit();
+  }
+  for (int64_t j0 = span.begin, t = 0; j0 < span.end; j0 += kTile, ++t) {
+    const size_t here = (t % 2) * second, next = second - here;
+    // The other buffer was last read in the step before, which ended in a barrier: refill it.
+    if (j0 + kTile < span.end) {
+      load_rows_async(reinterpret_cast<bf16*>(smem + L.k + next), L.ldd, sh.pd, kb, j0 + kTile, sh.n_k, sh.d);
+      load_rows_async(reinterpret_cast<bf16*>(smem + L.v + next), L.lde, sh.pe, vb, j0 + kTile, sh.n_k, sh.e);
+      load_key_ok(reinterpret_cast<float*>(smem + L.key_ok + next), sh, pad, j0 + kTile);
+    }
+    async::commit();  // (empty after the last tile: wait<1> always means "all but the next tile")
+    async::wait<1>();
+    __syncthreads();  // every thread's copies of tile t are complete and visible
+    ks = reinterpret_cast<bf16*>(smem + L.k + here);
+    vs = reinterpret_cast<bf16*>(smem + L.v + here);
+    key_ok = reinterpret_cast<float*>(smem + L.key_ok + here);
     wm::FragC s[2 * kTiles];  // 16 x 64: columns 8 t .. 8 t + 7 in s[t]
 #pragma unroll
     for (int t = 0; t < 2 * kTiles; ++t) wm::zero(s[t]);
