@@ -121,6 +121,26 @@ __device__ void apply_feature_map(bf16* s, FeatureMap fm, int64_t row0, int64_t 
   }
 }
 
+// Row buffer i of a chunk kernel's shared memory (kC x ld bf16 each, from the start).
+template <int kDim>
+__device__ __forceinline__ bf16* row_buffer(unsigned char* smem, int i) {
+  return reinterpret_cast<bf16*>(smem + i * Shape<kDim>::rows_bytes);
+}
+
+// The chunk's q, k, v rows into row buffers 0, 1, 2 (cp.async, not waited for), and, once the
+// caller has waited and synchronised, phi on q and on k (padded keys zero).
+template <int kDim>
+__device__ void load_chunk_qkv(unsigned char* smem, const Args& a, int64_t at, int64_t row0) {
+  load_rows<kDim>(row_buffer<kDim>(smem, 0), a.q + at * a.d, row0, a.n, a.d);
+  load_rows<kDim>(row_buffer<kDim>(smem, 1), a.k + at * a.d, row0, a.n, a.d);
+  load_rows<kDim>(row_buffer<kDim>(smem, 2), a.v + at * a.e, row0, a.n, a.e);
+}
+template <int kDim>
+__device__ void map_chunk_qk(unsigned char* smem, const Args& a, int64_t slice, int64_t row0) {
+  apply_feature_map<kDim>(row_buffer<kDim>(smem, 0), a.fm, row0, a.n, a.d, nullptr);
+  apply_feature_map<kDim>(row_buffer<kDim>(smem, 1), a.fm, row0, a.n, a.d, padding_of(a, slice));
+}
+
 // G_v = dO / (den + eps) in place of dO (shared, bf16), and g_n = -(dO . out) / (den + eps)
 // per row (0 past n), a warp per row.
 template <int kDim>
@@ -322,22 +342,19 @@ template <int kDim>
 __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   TARN_DYNAMIC_SHARED(unsigned char, smem);
   using S = Shape<kDim>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = reinterpret_cast<bf16*>(smem + S::rows_bytes);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 2 * S::rows_bytes);
-  bf16* ss = reinterpret_cast<bf16*>(smem + 3 * S::rows_bytes);
+  bf16* qs = row_buffer<kDim>(smem, 0);
+  bf16* ks = row_buffer<kDim>(smem, 1);
+  bf16* vs = row_buffer<kDim>(smem, 2);
+  bf16* ss = row_buffer<kDim>(smem, 3);
   float* zs = reinterpret_cast<float*>(smem + 3 * S::rows_bytes + S::state_bytes);
   const int64_t slice = blockIdx.y, chunk = blockIdx.x, row0 = chunk * kC, at = slice * a.n;
   const int64_t sc = slice * a.chunks + chunk;
-  load_rows<kDim>(qs, a.q + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(ks, a.k + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(vs, a.v + at * a.e, row0, a.n, a.e);
+  load_chunk_qkv<kDim>(smem, a, at, row0);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
   for (int c = threadIdx.x; c < kDim; c += kThreads) zs[c] = a.z[sc * kDim + c];
   async::wait_all();
   __syncthreads();
-  apply_feature_map<kDim>(qs, a.fm, row0, a.n, a.d, nullptr);
-  apply_feature_map<kDim>(ks, a.fm, row0, a.n, a.d, padding_of(a, slice));
+  map_chunk_qk<kDim>(smem, a, slice, row0);
   __syncthreads();
 
   const int w = threadIdx.x / device::kWarp, lane = wm::lane_id();
@@ -382,12 +399,12 @@ template <int kDim>
 __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   TARN_DYNAMIC_SHARED(unsigned char, smem);
   using S = Shape<kDim>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = reinterpret_cast<bf16*>(smem + S::rows_bytes);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 2 * S::rows_bytes);
-  bf16* gs = reinterpret_cast<bf16*>(smem + 3 * S::rows_bytes);
-  bf16* os = reinterpret_cast<bf16*>(smem + 4 * S::rows_bytes);
-  bf16* ss = reinterpret_cast<bf16*>(smem + 5 * S::rows_bytes);
+  bf16* qs = row_buffer<kDim>(smem, 0);
+  bf16* ks = row_buffer<kDim>(smem, 1);
+  bf16* vs = row_buffer<kDim>(smem, 2);
+  bf16* gs = row_buffer<kDim>(smem, 3);
+  bf16* os = row_buffer<kDim>(smem, 4);
+  bf16* ss = row_buffer<kDim>(smem, 5);
   bf16* dss = reinterpret_cast<bf16*>(smem + 5 * S::rows_bytes + S::state_bytes);
   float* zs = reinterpret_cast<float*>(smem + 5 * S::rows_bytes + 2 * S::state_bytes);
   float* dzs = zs + kDim;
@@ -395,9 +412,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   const int64_t slice = blockIdx.y, chunk = blockIdx.x, row0 = chunk * kC, at = slice * a.n;
   const int64_t sc = slice * a.chunks + chunk;
   const float* row_pad = padding_of(a, slice);
-  load_rows<kDim>(qs, a.q + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(ks, a.k + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(vs, a.v + at * a.e, row0, a.n, a.e);
+  load_chunk_qkv<kDim>(smem, a, at, row0);
   load_rows<kDim>(gs, a.dout + at * a.e, row0, a.n, a.e);
   load_rows<kDim>(os, a.out + at * a.e, row0, a.n, a.e);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
@@ -405,8 +420,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   for (int c = threadIdx.x; c < kDim; c += kThreads) zs[c] = a.z[sc * kDim + c], dzs[c] = a.dz[sc * kDim + c];
   async::wait_all();
   __syncthreads();
-  apply_feature_map<kDim>(qs, a.fm, row0, a.n, a.d, nullptr);
-  apply_feature_map<kDim>(ks, a.fm, row0, a.n, a.d, row_pad);
+  map_chunk_qk<kDim>(smem, a, slice, row0);
   gradient_rows<kDim>(gs, os, gn, a.den + at, row0, a.n, a.e, a.eps);
   __syncthreads();
 

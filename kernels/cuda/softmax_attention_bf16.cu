@@ -152,6 +152,18 @@ __device__ __forceinline__ void load_rows(bf16* dst, int ld, int cols, const bf1
   }
 }
 
+// A pass's shared buffers, placed by its layout (the parts it lacks point past its own).
+struct Buffers {
+  bf16 *q, *k, *v, *dout;
+  float *key_ok, *lse, *delta;
+};
+__device__ __forceinline__ Buffers buffers(unsigned char* smem, const Layout& L) {
+  return {reinterpret_cast<bf16*>(smem + L.q),        reinterpret_cast<bf16*>(smem + L.k),
+          reinterpret_cast<bf16*>(smem + L.v),        reinterpret_cast<bf16*>(smem + L.dout),
+          reinterpret_cast<float*>(smem + L.key_ok), reinterpret_cast<float*>(smem + L.lse),
+          reinterpret_cast<float*>(smem + L.delta)};
+}
+
 // load_rows with cp.async (kernels/cuda/async_copy.cuh) where rows are 16-byte aligned: the
 // copies are in flight until the caller's async::wait, so the next tile loads while this one
 // computes. Other widths load synchronously, as load_rows.
@@ -645,13 +657,9 @@ __global__ void __launch_bounds__(kThreads)
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
   const Layout L = layout(Pass::dkdv_regs, sh.pd, sh.pe);
-  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
-  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
-  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
-  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
-  float* lse_s = reinterpret_cast<float*>(smem + L.lse);
-  float* d_s = reinterpret_cast<float*>(smem + L.delta);
+  const Buffers B = buffers(smem, L);
+  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
+  float *key_ok = B.key_ok, *lse_s = B.lse, *d_s = B.delta;
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
   const int wr = warp * kT;
   const int64_t bh = blockIdx.x % sh.slices;
@@ -709,11 +717,9 @@ __global__ void __launch_bounds__(kThreads)
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
   const Layout L = layout(Pass::dq_regs, sh.pd, sh.pe);
-  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
-  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
-  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
-  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  const Buffers B = buffers(smem, L);
+  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
+  float* key_ok = B.key_ok;
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
   const int wr = warp * kT;
   const int64_t bh = blockIdx.x % sh.slices;
