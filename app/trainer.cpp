@@ -25,6 +25,7 @@
 #include "framework/log/log.h"
 #include "framework/log/signals.h"
 #include "framework/log/tensorboard.h"
+#include "framework/ops/nn.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/train/run_control.h"
 #include "framework/train/step.h"
@@ -99,7 +100,12 @@ class Trainer {
 
  private:
   void setup();
-  bool step();  // false when the step was skipped (non-finite or diverged)
+  bool step();  // false when the step was skipped (non-finite or diverged); a deferred one is taken
+  // Counts a step's agreed result: the bookkeeping of an applied step, or of a skipped one.
+  void account(const StepResult& r, int64_t counted);
+  // Reads back the results of the steps TrainStep deferred and accounts for them (before the
+  // progress line, validation, a checkpoint and the end of the run).
+  void settle();
   void log_progress();
   void validate_and_maybe_save_best();
   void save(const char* why);
@@ -146,6 +152,13 @@ class Trainer {
   double elapsed_s() const { return elapsed_at_start_ + seconds_since(run_start_); }
   double last_grad_norm_ = 0;
   int64_t tokens_this_run_ = 0;
+  // Steps taken with deferred results (TrainStep::defers), oldest first, until settle() learns
+  // what they were.
+  struct PendingStep {
+    int64_t step = 0;     // progress_.step it took
+    int64_t counted = 0;  // target labels over every rank
+  };
+  std::vector<PendingStep> pending_;
 };
 
 // How much of the gradient all-reduce started during the backward (training.overlap_communication).
@@ -463,7 +476,9 @@ bool Trainer::step() {
     if (b.rows == 0) return std::nullopt;  // this rank's share of a small global batch was empty
     MicroBatchLoss m;
     const Tensor logits = forward_batch(*model_, b);
-    m.loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &m.counted, &m.nll);
+    // The NLL stays in the loss's totals (TrainStep reads or sums it where it is).
+    m.loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &m.counted, nullptr,
+                          CrossEntropyOptions{}.ignore_index, &m.totals);
     m.tokens = b.src_tokens() + b.tgt_tokens();
     return m;
   };
@@ -471,22 +486,40 @@ bool Trainer::step() {
   const StepResult r = step_->run(accum, counted, forward, lr);
   progress_.data = batcher_->position();
   progress_.dropout = model_->dropout_state();
+  if (r.pending()) {
+    // Deferred (one rank on a GPU): the step counts as taken, and settle() says later whether
+    // it applied. A skipped one keeps its number (the schedule moved on); the device left the
+    // parameters, moments and update counts as they were.
+    lr_ = lr;
+    model_->favor_step();
+    ++progress_.step;
+    pending_.push_back({progress_.step, counted});
+    return true;
+  }
+  account(r, counted);
+  if (!r.applied()) return false;
+  lr_ = lr;
+  model_->favor_step();  // counts the step; redraws FAVOR+ projections whose time has come
+  ++progress_.step;
+  return true;
+}
+
+void Trainer::account(const StepResult& r, int64_t counted) {
   if (!r.applied()) {
     ++progress_.bad_steps_in_row;
     ++progress_.skipped_steps;
+    // The number the step has (deferred) or would have had (skipped at once).
+    const int64_t number = pending_.empty() ? progress_.step + 1 : pending_.front().step;
     if (lead())  // agreed by every rank: said once
-      log::warn("train", str_cat("step ", progress_.step + 1, ": ",
+      log::warn("train", str_cat("step ", number, ": ",
                                  r.outcome == StepOutcome::nonfinite_loss
                                      ? "non-finite or diverged loss (over " + log::number("%.0f", kDivergedLoss) +
                                            " nats per token)"
                                      : std::string("non-finite gradient norm"),
                                  ", update skipped (", progress_.bad_steps_in_row, " in a row, ",
                                  recipe_.training.max_bad_steps, " stop the run)"));
-    return false;
+    return;
   }
-  lr_ = lr;
-  model_->favor_step();  // counts the step; redraws FAVOR+ projections whose time has come
-  ++progress_.step;
   progress_.bad_steps_in_row = 0;
   progress_.tokens_seen += r.tokens;
   tokens_this_run_ += r.tokens;
@@ -497,7 +530,17 @@ bool Trainer::step() {
   interval_.grad_norm_sum += r.grad_norm;
   interval_.tokens += r.tokens;
   ++interval_.steps;
-  return true;
+}
+
+void Trainer::settle() {
+  if (pending_.empty()) return;
+  const std::vector<StepResult> results = step_->settle();
+  TARN_ASSERT(results.size() == pending_.size(), "Trainer: ", pending_.size(), " steps pending, ", results.size(),
+              " results");
+  for (const StepResult& r : results) {
+    account(r, pending_.front().counted);
+    pending_.erase(pending_.begin());
+  }
 }
 
 void Trainer::log_progress() {
@@ -672,14 +715,25 @@ TrainSummary Trainer::run() {
   while (reason == StopReason::none) {
     if (step()) {
       const int64_t s = progress_.step;
-      if (cadence.logs_at(s)) log_progress();
-      if (cadence.checks_replicas_at(s))
-        check_replicas_identical(model_->parameters(), *comm_, "after step " + std::to_string(s));
-      if (cadence.validates_at(s)) validate_and_maybe_save_best();
-      if (cadence.checkpoints_at(s)) save("every_steps");
+      // Deferred results are read here and nowhere else in the loop: every periodic action
+      // reads the device anyway, and a run of bad steps is seen at worst one interval late.
+      if (cadence.logs_at(s) || cadence.checks_replicas_at(s) || cadence.validates_at(s) || cadence.checkpoints_at(s))
+        settle();
+      // Too many bad steps among those just read: nothing more is logged, validated or saved.
+      if (progress_.bad_steps_in_row < recipe_.training.max_bad_steps) {
+        if (cadence.logs_at(s)) log_progress();
+        if (cadence.checks_replicas_at(s))
+          check_replicas_identical(model_->parameters(), *comm_, "after step " + std::to_string(s));
+        if (cadence.validates_at(s)) validate_and_maybe_save_best();
+        if (cadence.checkpoints_at(s)) save("every_steps");
+      }
     }
     reason = stop_reason();
   }
+  settle();
+  // A stop for another reason (max_steps, a signal) may find the last steps bad only now.
+  if (progress_.bad_steps_in_row >= recipe_.training.max_bad_steps && !stopped_by_signal(reason))
+    reason = StopReason::bad_steps;
   log_progress();
   log::end_progress();
   summary_.failed = reason == StopReason::bad_steps;

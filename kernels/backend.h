@@ -45,6 +45,8 @@ namespace tarn::kernels {
   X(log_softmax_backward)                                                                            \
   X(cross_entropy_forward)                                                                           \
   X(cross_entropy_backward)                                                                          \
+  X(cross_entropy_forward_totals)                                                                    \
+  X(cross_entropy_backward_mean)                                                                     \
   X(layer_norm_forward)                                                                              \
   X(layer_norm_backward)                                                                             \
   X(rms_norm_forward)                                                                                \
@@ -64,6 +66,9 @@ namespace tarn::kernels {
   X(adamw_step)                                                                                      \
   X(sum_squares)                                                                                     \
   X(scale_inplace)                                                                                   \
+  X(adamw_fused_step)                                                                                \
+  X(step_record_add)                                                                                 \
+  X(step_record_judge)                                                                               \
   X(linear_attention_forward_workspace_floats)                                                       \
   X(linear_attention_forward)                                                                        \
   X(linear_attention_backward_workspace_floats)                                                      \

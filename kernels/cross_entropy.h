@@ -27,4 +27,24 @@ CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* target
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
                             int64_t vocab, int32_t ignore_index, float smoothing, float scale, float* dlogits);
 
+// The same sums left in memory instead of returned (device memory on CUDA, where returning
+// them would wait for the device), for a caller that reads them later or never.
+struct CrossEntropyTotals {
+  double loss = 0.0;
+  double nll = 0.0;
+  int64_t count = 0;
+};
+
+// cross_entropy_forward, writing its sums to *totals and the mean loss over the counted rows to
+// *mean (loss / count rounded to f32; 0 when no row counts).
+void cross_entropy_forward_totals(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  int32_t ignore_index, float smoothing, float* lse, float* mean,
+                                  CrossEntropyTotals* totals);
+
+// The backward of that mean: cross_entropy_backward with scale = *dy / count in f32 (0 when
+// count is 0), *dy read where it lies rather than passed in.
+void cross_entropy_backward_mean(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                 int64_t vocab, int32_t ignore_index, float smoothing, const float* dy,
+                                 int64_t count, float* dlogits);
+
 }  // namespace tarn::kernels::cpu

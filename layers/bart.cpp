@@ -232,7 +232,7 @@ std::vector<std::pair<std::string, std::string>> BartForConditionalGeneration::t
 
 // ---------------------------------------------------------------------------------------------
 Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, int32_t pad_id, float label_smoothing,
-                    int64_t* count, double* nll_sum, int32_t ignore_index) {
+                    int64_t* count, double* nll_sum, int32_t ignore_index, Tensor* totals) {
   TARN_ASSERT(logits.dim() >= 2 && static_cast<int64_t>(labels.size()) * logits.shape().back() == logits.numel(),
               "seq2seq_loss: ", labels.size(), " labels for logits of shape ", logits.shape().str());
   std::vector<int32_t> targets(labels);
@@ -241,7 +241,7 @@ Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, in
   CrossEntropyOptions opt;
   opt.ignore_index = ignore_index;
   opt.label_smoothing = label_smoothing;
-  return cross_entropy(logits, targets, opt, count, nll_sum);
+  return cross_entropy(logits, targets, opt, count, nll_sum, totals);
 }
 
 std::vector<int32_t> shift_tokens_right(const std::vector<int32_t>& labels, const Shape& shape, int32_t pad_id,

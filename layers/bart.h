@@ -156,10 +156,11 @@ class BartForConditionalGeneration : public Module {
 // Mean cross-entropy over the labels that count: those equal to ignore_index (HF's -100) or
 // to pad_id are skipped. logits (B, T, V), labels B*T ids. `count` receives how many counted
 // (sum NLL = mean * count, for perplexity); `nll_sum` the summed NLL without smoothing, from the
-// same pass (with smoothing the loss is not the NLL).
+// same pass (with smoothing the loss is not the NLL), read back from the device; `totals` the
+// pass's sums left where they are (cross_entropy in framework/ops/nn.h).
 Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, int32_t pad_id,
                     float label_smoothing = 0.0f, int64_t* count = nullptr, double* nll_sum = nullptr,
-                    int32_t ignore_index = -100);
+                    int32_t ignore_index = -100, Tensor* totals = nullptr);
 
 // HF's shift_tokens_right: decoder inputs from labels (B, T): [start, labels[:, :-1]], with
 // ignore_index (-100) replaced by pad_id.

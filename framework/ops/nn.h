@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "framework/tensor.h"
+#include "kernels/cross_entropy.h"
 
 namespace tarn {
 
@@ -17,12 +18,21 @@ Tensor log_softmax(const Tensor& x);
 // non-ignored rows (shape ()); `count` (optional) receives how many rows counted, so the sum
 // (for perplexity) is mean * count; `nll_sum` (optional) the summed NLL of the counted rows
 // without smoothing, from the same pass.
+//
+// Nothing is read back from the device unless nll_sum is asked for: the count comes from the
+// targets, the loss is written where the logits are, and the backward reads its upstream
+// gradient there too. `totals` (optional) receives the pass's sums where they lie (see
+// cross_entropy_totals below), for a caller that adds them up on the device (TrainStep).
 struct CrossEntropyOptions {
   int32_t ignore_index = -100;
   float label_smoothing = 0.0f;
 };
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets,
-                     const CrossEntropyOptions& opt = {}, int64_t* count = nullptr, double* nll_sum = nullptr);
+                     const CrossEntropyOptions& opt = {}, int64_t* count = nullptr, double* nll_sum = nullptr,
+                     Tensor* totals = nullptr);
+// The sums behind cross_entropy's loss (kernels/cross_entropy.h), in the memory of the f32 tensor
+// that cross_entropy's `totals` received (its storage holds one CrossEntropyTotals).
+const kernels::cpu::CrossEntropyTotals* cross_entropy_totals(const Tensor& totals);
 
 // Layer norm over the last axis, statistics in f32: y = (x - mean) / sqrt(var + eps) * gamma + beta.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f);

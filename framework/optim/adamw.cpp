@@ -1,6 +1,7 @@
 #include "framework/optim/adamw.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -69,6 +70,7 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor*>>& params, const A
 }
 
 void AdamW::step(float grad_scale) {
+  pull_steps();
   // Every gradient is checked before any parameter moves, so a bad one leaves the model as it was.
   for (const Slot& s : slots_) {
     const Tensor g = s.param->grad();
@@ -92,6 +94,117 @@ void AdamW::step(float grad_scale) {
         .adamw_step(s.param->device_f32(), g.device_f32(), s.exp_avg.device_f32(), s.exp_avg_sq.device_f32(),
                     s.param->numel(), h);
   }
+  push_steps();
+}
+
+namespace {
+
+// `bytes` of `device` memory, as the storage of an f32 tensor: the tables and counters that the
+// fused kernels read and write in place.
+Tensor storage_bytes(size_t bytes, Device device) {
+  return Tensor::zeros(Shape{static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, device);
+}
+
+}  // namespace
+
+void AdamW::use_arena(const ParameterArena& arena) {
+  pull_steps();
+  const Device dev = arena.device();
+  Tensor m = Tensor::zeros(Shape{arena.size()}, dev), v = Tensor::zeros(Shape{arena.size()}, dev);
+  std::vector<kernels::cpu::AdamWRange> ranges;
+  std::vector<size_t> range_of_slot;
+  for (Slot& s : slots_) {
+    const int64_t r = arena.range_of(*s.param);
+    TARN_ASSERT(r >= 0, "AdamW::use_arena: parameter ", s.name, " is not in the arena");
+    const ParameterArena::Range& range = arena.ranges()[static_cast<size_t>(r)];
+    Tensor m_view = m.narrow0(range.offset, range.end()).view(s.param->shape());
+    Tensor v_view = v.narrow0(range.offset, range.end()).view(s.param->shape());
+    m_view.copy_from(s.exp_avg);
+    v_view.copy_from(s.exp_avg_sq);
+    s.exp_avg = m_view;
+    s.exp_avg_sq = v_view;
+    kernels::cpu::AdamWRange k;
+    k.offset = range.offset;
+    k.numel = range.numel;
+    k.weight_decay = s.decay ? options_.weight_decay : 0.0f;
+    ranges.push_back(k);
+    range_of_slot.push_back(static_cast<size_t>(r));
+  }
+  blocks_ = kernels::cpu::adamw_fused_layout(ranges.data(), static_cast<int64_t>(ranges.size()));
+  arena_ = &arena;
+  m_ = m;
+  v_ = v;
+  ranges_ = std::move(ranges);
+  range_of_slot_ = std::move(range_of_slot);
+  device_ranges_ = storage_bytes(ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev);
+  device_counts_ =
+      storage_bytes(sizeof(int64_t) + slots_.size() * sizeof(kernels::cpu::AdamWRangeState), dev);
+  ranges_uploaded_ = false;
+  push_steps();
+}
+
+void AdamW::fused_step(float max_norm, const int32_t* skip, kernels::cpu::AdamWOutcome* outcome) {
+  TARN_ASSERT(arena_, "AdamW::fused_step: use_arena() first");
+  const Device dev = arena_->device();
+  const kernels::Backend& k = backend_for(dev);
+  // Which parameters have a gradient is the host's to know (autograd's); a gradient set
+  // elsewhere (Tensor::set_grad) is copied into its range first. The table goes to the device
+  // only when that changes: once, in a run whose every parameter has a gradient every step.
+  bool changed = !ranges_uploaded_;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Tensor g = slots_[i].param->grad();
+    if (g.defined()) arena_->settle_grad(range_of_slot_[i]);
+    const int32_t has = g.defined() ? 1 : 0;
+    changed |= ranges_[i].has_grad != has;
+    ranges_[i].has_grad = has;
+  }
+  if (changed) {
+    k.copy_host_to_device(device_ranges_.device_f32(), ranges_.data(),
+                          ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev.index);
+    ranges_uploaded_ = true;
+  }
+  kernels::cpu::AdamWFusedHyper h;
+  h.lr = options_.lr;
+  h.beta1 = options_.beta1;
+  h.beta2 = options_.beta2;
+  h.eps = options_.eps;
+  h.max_norm = max_norm;
+  auto* applied = reinterpret_cast<int64_t*>(device_counts_.device_f32());
+  auto* state = reinterpret_cast<kernels::cpu::AdamWRangeState*>(applied + 1);
+  k.adamw_fused_step(arena_->values().device_f32(), arena_->grads().device_f32(), m_.device_f32(), v_.device_f32(),
+                     reinterpret_cast<const kernels::cpu::AdamWRange*>(device_ranges_.device_f32()), state,
+                     static_cast<int64_t>(ranges_.size()), blocks_, h, skip, applied, outcome);
+  counts_ = Counts::on_device;
+}
+
+void AdamW::pull_steps() const {
+  if (counts_ != Counts::on_device) return;
+  const Device dev = arena_->device();
+  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float));
+  backend_for(dev).copy_device_to_host(host.data(), device_counts_.device_f32(), host.size(), dev.index);
+  int64_t applied = 0;
+  std::memcpy(&applied, host.data(), sizeof applied);
+  step_count_ = applied;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    kernels::cpu::AdamWRangeState st;
+    std::memcpy(&st, host.data() + sizeof(int64_t) + i * sizeof st, sizeof st);
+    slots_[i].step = st.step;
+  }
+  counts_ = Counts::here;
+}
+
+void AdamW::push_steps() {
+  if (!arena_) return;
+  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float), 0);
+  std::memcpy(host.data(), &step_count_, sizeof step_count_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    kernels::cpu::AdamWRangeState st;
+    st.step = slots_[i].step;
+    std::memcpy(host.data() + sizeof(int64_t) + i * sizeof st, &st, sizeof st);
+  }
+  const Device dev = arena_->device();
+  backend_for(dev).copy_host_to_device(device_counts_.device_f32(), host.data(), host.size(), dev.index);
+  counts_ = Counts::here;
 }
 
 void AdamW::zero_grad() {
@@ -118,6 +231,7 @@ const AdamW::Slot& AdamW::slot(const std::string& name) const {
 bool AdamW::decays(const std::string& name) const { return slot(name).decay; }
 
 AdamWState AdamW::state() const {
+  pull_steps();
   AdamWState out;
   out.step_count = step_count_;
   for (const Slot& s : slots_) out.params[s.name] = {s.exp_avg.clone(), s.exp_avg_sq.clone(), s.step};
@@ -125,6 +239,7 @@ AdamWState AdamW::state() const {
 }
 
 AdamWState AdamW::state_view() const {
+  pull_steps();
   AdamWState out;
   out.step_count = step_count_;
   for (const Slot& s : slots_) out.params[s.name] = {s.exp_avg, s.exp_avg_sq, s.step};
@@ -173,6 +288,7 @@ void AdamW::load_state(const AdamWState& st) {
     s.step = p.step;
   }
   step_count_ = st.step_count;
+  push_steps();
 }
 
 }  // namespace tarn

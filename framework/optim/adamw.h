@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/parameter_arena.h"
 #include "framework/tensor.h"
 #include "kernels/optim.h"
 
@@ -73,13 +74,31 @@ class AdamW {
   // (framework/optim/clip_grad.h), applied inside the update's pass, with the bits that scaling
   // the gradients first would give.
   void step(float grad_scale = 1.0f);
+
+  // The arena every parameter lives in (framework/parameter_arena.h; it must outlive the
+  // optimizer), for fused_step(): the moments move into two buffers of the arena's layout
+  // (each parameter's exp_avg and exp_avg_sq become views of its range, values kept), and the
+  // ranges, each with its decay, become a table in the arena's memory.
+  void use_arena(const ParameterArena& arena);
+  // The whole clipped update in one kernel call over the arena (kernels/optim.h,
+  // adamw_fused_step), nothing read back: the global gradient norm, clipping to max_norm (0:
+  // none) folded in, and the update of every parameter with a gradient, with the bits of
+  // global_grad_norm, clip_factor and step(factor). Skipped where it runs, leaving parameters,
+  // moments and step counts untouched, when *skip is nonzero (arena memory; may be null) or the
+  // norm is not finite; `outcome` (arena memory) receives the norm, the factor and whether it
+  // applied. The step counts then live with the update: step_count(), state() and the rest
+  // read them back first.
+  void fused_step(float max_norm, const int32_t* skip, kernels::cpu::AdamWOutcome* outcome);
   // Drops every parameter's gradient.
   void zero_grad();
 
   void set_lr(float lr);
   float lr() const { return options_.lr; }
   const AdamWOptions& options() const { return options_; }
-  int64_t step_count() const { return step_count_; }
+  int64_t step_count() const {
+    pull_steps();
+    return step_count_;
+  }
 
   // Names in registration order, and whether each one decays (for logging the split). A tensor
   // listed under several names (tied weights) is one parameter, kept under its first name.
@@ -98,14 +117,31 @@ class AdamW {
     std::string name;
     Tensor* param;
     Tensor exp_avg, exp_avg_sq;
-    int64_t step = 0;
+    mutable int64_t step = 0;  // mutable: pull_steps() brings fused_step's counts back
     bool decay = true;
   };
   const Slot& slot(const std::string& name) const;
 
+  // Where the step counts are newest: here, or with fused_step (its table in arena memory).
+  enum class Counts { here, on_device };
+  void pull_steps() const;  // reads fused_step's counts back when they are newer
+  void push_steps();        // writes these counts to fused_step's table when it has one
+
   AdamWOptions options_;
   std::vector<Slot> slots_;
-  int64_t step_count_ = 0;
+  mutable int64_t step_count_ = 0;
+  mutable Counts counts_ = Counts::here;
+
+  // fused_step()'s state (use_arena): the moments in the arena's layout, the ranges (slot
+  // order; has_grad as last uploaded), and in arena memory the table and the counts: one
+  // int64 of applied steps, then an AdamWRangeState per slot.
+  const ParameterArena* arena_ = nullptr;
+  Tensor m_, v_;
+  std::vector<kernels::cpu::AdamWRange> ranges_;
+  std::vector<size_t> range_of_slot_;  // the arena's range of each slot
+  int64_t blocks_ = 0;
+  Tensor device_ranges_, device_counts_;  // f32 tensors used as storage
+  bool ranges_uploaded_ = false;
 };
 
 }  // namespace tarn

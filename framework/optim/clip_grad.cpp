@@ -9,10 +9,6 @@
 namespace tarn {
 namespace {
 
-// torch.nn.utils.clip_grad_norm_ adds this to the norm before dividing, so that a norm of
-// exactly max_norm scales by a hair under 1 and a zero norm never divides by zero.
-constexpr double kClipEpsilon = 1e-6;
-
 std::vector<Tensor*> tensors_of(const std::vector<std::pair<std::string, Tensor*>>& named) {
   std::vector<Tensor*> out;
   out.reserve(named.size());
@@ -36,10 +32,8 @@ double global_grad_norm(const std::vector<std::pair<std::string, Tensor*>>& para
   return global_grad_norm(tensors_of(params));
 }
 
-float clip_factor(double norm, float max_norm) {
-  if (!(max_norm > 0.0f) || !std::isfinite(norm) || norm <= max_norm) return 1.0f;
-  return static_cast<float>(max_norm / (norm + kClipEpsilon));
-}
+// kernels/optim.h holds the rule, so that the device's fused update applies the same one.
+float clip_factor(double norm, float max_norm) { return kernels::cpu::clip_scale(norm, max_norm); }
 
 float clip_grad_norm(const std::vector<Tensor*>& params, float max_norm) {
   TARN_CHECK(max_norm > 0.0f, "clip_grad_norm: max_norm must be > 0, got ", max_norm);

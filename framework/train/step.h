@@ -11,16 +11,23 @@
 //   3. a non-finite or diverged mean loss (over `diverged_loss` nats per token) skips the update
 //      on every rank;
 //   4. the gradient buckets complete (in place: they are slices of the module's ParameterArena);
-//      the global norm is taken, and AdamW steps with the clipping factor to `clip_norm` folded
-//      into its one pass, or, with shard_optimizer on several ranks, ZeRO-1 does
-//      reduce-scatter, the norm, the shard's clipped update and all-gather in one call; a
-//      non-finite gradient norm skips too.
+//      AdamW::fused_step takes the global norm and the update of the whole arena with the
+//      clipping factor to `clip_norm` folded in, in one call, or, with shard_optimizer on
+//      several ranks, ZeRO-1 does reduce-scatter, the norm, the shard's clipped update and
+//      all-gather in one call; a non-finite gradient norm skips too.
 // The constructor flattens the module's parameters into that arena (Module::flatten_parameters).
 // The gradients are zeroed after every step, applied or skipped. Every rank gets the same
 // outcome. One rank communicates nothing.
 //
+// Deferred results (one rank, on a CUDA device, or TrainStepOptions::defer_results): the step
+// reads nothing back. Each micro-batch's loss is added to a StepRecord where the step runs
+// (kernels/optim.h), the step judges the mean there, and the fused update skips itself there when
+// the loss or the norm is bad; run() returns StepOutcome::pending and settle() reads the records
+// of every pending step at once (the trainer does it when it logs, validates or checkpoints).
+//
 //   TrainStep step(model, control, gradients, options);
 //   StepResult r = step.run(micro_batches, global_target_tokens, forward_of, lr);
+//   if (r.pending()) ... later: for (const StepResult& s : step.settle()) ...
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,17 +52,26 @@ struct TrainStepOptions {
   bool overlap_communication = true;  // start the gradient all-reduce during the last backward
   int64_t bucket_bytes = GradientSync::kDefaultBucketBytes;  // raised to GradientSync's least, 4
   double diverged_loss = kDivergedLoss;
+  // Leave each step's loss and norm where the step runs until settle() (see above): automatic
+  // is one rank on a CUDA device (where a read back waits for every kernel before it); yes
+  // forces it on one rank anywhere (tests on the CPU); no reads every step back at once.
+  enum class Defer { automatic, yes, no };
+  Defer defer_results = Defer::automatic;
 };
 
 // The forward of one micro-batch on this rank.
 struct MicroBatchLoss {
   Tensor loss;          // scalar: the mean over the `counted` target tokens
   int64_t counted = 0;  // target tokens the loss counts
-  double nll = 0;       // their summed negative log-likelihood (for perplexity)
+  double nll = 0;       // their summed negative log-likelihood (for perplexity), unless `totals`
+  // cross_entropy's sums where they lie (framework/ops/nn.h), if the loss has them: the NLL is
+  // then taken from there, on the device when results are deferred, and `nll` is not read.
+  Tensor totals;
   int64_t tokens = 0;   // tokens processed (source and target: throughput)
 };
 
-enum class StepOutcome { applied, nonfinite_loss, nonfinite_gradient };
+// pending: the step ran with deferred results; settle() says what it was.
+enum class StepOutcome { applied, nonfinite_loss, nonfinite_gradient, pending };
 const char* step_outcome_name(StepOutcome outcome);  // "applied", "non-finite loss", ...
 
 // Agreed over the ranks (the same on each).
@@ -66,6 +82,7 @@ struct StepResult {
   int64_t tokens = 0;
   double grad_norm = 0;  // before clipping; 0 when the loss was not finite
   bool applied() const { return outcome == StepOutcome::applied; }
+  bool pending() const { return outcome == StepOutcome::pending; }  // only tokens is known yet
 };
 
 class TrainStep {
@@ -82,6 +99,14 @@ class TrainStep {
   // applied. A non-finite loss stops the forwards of this rank early; the ranks still agree.
   StepResult run(int64_t count, int64_t global_counted,
                  const std::function<std::optional<MicroBatchLoss>(int64_t)>& forward, float lr);
+
+  // Whether run() defers its results (TrainStepOptions::defer_results, decided at construction).
+  bool defers() const { return defer_; }
+  // Steps run since the last settle() whose results are not read yet.
+  int64_t pending_steps() const { return static_cast<int64_t>(pending_.size() + settled_.size()); }
+  // The results of those steps, oldest first (one read back of their records; nothing when
+  // none is pending). After it the optimizer's step counts are read back when asked for.
+  std::vector<StepResult> settle();
 
   // One of these holds the optimizer state (checkpoints read and load it).
   AdamW* optimizer() { return plain_.get(); }
@@ -105,6 +130,17 @@ class TrainStep {
   std::unique_ptr<GradientSync> sync_;     // with plain_
   double comm_s_ = 0;
   int64_t early_buckets_ = 0;
+
+  // One StepRecord per step not yet settled (kRecords of them in the arena's memory, an f32
+  // tensor used as storage; slot 0 serves the steps read at once). When every slot is taken,
+  // run() reads them back into settled_ before it starts the next step.
+  static constexpr int64_t kRecords = 64;
+  kernels::cpu::StepRecord* record(int64_t slot) const;
+  std::vector<StepResult> read_records(int64_t count) const;
+  bool defer_ = false;
+  Tensor records_;
+  std::vector<int64_t> pending_;        // tokens of each pending step, in record order
+  std::vector<StepResult> settled_;     // read back early, not yet handed out
 };
 
 }  // namespace tarn

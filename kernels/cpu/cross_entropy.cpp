@@ -8,6 +8,23 @@
 
 namespace tarn::kernels::cpu {
 
+void cross_entropy_forward_totals(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  int32_t ignore_index, float smoothing, float* lse, float* mean,
+                                  CrossEntropyTotals* totals) {
+  const CrossEntropySum s = cross_entropy_forward(logits, targets, rows, vocab, ignore_index, smoothing, lse);
+  totals->loss = s.loss;
+  totals->nll = s.nll;
+  totals->count = s.count;
+  *mean = s.count ? static_cast<float>(s.loss / static_cast<double>(s.count)) : 0.0f;
+}
+
+void cross_entropy_backward_mean(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                 int64_t vocab, int32_t ignore_index, float smoothing, const float* dy,
+                                 int64_t count, float* dlogits) {
+  const float scale = count ? *dy / static_cast<float>(count) : 0.0f;
+  cross_entropy_backward(logits, targets, lse, rows, vocab, ignore_index, smoothing, scale, dlogits);
+}
+
 CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                       int32_t ignore_index, float smoothing, float* lse) {
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0), row_nll(static_cast<size_t>(rows), 0.0);

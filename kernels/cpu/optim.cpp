@@ -51,4 +51,59 @@ void scale_inplace(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+int64_t adamw_fused_layout(AdamWRange* ranges, int64_t count) {
+  int64_t blocks = 0;
+  for (int64_t r = 0; r < count; ++r) {
+    ranges[r].first_block = blocks;
+    blocks += (ranges[r].numel + kSumSquaresBlock - 1) / kSumSquaresBlock;
+  }
+  return blocks;
+}
+
+// The per-range calls of sum_squares and adamw_step, in range order: the bits of the per-tensor
+// path by construction (the CUDA version reproduces this arithmetic in three launches).
+void adamw_fused_step(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
+                      AdamWRangeState* state, int64_t count, int64_t, const AdamWFusedHyper& h, const int32_t* skip,
+                      int64_t* applied_steps, AdamWOutcome* outcome) {
+  double total = 0.0;
+  for (int64_t r = 0; r < count; ++r)
+    if (ranges[r].has_grad) total += sum_squares(grad + ranges[r].offset, ranges[r].numel);
+  const double norm = std::sqrt(total);
+  const bool bad = (skip && *skip) || !std::isfinite(norm) ||
+                   (h.max_norm > 0.0f && !std::isfinite(static_cast<float>(norm)));
+  outcome->norm = norm;
+  outcome->scale = clip_scale(norm, h.max_norm);
+  outcome->applied = bad ? 0 : 1;
+  if (bad) return;
+  ++*applied_steps;
+  for (int64_t r = 0; r < count; ++r) {
+    const AdamWRange& range = ranges[r];
+    if (!range.has_grad) continue;
+    AdamWHyper step;
+    step.lr = h.lr;
+    step.beta1 = h.beta1;
+    step.beta2 = h.beta2;
+    step.eps = h.eps;
+    step.weight_decay = range.weight_decay;
+    step.step = ++state[r].step;
+    step.grad_scale = outcome->scale;
+    const int64_t o = range.offset;
+    adamw_step(param + o, grad + o, m + o, v + o, range.numel, step);
+  }
+}
+
+void step_record_add(StepRecord* record, const float* loss, int64_t counted, const CrossEntropyTotals* totals,
+                     double nll) {
+  if (!std::isfinite(*loss)) {
+    record->loss_bad = 1;
+    return;
+  }
+  record->loss_sum += static_cast<double>(*loss) * static_cast<double>(counted);
+  record->nll_sum += totals ? totals->nll : nll;
+}
+
+void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss) {
+  if (!(record->loss_sum / static_cast<double>(global_counted) <= diverged_loss)) record->loss_bad = 1;
+}
+
 }  // namespace tarn::kernels::cpu

@@ -49,10 +49,10 @@ __global__ void cross_entropy_rows_kernel(const float* logits, const int32_t* ta
   }
 }
 
-// One block: total[0] = sum of row_loss over counted rows, total[1] = their count, total[2] =
-// sum of row_nll.
+// One block: the counted rows' sums of row_loss and row_nll, their count, and the mean loss.
 __global__ void cross_entropy_total_kernel(const double* row_loss, const double* row_nll, const int32_t* targets,
-                                           int64_t rows, int32_t ignore_index, double* total) {
+                                           int64_t rows, int32_t ignore_index, CrossEntropyTotals* total,
+                                           float* mean) {
   double loss = 0.0, count = 0.0, nll = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     if (targets[r] == ignore_index) continue;
@@ -64,18 +64,21 @@ __global__ void cross_entropy_total_kernel(const double* row_loss, const double*
   count = block_sum(count);
   nll = block_sum(nll);
   if (threadIdx.x == 0) {
-    total[0] = loss;
-    total[1] = count;
-    total[2] = nll;
+    total->loss = loss;
+    total->nll = nll;
+    total->count = static_cast<int64_t>(count);
+    *mean = count > 0.0 ? static_cast<float>(loss / count) : 0.0f;
   }
 }
 
-// dlogits (rows, vocab); x over the vocabulary, y strides over rows.
+// dlogits (rows, vocab); x over the vocabulary, y strides over rows. With dy, the scale is
+// *dy / count (the mean's backward, dy in device memory), else `scale`.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
                                               int64_t rows, int64_t vocab, int32_t ignore_index, float smoothing,
-                                              float scale, float* dlogits) {
+                                              float scale, const float* dy, int64_t count, float* dlogits) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= vocab) return;
+  if (dy) scale = count ? *dy / static_cast<float>(count) : 0.0f;
   const float uniform = smoothing / static_cast<float>(vocab);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int32_t t = targets[r];
@@ -90,35 +93,61 @@ __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t
 
 }  // namespace
 
-CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                      int32_t ignore_index, float smoothing, float* lse) {
-  CrossEntropySum out;
-  if (rows <= 0) return out;
+void cross_entropy_forward_totals(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  int32_t ignore_index, float smoothing, float* lse, float* mean,
+                                  CrossEntropyTotals* totals) {
+  if (rows <= 0) {
+    TARN_CUDA_CALL(cudaMemsetAsync(totals, 0, sizeof(CrossEntropyTotals), nullptr));
+    TARN_CUDA_CALL(cudaMemsetAsync(mean, 0, sizeof(float), nullptr));
+    return;
+  }
   TARN_ASSERT(vocab > 0, "cross_entropy_forward: vocab must be positive, got ", vocab);
-  Scratch<double> work(2 * rows + 3);
+  Scratch<double> work(2 * rows);
   double* row_loss = work.get();
   double* row_nll = work.get() + rows;
-  double* total = work.get() + 2 * rows;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, device::kMaxGridY));
   tarn::launch(cross_entropy_rows_kernel, blocks, device::threads_for_row(vocab), 0, nullptr, logits, targets, rows,
                vocab, ignore_index, smoothing, lse, row_loss, row_nll);
   tarn::launch(cross_entropy_total_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(row_loss),
-               static_cast<const double*>(row_nll), targets, rows, ignore_index, total);
-  double host[3] = {0.0, 0.0, 0.0};
-  TARN_CUDA_CALL(cudaMemcpy(host, total, sizeof host, cudaMemcpyDeviceToHost));
-  out.loss = host[0];
-  out.count = static_cast<int64_t>(host[1]);
-  out.nll = host[2];
+               static_cast<const double*>(row_nll), targets, rows, ignore_index, totals, mean);
+}
+
+CrossEntropySum cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                      int32_t ignore_index, float smoothing, float* lse) {
+  CrossEntropySum out;
+  if (rows <= 0) return out;
+  Scratch<CrossEntropyTotals> total(1);
+  Scratch<float> mean(1);
+  TARN_CUDA_NS::cross_entropy_forward_totals(logits, targets, rows, vocab, ignore_index, smoothing, lse, mean.get(),
+                                            total.get());  // qualified: no ADL to cpu::
+  const CrossEntropyTotals host = device::read_back(total.get());
+  out.loss = host.loss;
+  out.count = host.count;
+  out.nll = host.nll;
   return out;
 }
 
-void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, float smoothing, float scale, float* dlogits) {
+namespace {
+void launch_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows, int64_t vocab,
+                     int32_t ignore_index, float smoothing, float scale, const float* dy, int64_t count,
+                     float* dlogits) {
   if (rows <= 0 || vocab <= 0) return;
   const dim3 grid(static_cast<unsigned>((vocab + kBlock - 1) / kBlock),
                   static_cast<unsigned>(std::min<int64_t>(rows, device::kMaxGridY)));
   tarn::launch(cross_entropy_backward_kernel, grid, kBlock, 0, nullptr, logits, targets, lse, rows, vocab,
-               ignore_index, smoothing, scale, dlogits);
+               ignore_index, smoothing, scale, dy, count, dlogits);
+}
+}  // namespace
+
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                            int64_t vocab, int32_t ignore_index, float smoothing, float scale, float* dlogits) {
+  launch_backward(logits, targets, lse, rows, vocab, ignore_index, smoothing, scale, nullptr, 0, dlogits);
+}
+
+void cross_entropy_backward_mean(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                 int64_t vocab, int32_t ignore_index, float smoothing, const float* dy,
+                                 int64_t count, float* dlogits) {
+  launch_backward(logits, targets, lse, rows, vocab, ignore_index, smoothing, 0.0f, dy, count, dlogits);
 }
 
 }  // namespace tarn::kernels::TARN_CUDA_NS

@@ -429,6 +429,24 @@ int completion_polls();
 void fault_device(cudaError_t error);
 cudaError_t device_fault();
 
+// The runtime calls after which the host has waited for the device, counted since the last
+// reset_host_waits() (tests count a training step's round trips with them; everything runs
+// synchronously here, so these count what a real device would make the host wait for):
+//   copies_to_host    cudaMemcpy device -> host (the host waits for the stream, then the copy)
+//   copies_to_device  cudaMemcpy host -> device (from pageable memory the stream is
+//                     synchronised before the copy starts)
+//                     (cudaMemcpyAsync counts too: the emulator cannot tell pinned memory, whose
+//                     asynchronous copies would not wait, from pageable memory)
+//   synchronizations  cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, and
+//                     cudaFree (which synchronises the device; cudaFreeAsync does not)
+struct HostWaits {
+  uint64_t copies_to_host = 0;
+  uint64_t copies_to_device = 0;
+  uint64_t synchronizations = 0;
+};
+HostWaits host_waits();
+void reset_host_waits();
+
 // Launch statistics since the last reset, for tests and benchmarks.
 struct Stats {
   uint64_t launches = 0;

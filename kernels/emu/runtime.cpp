@@ -38,6 +38,8 @@ thread_local cudaError_t tl_last_error = cudaSuccess;
 std::atomic<int> g_completion_polls{0};
 std::atomic<cudaError_t> g_fault{cudaSuccess};
 
+std::atomic<uint64_t> g_copies_to_host{0}, g_copies_to_device{0}, g_synchronizations{0};
+
 cudaError_t record(cudaError_t e) {
   if (e != cudaSuccess) tl_last_error = e;
   return e;
@@ -96,6 +98,16 @@ void* host_block(size_t bytes) {
 }
 }  // namespace
 
+HostWaits host_waits() {
+  return HostWaits{g_copies_to_host.load(), g_copies_to_device.load(), g_synchronizations.load()};
+}
+
+void reset_host_waits() {
+  g_copies_to_host = 0;
+  g_copies_to_device = 0;
+  g_synchronizations = 0;
+}
+
 void set_completion_polls(int n) { g_completion_polls = n < 0 ? 0 : n; }
 int completion_polls() { return g_completion_polls; }
 
@@ -131,7 +143,8 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaFree(void* ptr) {
+namespace {
+cudaError_t free_block(void* ptr) {
   if (!ptr) return faulted();
   DeviceMemory& m = device_memory_state();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -141,6 +154,12 @@ cudaError_t cudaFree(void* ptr) {
   m.blocks.erase(it);
   std::free(ptr);
   return faulted();
+}
+}  // namespace
+
+cudaError_t cudaFree(void* ptr) {
+  g_synchronizations.fetch_add(1);
+  return free_block(ptr);
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
@@ -154,7 +173,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
-cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return free_block(ptr); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {  // pinned host memory: not the device's
   if (const cudaError_t f = faulted()) return f;
@@ -171,6 +190,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (const cudaError_t f = faulted()) return f;
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src || kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidValue);
+  if (kind == cudaMemcpyDeviceToHost) g_copies_to_host.fetch_add(1);
+  if (kind == cudaMemcpyHostToDevice) g_copies_to_device.fetch_add(1);
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -201,6 +222,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return faulted();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  g_synchronizations.fetch_add(1);
   if (const cudaError_t f = faulted()) return f;
   resolve(s)->polls_left = 0;
   return cudaSuccess;
@@ -239,6 +261,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return query(e->polls_left);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  g_synchronizations.fetch_add(1);
   if (const cudaError_t f = faulted()) return f;
   if (!e) return record(cudaErrorInvalidValue);
   e->polls_left = 0;
@@ -254,6 +277,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // Completes the default stream's work; events and other streams keep their own count (they
 // are few, and tests synchronize what they query).
 cudaError_t cudaDeviceSynchronize() {
+  g_synchronizations.fetch_add(1);
   if (const cudaError_t f = faulted()) return f;
   legacy_stream.polls_left = 0;
   return cudaSuccess;

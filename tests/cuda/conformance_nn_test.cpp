@@ -256,6 +256,53 @@ TEST_P(NnConformance, SoftmaxAndLogSoftmaxForwardAndBackwardMatchCpu) {
   }
 }
 
+// The forms that read nothing back (kernels/cross_entropy.h): the totals and the mean written
+// where the logits are, on the same target as the returning forward (the mean is the loss over
+// the count, rounded to f32, and 0 when nothing counts), and the mean's backward reading dy
+// there gives the bits of the backward with scale = dy / count.
+TEST_P(NnConformance, CrossEntropyTotalsAndTheMeansBackwardReadNothingBack) {
+  const int32_t ignore = -100;
+  const int64_t vocab = 1031;
+  const auto logits = Random(kRows * vocab, -6.0f, 6.0f, 112);
+  auto targets = RandomIds(kRows, static_cast<int32_t>(vocab), 113);
+  for (int64_t r = 0; r < kRows; r += 3) targets[r] = ignore;
+  auto dl = dev(logits);
+  auto dt = dev(targets);
+  auto lse = out(kRows);
+  auto mean = out(1);
+  auto totals = dev(std::vector<kernels::cpu::CrossEntropyTotals>(1));
+  TARN_ON(target(), cross_entropy_forward_totals, dl.get(), dt.get(), kRows, vocab, ignore, 0.1f, lse.get(), mean.get(),
+          totals.get());
+  auto lse2 = out(kRows);
+  const auto returned = TARN_ON(target(), cross_entropy_forward, dl.get(), dt.get(), kRows, vocab, ignore, 0.1f,
+                                lse2.get());
+  const kernels::cpu::CrossEntropyTotals t = totals.host()[0];
+  EXPECT_EQ(t.count, returned.count);
+  EXPECT_EQ(t.loss, returned.loss);
+  EXPECT_EQ(t.nll, returned.nll);
+  EXPECT_EQ(mean.host()[0], static_cast<float>(t.loss / static_cast<double>(t.count)));
+  EXPECT_TRUE(BitwiseEqual(lse.host(), lse2.host()));
+
+  const float dy = 0.8125f;
+  auto ddy = dev(std::vector<float>{dy});
+  auto d_mean = out(static_cast<size_t>(kRows * vocab)), d_scale = out(static_cast<size_t>(kRows * vocab));
+  TARN_ON(target(), cross_entropy_backward_mean, dl.get(), dt.get(), lse.get(), kRows, vocab, ignore, 0.1f, ddy.get(),
+          t.count, d_mean.get());
+  TARN_ON(target(), cross_entropy_backward, dl.get(), dt.get(), lse.get(), kRows, vocab, ignore, 0.1f,
+          dy / static_cast<float>(t.count), d_scale.get());
+  EXPECT_TRUE(BitwiseEqual(d_mean.host(), d_scale.host()));
+
+  std::vector<int32_t> all_ignored(kRows, ignore);
+  auto di = dev(all_ignored);
+  TARN_ON(target(), cross_entropy_forward_totals, dl.get(), di.get(), kRows, vocab, ignore, 0.0f, lse.get(), mean.get(),
+          totals.get());
+  EXPECT_EQ(mean.host()[0], 0.0f) << "the mean of nothing is 0";
+  EXPECT_EQ(totals.host()[0].count, 0);
+  TARN_ON(target(), cross_entropy_backward_mean, dl.get(), di.get(), lse.get(), kRows, vocab, ignore, 0.0f, ddy.get(),
+          int64_t{0}, d_mean.get());
+  EXPECT_TRUE(BitwiseEqual(d_mean.host(), std::vector<float>(static_cast<size_t>(kRows * vocab), 0.0f)));
+}
+
 TEST_P(NnConformance, CrossEntropyWithIgnoreIndexAndSmoothingMatchesCpu) {
   const int32_t ignore = -100;
   for (int64_t vocab : {kCols, int64_t{1031}}) {

@@ -2,6 +2,8 @@
 // and the promise that every reduction gives the same bits in every thread order.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "framework/rng.h"
@@ -114,6 +116,181 @@ TEST_P(OptimConformance, AdamWWithAGradScaleHasTheBitsOfScalingTheGradientFirst)
   EXPECT_TRUE(BitwiseEqual(p_fused.host(), p_scaled.host()));
   EXPECT_TRUE(BitwiseEqual(m_fused.host(), m_scaled.host()));
   EXPECT_TRUE(BitwiseEqual(v_fused.host(), v_scaled.host()));
+}
+
+// A small arena for adamw_fused_step: ranges with and without weight decay, one of several
+// sum-of-squares blocks, an empty one, one without a gradient, alignment gaps between them.
+struct FusedArena {
+  std::vector<kernels::cpu::AdamWRange> ranges;
+  int64_t size = 0, blocks = 0;
+  FusedArena() {
+    const int64_t sizes[] = {3 * kernels::cpu::kSumSquaresBlock + 70, 37, 0, 4096, 5};
+    const float decays[] = {0.01f, 0.0f, 0.0f, 0.01f, 0.01f};
+    const int32_t grads[] = {1, 1, 1, 1, 0};
+    for (int i = 0; i < 5; ++i) {
+      kernels::cpu::AdamWRange r;
+      r.offset = (size + 63) / 64 * 64;
+      r.numel = sizes[i];
+      r.weight_decay = decays[i];
+      r.has_grad = grads[i];
+      ranges.push_back(r);
+      size = r.offset + r.numel;
+    }
+    blocks = kernels::cpu::adamw_fused_layout(ranges.data(), static_cast<int64_t>(ranges.size()));
+  }
+};
+
+kernels::cpu::AdamWFusedHyper FusedHyper(float max_norm) {
+  kernels::cpu::AdamWFusedHyper h;
+  h.lr = 3e-3f;
+  h.max_norm = max_norm;
+  return h;
+}
+
+// The fused update against the per-tensor path on the same target (each range's sum_squares
+// read back and added in order on the host, clip_scale there, adamw_step per range with the
+// host's scalars): the same norm and factor bits, and the same parameters and moments, bit for
+// bit under the emulator (whose pow is the host's); on a GPU the device's pow may move a bias
+// correction's f32 rounding, so there within a few ulps.
+TEST_P(OptimConformance, AdamWFusedStepHasThePerTensorPathsBits) {
+  const FusedArena arena;
+  for (const float max_norm : {0.0f, 0.5f, 1e6f}) {
+    SCOPED_TRACE(max_norm);
+    const auto p0 = Random(static_cast<size_t>(arena.size), -1.0f, 1.0f, 350);
+    const std::vector<float> zeros(static_cast<size_t>(arena.size), 0.0f);
+    auto fp = dev(p0), fm = dev(zeros), fv = dev(zeros);  // fused
+    auto rp = dev(p0), rm = dev(zeros), rv = dev(zeros);  // per range
+    auto ranges = dev(arena.ranges);
+    auto state = dev(std::vector<kernels::cpu::AdamWRangeState>(arena.ranges.size()));
+    auto applied = dev(std::vector<int64_t>{0});
+    auto outcome = dev(std::vector<kernels::cpu::AdamWOutcome>(1));
+    const kernels::cpu::AdamWFusedHyper h = FusedHyper(max_norm);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const auto g = Random(static_cast<size_t>(arena.size), -0.3f, 0.3f, 360 + static_cast<uint32_t>(step));
+      auto dg = dev(g);
+      TARN_ON(target(), adamw_fused_step, fp.get(), dg.get(), fm.get(), fv.get(), ranges.get(), state.get(),
+              static_cast<int64_t>(arena.ranges.size()), arena.blocks, h, nullptr, applied.get(), outcome.get());
+      double total = 0.0;
+      for (const auto& r : arena.ranges)
+        if (r.has_grad) total += TARN_ON(target(), sum_squares, dg.get() + r.offset, r.numel);
+      const double norm = std::sqrt(total);
+      const kernels::cpu::AdamWOutcome got = outcome.host()[0];
+      EXPECT_EQ(got.applied, 1);
+      EXPECT_EQ(std::memcmp(&got.norm, &norm, sizeof norm), 0) << "step " << step << ": " << got.norm << " vs " << norm;
+      EXPECT_EQ(got.scale, kernels::cpu::clip_scale(norm, max_norm)) << "step " << step;
+      for (const auto& r : arena.ranges) {
+        if (!r.has_grad) continue;
+        kernels::cpu::AdamWHyper hr;
+        hr.lr = h.lr;
+        hr.weight_decay = r.weight_decay;
+        hr.step = step;
+        hr.grad_scale = kernels::cpu::clip_scale(norm, max_norm);
+        TARN_ON(target(), adamw_step, rp.get() + r.offset, dg.get() + r.offset, rm.get() + r.offset,
+                rv.get() + r.offset, r.numel, hr);
+      }
+    }
+    EXPECT_EQ(applied.host()[0], 3);
+    const auto st = state.host();
+    for (size_t i = 0; i < st.size(); ++i) EXPECT_EQ(st[i].step, arena.ranges[i].has_grad ? 3 : 0) << "range " << i;
+    if (target() == Target::gpu) {
+      EXPECT_TRUE(AllClose(fp.host(), rp.host(), 1e-6f, 1e-9f));
+      EXPECT_TRUE(AllClose(fm.host(), rm.host(), 1e-6f, 1e-12f));
+      EXPECT_TRUE(AllClose(fv.host(), rv.host(), 1e-6f, 1e-15f));
+    } else {
+      EXPECT_TRUE(BitwiseEqual(fp.host(), rp.host()));
+      EXPECT_TRUE(BitwiseEqual(fm.host(), rm.host()));
+      EXPECT_TRUE(BitwiseEqual(fv.host(), rv.host()));
+    }
+    const auto untouched = rp.host();  // the range without a gradient kept its values
+    const auto& last = arena.ranges.back();
+    for (int64_t i = 0; i < last.numel; ++i) EXPECT_EQ(untouched[last.offset + i], p0[last.offset + i]);
+  }
+}
+
+// A gradient that is not finite, or the skip flag, leaves everything as it was: parameters,
+// moments, the ranges' steps and the applied count; the outcome says so.
+TEST_P(OptimConformance, AdamWFusedStepSkipsOnABadNormOrTheFlag) {
+  const FusedArena arena;
+  const auto p0 = Random(static_cast<size_t>(arena.size), -1.0f, 1.0f, 370);
+  const auto m0 = Random(static_cast<size_t>(arena.size), -0.1f, 0.1f, 371);
+  const auto v0 = Random(static_cast<size_t>(arena.size), 0.0f, 0.01f, 372);
+  std::vector<kernels::cpu::AdamWRangeState> s0(arena.ranges.size());
+  for (auto& s : s0) s.step = 4;
+  auto p = dev(p0), m = dev(m0), v = dev(v0);
+  auto ranges = dev(arena.ranges);
+  auto state = dev(s0);
+  auto applied = dev(std::vector<int64_t>{4});
+  auto outcome = dev(std::vector<kernels::cpu::AdamWOutcome>(1));
+  const int64_t count = static_cast<int64_t>(arena.ranges.size());
+  auto expect_untouched = [&](const char* why) {
+    EXPECT_EQ(outcome.host()[0].applied, 0) << why;
+    EXPECT_TRUE(BitwiseEqual(p.host(), p0)) << why;
+    EXPECT_TRUE(BitwiseEqual(m.host(), m0)) << why;
+    EXPECT_TRUE(BitwiseEqual(v.host(), v0)) << why;
+    for (const auto& s : state.host()) EXPECT_EQ(s.step, 4) << why;
+    EXPECT_EQ(applied.host()[0], 4) << why;
+  };
+  for (const float bad : {INFINITY, NAN}) {
+    auto g = Random(static_cast<size_t>(arena.size), -0.3f, 0.3f, 373);
+    g[arena.ranges[3].offset + 17] = bad;
+    auto dg = dev(g);
+    TARN_ON(target(), adamw_fused_step, p.get(), dg.get(), m.get(), v.get(), ranges.get(), state.get(), count,
+            arena.blocks, FusedHyper(1.0f), nullptr, applied.get(), outcome.get());
+    EXPECT_FALSE(std::isfinite(outcome.host()[0].norm));
+    expect_untouched(bad > 0 ? "an infinite gradient" : "a NaN gradient");
+  }
+  // Not finite in a range without a gradient: not read, the step applies (checked last).
+  auto g = Random(static_cast<size_t>(arena.size), -0.3f, 0.3f, 374);
+  auto dg = dev(g);
+  auto flag = dev(std::vector<int32_t>{1});
+  TARN_ON(target(), adamw_fused_step, p.get(), dg.get(), m.get(), v.get(), ranges.get(), state.get(), count,
+          arena.blocks, FusedHyper(1.0f), flag.get(), applied.get(), outcome.get());
+  EXPECT_TRUE(std::isfinite(outcome.host()[0].norm)) << "the norm is still taken";
+  expect_untouched("the skip flag");
+  g[arena.ranges.back().offset] = NAN;
+  auto dg_stale = dev(g);
+  auto go = dev(std::vector<int32_t>{0});
+  TARN_ON(target(), adamw_fused_step, p.get(), dg_stale.get(), m.get(), v.get(), ranges.get(), state.get(), count,
+          arena.blocks, FusedHyper(1.0f), go.get(), applied.get(), outcome.get());
+  EXPECT_EQ(outcome.host()[0].applied, 1) << "a stale value in a range without a gradient is not read";
+  EXPECT_EQ(applied.host()[0], 5);
+}
+
+// A step's record: each micro-batch's loss x counted and NLL added in double, a loss that is
+// not finite flags the step, the judge flags a mean over the bound; the CPU's arithmetic.
+TEST_P(OptimConformance, StepRecordAddsAndJudgesAsTheCpu) {
+  struct Case {
+    std::vector<float> losses;
+    double bound;
+    int32_t bad;
+  };
+  const Case cases[] = {{{2.5f, 3.25f, 1e-3f}, 700.0, 0}, {{2.5f, NAN, 1.0f}, 700.0, 1}, {{2.5f, INFINITY}, 700.0, 1},
+                        {{800.0f, 900.0f}, 700.0, 1}, {{2.0f, 3.0f}, 1.0, 1}};
+  for (const Case& c : cases) {
+    kernels::cpu::StepRecord want;
+    auto rec = dev(std::vector<kernels::cpu::StepRecord>(1));
+    int64_t total = 0;
+    for (size_t i = 0; i < c.losses.size(); ++i) {
+      const int64_t counted = 7 + static_cast<int64_t>(i);
+      total += counted;
+      kernels::cpu::CrossEntropyTotals t;
+      t.nll = 0.37 * static_cast<double>(i + 1);
+      auto loss = dev(std::vector<float>{c.losses[i]});
+      auto totals = dev(std::vector<kernels::cpu::CrossEntropyTotals>{t});
+      const bool with_totals = i % 2 == 0;  // the NLL from the totals, or passed in
+      kernels::cpu::step_record_add(&want, &c.losses[i], counted, with_totals ? &t : nullptr, 1.5);
+      TARN_ON(target(), step_record_add, rec.get(), loss.get(), counted, with_totals ? totals.get() : nullptr, 1.5);
+    }
+    kernels::cpu::step_record_judge(&want, total, c.bound);
+    TARN_ON(target(), step_record_judge, rec.get(), total, c.bound);
+    const kernels::cpu::StepRecord got = rec.host()[0];
+    EXPECT_EQ(want.loss_bad, c.bad) << c.losses[0] << " " << c.losses[1];
+    EXPECT_EQ(got.loss_bad, want.loss_bad) << c.losses[0] << " " << c.losses[1];
+    if (!want.loss_bad) {
+      EXPECT_EQ(got.loss_sum, want.loss_sum);
+      EXPECT_EQ(got.nll_sum, want.nll_sum);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, OptimConformance, ::testing::ValuesIn(kAllTargets), TargetName);

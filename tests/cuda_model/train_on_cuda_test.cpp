@@ -207,6 +207,41 @@ TEST(TrainOnCuda, ARecipeThatDoesNotFitTheDevicesFreeMemoryIsRefusedUpFront) {
   EXPECT_EQ(train(options(dir, 1, "cuda")).steps, 1);
 }
 
+// On the device a step's loss and norm are read only when the run logs (TrainStep defers them),
+// so a run whose weights blow up (an absurd learning rate: the losses after the first update
+// are not finite) stops with the failure of `tarn train` (exit 3, "non-finite") at most one
+// logging interval after the CPU run, which sees each bad step at once; the checkpoint written
+// before is intact and finite, and no checkpoint is written after the bad steps.
+TEST(TrainOnCuda, NonFiniteStepsStopTheRunWithinALoggingIntervalAndKeepTheGoodCheckpoint) {
+  emulated_cuda();
+  constexpr int64_t kLogEvery = 4, kMaxBad = 2;
+  std::map<std::string, TrainSummary> runs;
+  for (const char* device_name : {"cpu", "cuda"}) {
+    const std::string device = device_name;
+    const std::string dir = testing::make_tiny_corpus("cuda_model_nonfinite_" + device);
+    train(options(dir, 2, device));  // a good checkpoint at step 2
+    TrainOptions o = options(dir, 40, device);
+    for (const std::string& s :
+         std::vector<std::string>{"optimizer.lr=1e30", "optimizer.clip_norm=0", "optimizer.schedule=constant",
+                                  "training.max_bad_steps=" + std::to_string(kMaxBad),
+                                  "logging.every_steps=" + std::to_string(kLogEvery)})
+      o.overrides.push_back(s);
+    runs[device] = train(o);
+    EXPECT_TRUE(runs[device].failed) << device;
+    EXPECT_EQ(runs[device].stop_reason, "non-finite") << device;
+    const std::optional<Checkpoint> last = latest_valid_checkpoint(dir + "/run");
+    ASSERT_TRUE(last.has_value()) << device;
+    EXPECT_EQ(last->dir, checkpoint_dir(dir + "/run", 2)) << device << ": nothing is saved once the run fails";
+    for (const auto& [name, t] : load_safetensors(last->path("model.safetensors")).tensors)
+      for (float x : t.to_vector()) ASSERT_TRUE(std::isfinite(x)) << device << ": " << name << " in " << last->dir;
+  }
+  // The CPU run counts applied steps only; the device's keeps the bad steps' numbers and may run
+  // on to the next progress line.
+  const int64_t cpu = runs["cpu"].steps, gpu = runs["cuda"].steps;
+  EXPECT_GE(gpu, cpu + kMaxBad);
+  EXPECT_LE(gpu, cpu + kMaxBad + kLogEvery - 1);
+}
+
 // A chunk the CUDA scan does not run is refused up front, naming the key and where it was set.
 TEST(TrainOnCuda, AChunkTheCudaScanDoesNotRunIsRefusedNamingTheKey) {
   testing::emulated_cuda();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -216,6 +217,128 @@ TEST(TrainStep, ANonFiniteGradientNormSkipsTheStep) {
   EXPECT_EQ(r.result.outcome, StepOutcome::nonfinite_gradient);
   EXPECT_TRUE(same_bits(r.params, before));
   EXPECT_EQ(r.gradients_left, 0);
+}
+
+// Deferred results (TrainStepOptions::defer_results, automatic on a CUDA device, forced here
+// on the CPU): run() reads nothing and returns pending; settle() then gives what the immediate
+// step gives, bit for bit, and the parameters are the same.
+std::vector<StepResult> run_steps(Toy& m, TrainStep& step, const Forward& forward, int steps) {
+  std::vector<StepResult> out;
+  for (int s = 0; s < steps; ++s) {
+    out.push_back(step.run(kMicroBatches, kMicroBatches * kRows, [&](int64_t k) { return forward(0, m, k); }, 1e-2f));
+    if (step.defers()) {
+      EXPECT_TRUE(out.back().pending()) << "step " << s;
+      EXPECT_EQ(out.back().tokens, kMicroBatches * kRows);
+    }
+  }
+  if (step.defers()) {
+    EXPECT_EQ(step.pending_steps(), steps);
+    out = step.settle();
+    EXPECT_EQ(step.pending_steps(), 0);
+    EXPECT_TRUE(step.settle().empty());
+  }
+  return out;
+}
+
+// A forward that counts the steps (each starts with micro-batch 0; an immediate step stops at a
+// bad loss): step s, micro-batch k gives whole_batch's loss changed by change(s, k, loss).
+using LossChange = std::function<Tensor(int step, int64_t k, const Tensor& loss)>;
+Forward counting_forward(const LossChange& change) {
+  auto steps = std::make_shared<int>(-1);
+  return [steps, change](int rank, Toy& m, int64_t k) {
+    if (k == 0) ++*steps;
+    const int step = *steps;
+    std::optional<MicroBatchLoss> l = whole_batch(rank, m, k);
+    l->loss = change(step, k, l->loss);
+    return l;
+  };
+}
+
+void expect_deferred_equals_immediate(const LossChange& change, int steps, float clip_norm) {
+  const Forward forward_a = counting_forward(change), forward_b = counting_forward(change);
+  const auto comm = kernels::solo_communicator();
+  TrainStepOptions at_once, later;
+  at_once.clip_norm = later.clip_norm = clip_norm;
+  at_once.defer_results = TrainStepOptions::Defer::no;
+  later.defer_results = TrainStepOptions::Defer::yes;
+  Toy a, b;
+  TrainStep sa(a, *comm, *comm, at_once), sb(b, *comm, *comm, later);
+  ASSERT_FALSE(sa.defers());
+  ASSERT_TRUE(sb.defers());
+  const std::vector<StepResult> ra = run_steps(a, sa, forward_a, steps), rb = run_steps(b, sb, forward_b, steps);
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(rb[i].outcome, ra[i].outcome) << "step " << i;
+    EXPECT_EQ(rb[i].grad_norm, ra[i].grad_norm) << "step " << i;
+    // A bad loss ends an immediate step's forwards early; a deferred step runs them all (it
+    // does not know): the counts and sums of such a step mean nothing either way.
+    if (ra[i].outcome != StepOutcome::nonfinite_loss) {
+      EXPECT_EQ(rb[i].tokens, ra[i].tokens) << "step " << i;
+      EXPECT_EQ(rb[i].loss_sum, ra[i].loss_sum) << "step " << i;
+      EXPECT_EQ(rb[i].nll_sum, ra[i].nll_sum) << "step " << i;
+    }
+  }
+  EXPECT_TRUE(same_bits(values(a), values(b)));
+  EXPECT_EQ(sa.optimizer()->step_count(), sb.optimizer()->step_count());
+  for (Tensor* p : b.parameters()) EXPECT_FALSE(p->grad().defined()) << "gradients are zeroed after every step";
+}
+
+TEST(TrainStep, DeferredResultsAreTheImmediateOnesReadLater) {
+  const LossChange none = [](int, int64_t, const Tensor& loss) { return loss; };
+  expect_deferred_equals_immediate(none, 3, 0.0f);
+  expect_deferred_equals_immediate(none, 3, 0.05f);  // clipped every step
+}
+
+TEST(TrainStep, DeferredBadStepsAreSkippedWhereTheyRunAndReportedBySettle) {
+  // Step 2 (of 4) has a NaN loss in its second micro-batch, step 3 a diverged mean.
+  const LossChange bad_steps = [](int step, int64_t k, const Tensor& loss) {
+    if (step == 1 && k == 1) return mul(loss, Tensor::full(Shape{}, std::numeric_limits<float>::quiet_NaN()));
+    if (step == 2) return add(loss, Tensor::full(Shape{}, 1000.0f));
+    return loss;
+  };
+  expect_deferred_equals_immediate(bad_steps, 4, 1.0f);
+  const auto comm = kernels::solo_communicator();
+  TrainStepOptions o;
+  o.defer_results = TrainStepOptions::Defer::yes;
+  Toy m;
+  TrainStep step(m, *comm, *comm, o);
+  const std::vector<StepResult> r = run_steps(m, step, counting_forward(bad_steps), 4);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].outcome, StepOutcome::applied);
+  EXPECT_EQ(r[1].outcome, StepOutcome::nonfinite_loss);
+  EXPECT_EQ(r[2].outcome, StepOutcome::nonfinite_loss);
+  EXPECT_EQ(r[3].outcome, StepOutcome::applied);
+  EXPECT_EQ(step.optimizer()->step_count(), 2) << "the two bad steps left the update counts alone";
+}
+
+TEST(TrainStep, ADeferredNonFiniteGradientNormSkipsTheStep) {
+  const auto before = values(Toy());
+  const Forward infinite_gradient = [](int, Toy& m, int64_t) {
+    MicroBatchLoss l;
+    l.loss = sum_all(sqrt(mul(m.b, Tensor::full(Shape{3}, 0.0f))));
+    l.counted = 1;
+    l.tokens = kRows;
+    return std::optional<MicroBatchLoss>(l);
+  };
+  const auto comm = kernels::solo_communicator();
+  TrainStepOptions o;
+  o.defer_results = TrainStepOptions::Defer::yes;
+  Toy m;
+  TrainStep step(m, *comm, *comm, o);
+  const std::vector<StepResult> r = run_steps(m, step, infinite_gradient, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].outcome, StepOutcome::nonfinite_gradient);
+  EXPECT_TRUE(same_bits(values(m), before));
+  EXPECT_EQ(step.optimizer()->step_count(), 0);
+}
+
+// More pending steps than the records kept where the step runs: the oldest are read back early
+// and handed out, in order, by the next settle().
+TEST(TrainStep, MoreDeferredStepsThanRecordsAreSettledInOrder) {
+  const LossChange nan_at_step_66 = [](int step, int64_t, const Tensor& loss) {
+    return step == 66 ? mul(loss, Tensor::full(Shape{}, std::numeric_limits<float>::quiet_NaN())) : loss;
+  };
+  expect_deferred_equals_immediate(nan_at_step_66, 70, 1.0f);  // past the 64 records
 }
 
 TEST(TrainStep, ARankWithEmptySharesStillJoinsTheStep) {

@@ -1,0 +1,148 @@
+// TrainStep (framework/train/step.h) on the tiny BART on cuda:0, counting what makes the host
+// wait for the device (the emulator's runtime stand-ins count them: kernels/emu/emu.h,
+// HostWaits). One rank on a CUDA device defers the step's results: a step that does not log
+// reads nothing back, and settle() reads every pending step's record in one copy; the results
+// and the parameters are the bits of the step that reads them at once.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/ops/elementwise.h"
+#include "framework/ops/nn.h"
+#include "framework/train/step.h"
+#include "kernels/collectives.h"
+#include "kernels/emu/emu.h"
+#include "layers/bart.h"
+#include "tests/cuda_model/emulated_cuda.h"
+#include "tests/layers/layers_test_util.h"
+
+namespace tarn {
+namespace {
+
+constexpr int64_t kMicroBatches = 2;
+
+// The tiny model (linear attention, elu1) on the device and one fixed batch: two sequences of 7
+// source and 5 target tokens, the second padded in its last two source positions.
+struct DeviceRun {
+  BartForConditionalGeneration model;
+  std::unique_ptr<kernels::Communicator> comm = kernels::solo_communicator();
+  std::unique_ptr<TrainStep> step;
+  Shape src_shape{2, 7}, tgt_shape{2, 5};
+  std::vector<int32_t> src = testing::random_ids(14, 48, 3), tgt_in = testing::random_ids(10, 48, 4),
+                       labels = testing::random_ids(10, 48, 5);
+  PaddingMask pad = PaddingMask(14, 0);
+
+  explicit DeviceRun(TrainStepOptions::Defer defer)
+      : model(testing::config_for(testing::attention_setups()[1]), 11) {
+    model.to(testing::emulated_cuda());
+    pad[12] = pad[13] = 1;
+    TrainStepOptions o;
+    o.clip_norm = 1.0f;
+    o.defer_results = defer;
+    step = std::make_unique<TrainStep>(model, *comm, *comm, o);
+  }
+  // As the trainer's forward: the NLL stays in the loss's totals.
+  std::optional<MicroBatchLoss> forward(int64_t) {
+    MicroBatchLoss m;
+    m.loss = seq2seq_loss(model.forward(src, src_shape, pad, tgt_in, tgt_shape), labels, model.config().pad_token_id,
+                          0.0f, &m.counted, nullptr, CrossEntropyOptions{}.ignore_index, &m.totals);
+    m.tokens = 24;
+    return m;
+  }
+  StepResult run() {
+    return step->run(kMicroBatches, 2 * kMicroBatches * 5, [this](int64_t k) { return forward(k); }, 1e-3f);
+  }
+};
+
+emu::HostWaits waits_of(const std::function<void()>& f) {
+  emu::reset_host_waits();
+  f();
+  return emu::host_waits();
+}
+
+// Before this (issue 51), a step of this model read back 97 values: the loss (its sums in the
+// forward, loss.item() in the step, dy.item() in the backward: 3 per micro-batch) and the
+// gradient norm of each of its 91 parameter tensors. Now a deferred step reads none. What
+// still goes to the device, 9 copies per micro-batch, is the batch and what is made from it
+// on the host: the source and target token ids, their position ids, the four padding masks of
+// the attentions and the loss's targets (issue 51's pinned, asynchronous batch uploads and
+// device-built masks are not done).
+TEST(StepOnCuda, ADeferredStepReadsNothingBackAndSettleReadsOnce) {
+  DeviceRun r(TrainStepOptions::Defer::automatic);
+  ASSERT_TRUE(r.step->defers()) << "one rank on a CUDA device defers by default";
+  r.run();  // the first step also uploads the optimizer's table of ranges (once)
+  for (int s = 0; s < 2; ++s) {
+    StepResult result;
+    const emu::HostWaits w = waits_of([&] { result = r.run(); });
+    EXPECT_TRUE(result.pending());
+    EXPECT_EQ(w.copies_to_host, 0u) << "step " << s;
+    EXPECT_EQ(w.synchronizations, 0u) << "step " << s;
+    EXPECT_LE(w.copies_to_device, 9u * kMicroBatches) << "step " << s;
+  }
+  std::vector<StepResult> settled;
+  const emu::HostWaits w = waits_of([&] { settled = r.step->settle(); });
+  EXPECT_EQ(w.copies_to_host, 1u) << "every pending step's record in one copy";
+  EXPECT_EQ(w.copies_to_device, 0u);
+  ASSERT_EQ(settled.size(), 3u);
+  for (const StepResult& s : settled) EXPECT_TRUE(s.applied());
+}
+
+TEST(StepOnCuda, DeferredResultsAndParametersAreTheBitsOfTheImmediateStep) {
+  DeviceRun deferred(TrainStepOptions::Defer::automatic), immediate(TrainStepOptions::Defer::no);
+  ASSERT_FALSE(immediate.step->defers());
+  std::vector<StepResult> at_once;
+  for (int s = 0; s < 3; ++s) {
+    deferred.run();
+    const emu::HostWaits w = waits_of([&] { at_once.push_back(immediate.run()); });
+    // Read at once: each micro-batch's loss and NLL, and the update's outcome.
+    if (s > 0) {
+      EXPECT_EQ(w.copies_to_host, 2u * kMicroBatches + 1) << "step " << s;
+    }
+  }
+  const std::vector<StepResult> later = deferred.step->settle();
+  ASSERT_EQ(later.size(), at_once.size());
+  for (size_t i = 0; i < later.size(); ++i) {
+    EXPECT_EQ(later[i].outcome, at_once[i].outcome) << "step " << i;
+    EXPECT_EQ(later[i].loss_sum, at_once[i].loss_sum) << "step " << i;
+    EXPECT_EQ(later[i].nll_sum, at_once[i].nll_sum) << "step " << i;
+    EXPECT_EQ(later[i].grad_norm, at_once[i].grad_norm) << "step " << i;
+    EXPECT_EQ(later[i].tokens, at_once[i].tokens) << "step " << i;
+  }
+  const auto pd = deferred.model.named_parameters(), pi = immediate.model.named_parameters();
+  ASSERT_EQ(pd.size(), pi.size());
+  for (size_t i = 0; i < pd.size(); ++i) {
+    const std::vector<float> a = pd[i].second->to_vector(), b = pi[i].second->to_vector();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << pd[i].first;
+  }
+  EXPECT_EQ(deferred.step->optimizer()->step_count(), 3);
+}
+
+// A NaN loss on the device: the step is skipped there (parameters untouched) and settle() says so.
+TEST(StepOnCuda, ADeferredNanLossSkipsTheUpdateOnTheDevice) {
+  DeviceRun r(TrainStepOptions::Defer::automatic);
+  r.run();
+  std::vector<std::vector<float>> before;
+  for (Tensor* p : r.model.parameters()) before.push_back(p->to_vector());
+  const StepResult pending = r.step->run(kMicroBatches, 2 * kMicroBatches * 5, [&](int64_t k) {
+    std::optional<MicroBatchLoss> m = r.forward(k);
+    if (k == 1) m->loss = mul(m->loss, Tensor::full(Shape{}, NAN, m->loss.device()));
+    return m;
+  }, 1e-3f);
+  EXPECT_TRUE(pending.pending());
+  const std::vector<StepResult> settled = r.step->settle();
+  ASSERT_EQ(settled.size(), 2u);
+  EXPECT_TRUE(settled[0].applied());
+  EXPECT_EQ(settled[1].outcome, StepOutcome::nonfinite_loss);
+  size_t i = 0;
+  for (Tensor* p : r.model.parameters()) EXPECT_EQ(p->to_vector(), before[i++]);
+  EXPECT_EQ(r.step->optimizer()->step_count(), 1);
+}
+
+}  // namespace
+}  // namespace tarn
