@@ -160,6 +160,8 @@ __device__ void gradient_rows(bf16* g, const bf16* o, float* gn, const float* de
   }
 }
 
+__device__ __forceinline__ float round_bf16(float x) { return mma::to_float(mma::to_bf16(x)); }
+
 // Sums of two accumulator halves over a lane quad (the four lanes that share rows g, g + 8).
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(device::kFullMask, x, 1);
@@ -351,7 +353,9 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   const int64_t sc = slice * a.chunks + chunk;
   load_chunk_qkv<kDim>(smem, a, at, row0);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
-  for (int c = threadIdx.x; c < kDim; c += kThreads) zs[c] = a.z[sc * kDim + c];
+  // z as the state's bf16 (num's phi(Q) S multiplies bf16 S: den must weigh alike, or out stops
+  // being a weighted mean of v and the backward's (dO . v_j - dO . out) loses its cancellation).
+  for (int c = threadIdx.x; c < kDim; c += kThreads) zs[c] = round_bf16(a.z[sc * kDim + c]);
   async::wait_all();
   __syncthreads();
   map_chunk_qk<kDim>(smem, a, slice, row0);
@@ -363,7 +367,12 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   wm::FragC p[8];
   chunk_scores<kDim, true>(p, qa, ks, w);
   mask_diagonal<true>(p, w);
-  // den: the masked scores' row sums plus phi(q) . z, for rows g and g + 8 of the warp's 16.
+  // den: the masked scores' row sums plus phi(q) . z, for rows g and g + 8 of the warp's 16,
+  // summing the scores as P V will multiply them: rounded to bf16.
+  TARN_UNROLL
+  for (int t = 0; t < 8; ++t)
+    TARN_UNROLL
+    for (int el = 0; el < 4; ++el) p[t].r[el] = round_bf16(p[t].r[el]);
   float den[2] = {0.0f, 0.0f};
   TARN_UNROLL
   for (int t = 0; t < 8; ++t) den[0] += p[t].r[0] + p[t].r[1], den[1] += p[t].r[2] + p[t].r[3];
@@ -417,7 +426,9 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   load_rows<kDim>(os, a.out + at * a.e, row0, a.n, a.e);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
   load_state<kDim>(dss, a.dstate + sc * kDim * kDim);
-  for (int c = threadIdx.x; c < kDim; c += kThreads) zs[c] = a.z[sc * kDim + c], dzs[c] = a.dz[sc * kDim + c];
+  // (Both vectors as bf16, as the states beside them: the forward's den used this z.)
+  for (int c = threadIdx.x; c < kDim; c += kThreads)
+    zs[c] = round_bf16(a.z[sc * kDim + c]), dzs[c] = round_bf16(a.dz[sc * kDim + c]);
   async::wait_all();
   __syncthreads();
   map_chunk_qk<kDim>(smem, a, slice, row0);
