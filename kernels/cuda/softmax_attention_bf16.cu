@@ -187,6 +187,31 @@ __device__ __forceinline__ void load_key_ok(float* ok, const Shape& sh, const fl
   }
 }
 
+// The backward's tiles of slice bh (rows zero-padded as load_rows does): a key tile's k, v rows
+// and flags; a query tile's q, dO rows; and, for dK, dV, also its queries' lse and D (+inf and 0
+// past n_q, so that P = 0 there).
+__device__ __forceinline__ void load_key_tile(const Buffers& B, const Layout& L, const Shape& sh, int64_t bh,
+                                              const bf16* k, const bf16* v, const float* pad, int64_t j0) {
+  load_rows(B.k, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
+  load_rows(B.v, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
+  load_key_ok(B.key_ok, sh, pad, j0);
+}
+__device__ __forceinline__ void load_query_rows(const Buffers& B, const Layout& L, const Shape& sh, int64_t bh,
+                                                const bf16* q, const bf16* dout, int64_t i0) {
+  load_rows(B.q, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
+  load_rows(B.dout, L.lde, sh.pe, dout + bh * sh.n_q * sh.e, i0, sh.n_q, sh.e);
+}
+__device__ __forceinline__ void load_query_tile(const Buffers& B, const Layout& L, const Shape& sh, int64_t bh,
+                                                const bf16* q, const bf16* dout, const float* lse, const float* dvec,
+                                                int64_t i0) {
+  load_query_rows(B, L, sh, bh, q, dout, i0);
+  for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+    const int64_t i = i0 + t;
+    B.lse[t] = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
+    B.delta[t] = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
+  }
+}
+
 // Whether query i sees key j under the causal mask and the window (padding and keys past n_k
 // aside: the callers' key_ok flags hold those).
 __device__ __forceinline__ bool sees(const Shape& sh, int64_t i, int64_t j) {
@@ -204,10 +229,6 @@ __device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
   const KeyRange keys = keys_of_block(i0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
   return {keys.begin / kTile * kTile, keys.end};
 }
-
-// The two lanes of a row combine their halves.
-__device__ __forceinline__ float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(device::kFullMask, v, 1)); }
-__device__ __forceinline__ float pair_sum(float v) { return v + __shfl_xor_sync(device::kFullMask, v, 1); }
 
 // c[16 x 16] (f32 fragment) += a[16 x depth] b^T, with a and b row-major bf16 (b's rows are the
 // output columns): the "NT" product of S = Q K^T, dP = dO V^T and their transposes.
@@ -435,17 +456,13 @@ __global__ void __launch_bounds__(kThreads)
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
   const Layout L = layout(Pass::dkdv, sh.pd, sh.pe);
-  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
-  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
-  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  const Buffers B = buffers(smem, L);
+  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
   float* st = reinterpret_cast<float*>(smem + L.s);    // S^T (keys x queries)
   float* dpt = reinterpret_cast<float*>(smem + L.dp);  // dP^T
   bf16* ptb = reinterpret_cast<bf16*>(smem + L.p);     // P^T
   bf16* dstb = reinterpret_cast<bf16*>(smem + L.ds);   // dS^T
-  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
-  float* lse_s = reinterpret_cast<float*>(smem + L.lse);
-  float* d_s = reinterpret_cast<float*>(smem + L.delta);
+  float *key_ok = B.key_ok, *lse_s = B.lse, *d_s = B.delta;
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
   const int wr = warp * kT, row = lane / 2, half = lane % 2;
   const int dtiles = sh.pd / kT, etiles = sh.pe / kT;
@@ -453,11 +470,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) / sh.slices * kTile;
   const int64_t j = j0 + wr + row;  // this lane's key
   const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  const bf16* qb = q + bh * sh.n_q * sh.d;
-  const bf16* dob = dout + bh * sh.n_q * sh.e;
-  load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
-  load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
-  load_key_ok(key_ok, sh, pad, j0);
+  load_key_tile(B, L, sh, bh, k, v, pad, j0);
 
   mma::Accumulator dk_acc[kCT], dv_acc[kCT];
 #pragma unroll
@@ -467,13 +480,7 @@ __global__ void __launch_bounds__(kThreads)
   // Only the query tiles that see some key of this tile (causal: none before j0; window).
   const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
   for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
-    load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
-    load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
-    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
-      const int64_t i = i0 + t;
-      lse_s[t] = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
-      d_s[t] = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
-    }
+    load_query_tile(B, L, sh, bh, q, dout, lse, dvec, i0);
     __syncthreads();
     scores_nt(st + wr * kLdScore, ks + wr * L.ldd, qs, L.ldd, sh.pd, sh, j0 + wr, i0, false);
     scores_nt(dpt + wr * kLdScore, vs + wr * L.lde, dos, L.lde, sh.pe, sh, j0 + wr, i0, false);
@@ -524,14 +531,12 @@ __global__ void __launch_bounds__(kThreads)
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
   const Layout L = layout(Pass::dq, sh.pd, sh.pe);
-  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L.k);
-  bf16* vs = reinterpret_cast<bf16*>(smem + L.v);
-  bf16* dos = reinterpret_cast<bf16*>(smem + L.dout);
+  const Buffers B = buffers(smem, L);
+  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
   float* sf = reinterpret_cast<float*>(smem + L.s);
   float* dpf = reinterpret_cast<float*>(smem + L.dp);
   bf16* dsb = reinterpret_cast<bf16*>(smem + L.ds);
-  float* key_ok = reinterpret_cast<float*>(smem + L.key_ok);
+  float* key_ok = B.key_ok;
   const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
   const int wr = warp * kT, row = lane / 2, half = lane % 2;
   const int dtiles = sh.pd / kT;
@@ -539,10 +544,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
   const int64_t i = i0 + wr + row;  // this lane's query
   const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  const bf16* kb = k + bh * sh.n_k * sh.d;
-  const bf16* vb = v + bh * sh.n_k * sh.e;
-  load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
-  load_rows(dos, L.lde, sh.pe, dout + bh * sh.n_q * sh.e, i0, sh.n_q, sh.e);
+  load_query_rows(B, L, sh, bh, q, dout, i0);
   const float lse_i = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
   const float d_i = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
 
@@ -553,9 +555,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dprow = dpf + (wr + row) * kLdScore;
   const KeyRange span = key_span(sh, i0);
   for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
-    load_rows(ks, L.ldd, sh.pd, kb, j0, sh.n_k, sh.d);
-    load_rows(vs, L.lde, sh.pe, vb, j0, sh.n_k, sh.e);
-    load_key_ok(key_ok, sh, pad, j0);
+    load_key_tile(B, L, sh, bh, k, v, pad, j0);
     __syncthreads();
     scores_nt(sf + wr * kLdScore, qs + wr * L.ldd, ks, L.ldd, sh.pd, sh, i0 + wr, j0, true);
     scores_nt(dpf + wr * kLdScore, dos + wr * L.lde, vs, L.lde, sh.pe, sh, i0 + wr, j0, true);
@@ -666,24 +666,14 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) / sh.slices * kTile;
   const int64_t key0 = j0 + wr + wm::c_row(lane, 0), key1 = key0 + 8;  // this lane's two keys
   const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  const bf16* qb = q + bh * sh.n_q * sh.d;
-  const bf16* dob = dout + bh * sh.n_q * sh.e;
-  load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
-  load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
-  load_key_ok(key_ok, sh, pad, j0);
+  load_key_tile(B, L, sh, bh, k, v, pad, j0);
 
   wm::FragC dk_acc[kDim / 8], dv_acc[kDim / 8];
 #pragma unroll
   for (int t = 0; t < kDim / 8; ++t) wm::zero(dk_acc[t]), wm::zero(dv_acc[t]);
   const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
   for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
-    load_rows(qs, L.ldd, sh.pd, qb, i0, sh.n_q, sh.d);
-    load_rows(dos, L.lde, sh.pe, dob, i0, sh.n_q, sh.e);
-    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
-      const int64_t i = i0 + t;
-      lse_s[t] = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
-      d_s[t] = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
-    }
+    load_query_tile(B, L, sh, bh, q, dout, lse, dvec, i0);
     __syncthreads();
     const auto skip = [&](int pp) { return hidden(sh, i0 + pp * kT, j0 + wr); };
     wm::FragC st[2 * kTiles], dpt[2 * kTiles];  // S^T and dP^T: the warp's keys x 64 queries
@@ -726,8 +716,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
   const int64_t row0 = i0 + wr + wm::c_row(lane, 0), row1 = row0 + 8;  // this lane's two queries
   const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  load_rows(qs, L.ldd, sh.pd, q + bh * sh.n_q * sh.d, i0, sh.n_q, sh.d);
-  load_rows(dos, L.lde, sh.pe, dout + bh * sh.n_q * sh.e, i0, sh.n_q, sh.e);
+  load_query_rows(B, L, sh, bh, q, dout, i0);
   const float lse0 = row0 < sh.n_q ? lse[bh * sh.n_q + row0] : INFINITY;
   const float lse1 = row1 < sh.n_q ? lse[bh * sh.n_q + row1] : INFINITY;
   const float d0 = row0 < sh.n_q ? dvec[bh * sh.n_q + row0] : 0.0f;
@@ -738,9 +727,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int t = 0; t < kDim / 8; ++t) wm::zero(dq_acc[t]);
   const KeyRange span = key_span(sh, i0);
   for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
-    load_rows(ks, L.ldd, sh.pd, k + bh * sh.n_k * sh.d, j0, sh.n_k, sh.d);
-    load_rows(vs, L.lde, sh.pe, v + bh * sh.n_k * sh.e, j0, sh.n_k, sh.e);
-    load_key_ok(key_ok, sh, pad, j0);
+    load_key_tile(B, L, sh, bh, k, v, pad, j0);
     __syncthreads();
     const auto skip = [&](int pp) { return hidden(sh, i0 + wr, j0 + pp * kT); };
     wm::FragC s[2 * kTiles], dp[2 * kTiles];
