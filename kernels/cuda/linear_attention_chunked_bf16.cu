@@ -38,12 +38,6 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/warp_mma.cuh"
 
-#if defined(__CUDACC__)
-#define TARN_UNROLL _Pragma("unroll")
-#else
-#define TARN_UNROLL
-#endif
-
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace chunked_bf16 {
 namespace {
@@ -174,7 +168,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <int kDim, bool kKMajor>
 __device__ __forceinline__ void multiply_add_tiles(wm::FragC (&acc)[kDim / 8], const wm::FragA& a, const bf16* s,
                                                    int k0) {
-  TARN_UNROLL
+#pragma unroll
   for (int np = 0; np < kDim / 16; ++np) {
     wm::FragB b[2];
     if (kKMajor)
@@ -191,12 +185,12 @@ __device__ __forceinline__ void multiply_add_tiles(wm::FragC (&acc)[kDim / 8], c
 // pairs 0 .. w (below) or w .. 3 (above the diagonal).
 template <int kDim, bool kBelow>
 __device__ __forceinline__ void chunk_scores(wm::FragC (&p)[8], const wm::FragA (&x)[kDim / 16], const bf16* y, int w) {
-  TARN_UNROLL
+#pragma unroll
   for (int t = 0; t < 8; ++t) wm::zero(p[t]);
-  TARN_UNROLL
+#pragma unroll
   for (int pp = 0; pp < kWarps; ++pp) {
     if (kBelow ? pp > w : pp < w) continue;
-    TARN_UNROLL
+#pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       wm::FragB b[2];
       wm::load_b_n_major(b, y, Shape<kDim>::ld, 16 * pp, 16 * ks);
@@ -211,12 +205,12 @@ __device__ __forceinline__ void chunk_scores(wm::FragC (&p)[8], const wm::FragA 
 template <bool kBelow>
 __device__ __forceinline__ void mask_diagonal(wm::FragC (&p)[8], int w) {
   const int lane = wm::lane_id();
-  TARN_UNROLL
+#pragma unroll
   for (int pp = 0; pp < kWarps; ++pp) {
     if (pp != w) continue;
-    TARN_UNROLL
+#pragma unroll
     for (int h = 0; h < 2; ++h)
-      TARN_UNROLL
+#pragma unroll
       for (int el = 0; el < 4; ++el) {
         const int col = 8 * h + wm::c_col(lane, el), row = wm::c_row(lane, el);
         if (kBelow ? col > row : col < row) p[2 * pp + h].r[el] = 0.0f;
@@ -228,7 +222,7 @@ __device__ __forceinline__ void mask_diagonal(wm::FragC (&p)[8], int w) {
 template <int kDim, bool kBelow>
 __device__ __forceinline__ void scores_times(wm::FragC (&acc)[kDim / 8], const wm::FragC (&p)[8], const bf16* s,
                                              int w) {
-  TARN_UNROLL
+#pragma unroll
   for (int pp = 0; pp < kWarps; ++pp) {
     if (kBelow ? pp > w : pp < w) continue;
     const wm::FragA a = wm::accumulator_to_a(p[2 * pp], p[2 * pp + 1]);
@@ -238,13 +232,13 @@ __device__ __forceinline__ void scores_times(wm::FragC (&acc)[kDim / 8], const w
 
 template <int kDim>
 __device__ __forceinline__ void load_row_fragments(wm::FragA (&x)[kDim / 16], const bf16* s, int w) {
-  TARN_UNROLL
+#pragma unroll
   for (int ks = 0; ks < kDim / 16; ++ks) wm::load_a(x[ks], s, Shape<kDim>::ld, 16 * w, 16 * ks);
 }
 
 template <int kDim>
 __device__ __forceinline__ void zero_tiles(wm::FragC (&acc)[kDim / 8]) {
-  TARN_UNROLL
+#pragma unroll
   for (int t = 0; t < kDim / 8; ++t) wm::zero(acc[t]);
 }
 
@@ -254,9 +248,9 @@ template <int kDim, typename F>
 __device__ __forceinline__ void store_tiles(bf16* g, const wm::FragC (&acc)[kDim / 8], int64_t row0, int64_t n,
                                            int cols, int w, F f) {
   const int lane = wm::lane_id();
-  TARN_UNROLL
+#pragma unroll
   for (int t = 0; t < kDim / 8; ++t)
-    TARN_UNROLL
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = row0 + 16 * w + wm::c_row(lane, 2 * half);
       const int col = 8 * t + wm::c_col(lane, 0);
@@ -296,15 +290,15 @@ __global__ void __launch_bounds__(kThreads) local_state_kernel(Args a) {
   for (int mt = w; mt < kDim / 16; mt += kWarps) {
     wm::FragC acc[kDim / 8];
     zero_tiles<kDim>(acc);
-    TARN_UNROLL
+#pragma unroll
     for (int ks = 0; ks < kC / 16; ++ks) {
       wm::FragA x;
       wm::load_a_trans(x, xs, S::ld, 16 * ks, 16 * mt);
       multiply_add_tiles<kDim, true>(acc, x, ws, 16 * ks);
     }
-    TARN_UNROLL
+#pragma unroll
     for (int t = 0; t < kDim / 8; ++t)
-      TARN_UNROLL
+#pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = 16 * mt + wm::c_row(lane, 2 * half), col = 8 * t + wm::c_col(lane, 0);
         *reinterpret_cast<float2*>(local + row * kDim + col) = make_float2(acc[t].r[2 * half], acc[t].r[2 * half + 1]);
@@ -369,14 +363,14 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   mask_diagonal<true>(p, w);
   // den: the masked scores' row sums plus phi(q) . z, for rows g and g + 8 of the warp's 16,
   // summing the scores as P V will multiply them: rounded to bf16.
-  TARN_UNROLL
+#pragma unroll
   for (int t = 0; t < 8; ++t)
-    TARN_UNROLL
+#pragma unroll
     for (int el = 0; el < 4; ++el) p[t].r[el] = round_bf16(p[t].r[el]);
   float den[2] = {0.0f, 0.0f};
-  TARN_UNROLL
+#pragma unroll
   for (int t = 0; t < 8; ++t) den[0] += p[t].r[0] + p[t].r[1], den[1] += p[t].r[2] + p[t].r[3];
-  TARN_UNROLL
+#pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bf16* qrow = qs + (16 * w + wm::c_row(lane, 2 * half)) * S::ld;
     for (int c = lane % 4; c < kDim; c += 4) den[half] += mma::to_float(qrow[c]) * zs[c];
@@ -385,7 +379,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   wm::FragC o[kDim / 8];
   zero_tiles<kDim>(o);
   scores_times<kDim, true>(o, p, vs, w);
-  TARN_UNROLL
+#pragma unroll
   for (int ks2 = 0; ks2 < kDim / 16; ++ks2) multiply_add_tiles<kDim, true>(o, qa[ks2], ss, 16 * ks2);
 
   // (Two scalars, not an array indexed by the row: that would put it on the stack.)
@@ -395,7 +389,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
     return x * (row - base >= 8 ? inv1 : inv0);
   });
   if (lane % 4 == 0)
-    TARN_UNROLL
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = base + wm::c_row(lane, 2 * half);
       if (row < a.n) a.den_w[at + row] = den[half];
@@ -445,18 +439,18 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
     wm::FragA ga[kDim / 16];
     load_row_fragments<kDim>(ga, gs, w);
     chunk_scores<kDim, true>(p, ga, vs, w);
-    TARN_UNROLL
+#pragma unroll
     for (int pp = 0; pp < kWarps; ++pp) {
       if (pp > w) continue;
-      TARN_UNROLL
+#pragma unroll
       for (int h = 0; h < 2; ++h)
-        TARN_UNROLL
+#pragma unroll
         for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += el < 2 ? gn0 : gn1;
     }
     mask_diagonal<true>(p, w);
     zero_tiles<kDim>(acc);
     scores_times<kDim, true>(acc, p, ks, w);
-    TARN_UNROLL
+#pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, false>(acc, ga[kk], ss, 16 * kk);
     const bf16* q_raw = a.q + at * a.d;
     store_tiles<kDim>(a.dq + at * a.d, acc, row0, a.n, a.d, w, [&](int64_t row, int col, float x) {
@@ -471,7 +465,7 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
     mask_diagonal<false>(p, w);
     zero_tiles<kDim>(acc);
     scores_times<kDim, false>(acc, p, gs, w);
-    TARN_UNROLL
+#pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, true>(acc, ka[kk], dss, 16 * kk);
     store_tiles<kDim>(a.dv + at * a.e, acc, row0, a.n, a.e, w, [](int64_t, int, float x) { return x; });
   }
@@ -479,18 +473,18 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
     wm::FragA va[kDim / 16];
     load_row_fragments<kDim>(va, vs, w);
     chunk_scores<kDim, false>(p, va, gs, w);
-    TARN_UNROLL
+#pragma unroll
     for (int pp = 0; pp < kWarps; ++pp) {
       if (pp < w) continue;
-      TARN_UNROLL
+#pragma unroll
       for (int h = 0; h < 2; ++h)
-        TARN_UNROLL
+#pragma unroll
         for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += gn[16 * pp + 8 * h + wm::c_col(lane, el)];
     }
     mask_diagonal<false>(p, w);
     zero_tiles<kDim>(acc);
     scores_times<kDim, false>(acc, p, qs, w);
-    TARN_UNROLL
+#pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, false>(acc, va[kk], dss, 16 * kk);
     const bf16* k_raw = a.k + at * a.d;
     store_tiles<kDim>(a.dk + at * a.d, acc, row0, a.n, a.d, w, [&](int64_t row, int col, float x) {
