@@ -45,6 +45,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_library(TARN_SENTENCEPIECE_TRAIN sentencepiece_train REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # byte-level BPE's pre-tokenisation regex
 
 # nlohmann-json (nlohmann-json3-dev, header-only): the JSON grammar behind framework/io/json.h.
 # zlib (zlib1g-dev): the CRC-32 of checkpoint files (framework/io/crc32.h).

@@ -7,8 +7,10 @@
 #include <thread>
 #include <unordered_map>
 
+#include "data/byte_level_bpe.h"
 #include "data/corpus_reader.h"
 #include "data/line_reader.h"
+#include "framework/io/atomic_file.h"
 #include "kernels/check.h"
 
 namespace tarn {
@@ -73,7 +75,38 @@ std::string Tokenizer::train_on_lines(const std::vector<std::string>& lines, con
   return model_prefix + ".model";
 }
 
+namespace {
+
+// A HuggingFace tokenizer.json: its first non-blank byte opens a JSON object. A SentencePiece
+// model is a protobuf whose first byte is a field tag (0x0A), never '{'.
+bool looks_like_json(const std::string& path, std::string* text) {
+  *text = read_file(path);
+  const size_t first = text->find_first_not_of(" \t\r\n");
+  return first != std::string::npos && (*text)[first] == '{';
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::string& model_path) {
+  if (std::string text; looks_like_json(model_path, &text)) {
+    auto bpe = std::make_shared<const ByteLevelBpe>(ByteLevelBpe::from_tokenizer_json(text, model_path));
+    const struct {
+      const char* piece;
+      int32_t expected;
+    } specials[] = {{"<s>", kBosId}, {"<pad>", kPadId}, {"</s>", kEosId}, {"<unk>", kUnkId}};
+    for (const auto& s : specials) {
+      const int32_t id = bpe->token_to_id(s.piece);
+      TARN_CHECK(id == s.expected, model_path, ": ", s.piece, " has id ", id, ", tarn needs ", s.expected,
+                 " (BART's, RoBERTa's and GPT-2-derived BPEs with BART's specials have it)");
+    }
+    Tokenizer t;
+    t.vocab_size_ = bpe->vocab_size();
+    t.mask_id_ = bpe->token_to_id(kMaskPiece);
+    TARN_CHECK(t.mask_id_ >= 0, model_path, ": no ", kMaskPiece, " token");
+    t.path_ = model_path;
+    t.bpe_ = std::move(bpe);
+    return t;
+  }
   auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = sp->Load(model_path);
   TARN_CHECK(status.ok(), model_path, ": cannot load SentencePiece model: ", status.ToString());
@@ -100,6 +133,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (bpe_) return bpe_->encode(text);
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
   TARN_CHECK(status.ok(), "tokenizer ", path_, ": encode failed: ", status.ToString());
@@ -115,6 +149,15 @@ Ragged Tokenizer::encode_lines(const std::vector<std::string>& lines, int num_th
     const size_t begin = lines.size() * t / threads, end = lines.size() * (t + 1) / threads;
     std::vector<int> ids;
     for (size_t i = begin; i < end; ++i) {
+      if (bpe_) {
+        try {
+          parts[t].push_back(bpe_->encode(lines[i]));
+        } catch (const std::exception& e) {
+          errors[t] = str_cat("tokenizer ", path_, ": encode failed on line ", i + 1, ": ", e.what());
+          return;
+        }
+        continue;
+      }
       const auto status = sp_->Encode(lines[i], &ids);
       if (!status.ok()) {
         errors[t] = str_cat("tokenizer ", path_, ": encode failed on line ", i + 1, ": ", status.ToString());
@@ -138,6 +181,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, size_t chunk_toke
   for (int32_t id : ids)
     TARN_CHECK(id >= 0 && id < vocab_size_, "tokenizer ", path_, ": decode: id ", id, " outside [0, ",
                vocab_size_, ")");
+  if (bpe_) return bpe_->decode(ids, {kBosId, kPadId, kEosId});
   // SentencePiece's Decode builds one SentencePieceText entry per id (the piece, its surface,
   // offsets: about 200 bytes each) before it returns the text: decoding 65,536 generated tokens
   // at once held some 13 MB beside a text of a few hundred KB. So the ids are decoded in chunks
@@ -192,6 +236,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, size_t chunk_toke
 
 std::string Tokenizer::id_to_piece(int32_t id) const {
   TARN_CHECK(id >= 0 && id < vocab_size_, "tokenizer ", path_, ": id ", id, " outside [0, ", vocab_size_, ")");
+  if (bpe_) return bpe_->id_to_token(id);
   return sp_->IdToPiece(id);
 }
 

@@ -1,5 +1,9 @@
 #pragma once
-// The SentencePiece tokenizer, used through its library. Models are trained with the special
+// The tokenizer: SentencePiece (tarn's own recipes), used through its library, or GPT-2/BART's
+// byte-level BPE (data/byte_level_bpe.h) for imported HuggingFace models. load() tells them
+// apart by the file: a HuggingFace tokenizer.json is a JSON object, a SentencePiece model a
+// protobuf; a checkpoint's tokenizer.model is either, so it records which one its ids are.
+// SentencePiece: Models are trained with the special
 // ids of docs/design.md section 3 at fixed positions (<s>=0, <pad>=1, </s>=2, <unk>=3, see
 // data/special_ids.h) and with <mask> as a user-defined symbol; SentencePiece places
 // user-defined symbols right after the specials, so mask_id() is 4 for models trained here.
@@ -19,6 +23,8 @@ class SentencePieceProcessor;
 }
 
 namespace tarn {
+
+class ByteLevelBpe;
 
 constexpr const char* kMaskPiece = "<mask>";
 
@@ -42,9 +48,15 @@ class Tokenizer {
   static std::string train_on_lines(const std::vector<std::string>& lines, const std::string& model_prefix,
                                     int vocab_size, const TokenizerTrainOptions& options = {});
 
-  // Loads a .model file; throws tarn::Error naming it when it is unreadable or its special
-  // ids are not tarn's.
+  // Loads a SentencePiece .model or a byte-level BPE tokenizer.json (HuggingFace's format);
+  // throws tarn::Error naming it when it is unreadable, not one of the two, or its special ids
+  // (<s> <pad> </s> <unk>) are not tarn's.
   static Tokenizer load(const std::string& model_path);
+
+  enum class Kind { sentencepiece, byte_level_bpe };
+  Kind kind() const { return bpe_ ? Kind::byte_level_bpe : Kind::sentencepiece; }
+  const char* kind_name() const { return bpe_ ? "byte-level BPE" : "SentencePiece"; }
+  const ByteLevelBpe* bpe() const { return bpe_.get(); }  // null for SentencePiece
 
   std::vector<int32_t> encode(std::string_view text) const;  // no <s> or </s> added
   // Encodes many lines on `num_threads` threads; row i holds line i's ids.
@@ -67,6 +79,7 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;  // immutable: cheap copies
+  std::shared_ptr<const ByteLevelBpe> bpe_;                         // or this one
   std::string path_;
   int32_t vocab_size_ = 0;
   int32_t mask_id_ = -1;

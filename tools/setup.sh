@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev  # crc32() for checkpoint checksums (framework/io/crc32.h)
   libboost-dev  # header-only: CRC-32C of TensorBoard's event files (framework/log/tensorboard.cpp)
   libsentencepiece-dev sentencepiece
+  libpcre2-dev  # byte-level BPE (data/byte_level_bpe.cpp): GPT-2's pre-tokenisation regex with Unicode properties
   libgtest-dev libgmock-dev googletest
   libopenmpi-dev openmpi-bin
   wordnet-base
