@@ -475,9 +475,10 @@ bool Trainer::step() {
     const Batch& b = batches[static_cast<size_t>(k)];
     if (b.rows == 0) return std::nullopt;  // this rank's share of a small global batch was empty
     MicroBatchLoss m;
-    const Tensor logits = forward_batch(*model_, b);
+    const StagedInputs staged(b, kPadId, device_);  // ids, targets and padding up in one copy, no wait
+    const Tensor logits = forward_batch(*model_, b, staged.src_padding);
     // The NLL stays in the loss's totals (TrainStep reads or sums it where it is).
-    m.loss = seq2seq_loss(logits, b.tgt_labels, kPadId, smoothing, &m.counted, nullptr,
+    m.loss = seq2seq_loss(logits, staged.targets, kPadId, smoothing, &m.counted, nullptr,
                           CrossEntropyOptions{}.ignore_index, &m.totals);
     m.tokens = b.src_tokens() + b.tgt_tokens();
     return m;

@@ -124,6 +124,7 @@ using SoftmaxAttentionBf16Kernels =
 // training.precision bf16. Only CUDA has it: the CPU's scans stay f32.
 struct DeltaRuleBf16Kernels {
   decltype(cuda::delta_rule_bf16_sub_chunk)* sub_chunk;  // 0: dk, dv do not fit the device
+  decltype(cuda::delta_rule_bf16_forward_workspace_floats)* forward_workspace_floats;
   decltype(cuda::delta_rule_bf16_backward_workspace_floats)* backward_workspace_floats;
   decltype(cuda::delta_rule_bf16_forward)* forward;
   decltype(cuda::delta_rule_bf16_backward)* backward;
@@ -143,6 +144,15 @@ struct Backend {
   // The device's free and total bytes (cudaMemGetInfo); null on the CPU, whose memory the
   // caller reads from the OS.
   void (*memory_info)(int device, size_t* free_bytes, size_t* total_bytes);
+  // Batches going up without a wait (framework/staging.h); null on the CPU. Pinned host
+  // memory; a copy from it queued on the device's stream ahead of the kernels launched after
+  // it (cudaMemcpyAsync), the host not waiting, with an event recorded behind it in *event
+  // (created when null); and, before the pinned memory is written again, a wait for that
+  // event only if it has not passed (cudaEventQuery, then cudaEventSynchronize), which frees it.
+  void* (*allocate_pinned)(size_t bytes);
+  void (*deallocate_pinned)(void* ptr);
+  void (*copy_pinned_to_device)(void* dst, const void* pinned_src, size_t bytes, int device, void** event);
+  void (*finish_copy)(void* event);
 
   // Whether linear_attention_{forward,backward,step} apply this feature map themselves
   // (LinearAttentionConfig::feature_map); identity always is.

@@ -9,6 +9,7 @@
 #include "framework/ops/nn.h"
 #include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
+#include "framework/staging.h"
 #include "kernels/softmax_attention.h"
 
 namespace tarn {
@@ -52,12 +53,17 @@ Tensor softmax_mask_bias(int64_t batch, int64_t nq, int64_t nk, const PaddingMas
   return bias;
 }
 
-// (B, 1, N, 1): 1 for real keys, 0 for padding (zeroes padded rows of φ(K), docs/design.md section 2).
-Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad) {
+// (B, 1, N, 1) on `device`: 1 for real keys, 0 for padding (zeroes padded rows of φ(K),
+// docs/design.md section 2); the batch's staged copy when there is one (framework/staging.h).
+Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad, Device device) {
+  if (const StagedBatch* staged = StagedBatch::active()) {
+    const Tensor t = staged->mask(pad, /*keep=*/true, device);
+    if (t.defined()) return t.view({batch, 1, nk, 1});
+  }
   Tensor keep = Tensor::empty({batch, 1, nk, 1});
   float* p = keep.f32();
   for (int64_t i = 0; i < batch * nk; ++i) p[i] = pad[i] ? 0.0f : 1.0f;
-  return keep;
+  return keep.to(device);
 }
 
 // [v | 1]: (B, H, N, e) -> (B, H, N, e + 1); the ones column makes the normaliser one more
@@ -109,6 +115,10 @@ Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Dev
   if (pad.empty()) return Tensor();
   TARN_ASSERT(static_cast<int64_t>(pad.size()) == batch * length, "padding mask: ", pad.size(), " flags for (",
               batch, ", ", length, ")");
+  if (const StagedBatch* staged = StagedBatch::active()) {  // shared by every attention of the batch
+    const Tensor t = staged->mask(pad, /*keep=*/false, device);
+    if (t.defined()) return t.view({batch, length});
+  }
   Tensor t = Tensor::empty({batch, length});
   float* p = t.f32();
   for (size_t i = 0; i < pad.size(); ++i) p[i] = pad[i] ? 1.0f : 0.0f;
@@ -320,7 +330,7 @@ Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, con
   const int64_t batch = q.size(0), nq = q.size(2), nk = k.size(2), f = feature_dim(), e = v.size(3) + 1;
   const int64_t c = std::min<int64_t>(config_.chunk, std::max(nq, nk)), m = (std::max(nq, nk) + c - 1) / c;
   Tensor b = key_features(k);
-  if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
+  if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad, b.device()));
   const Shape chunked{batch, heads_, m, c, -1};
   const Tensor a = reshape(pad_positions(query_features(q), m * c), chunked);
   const Tensor vv = reshape(pad_positions(append_ones(v), m * c), chunked);
@@ -459,7 +469,7 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
   if (config_.uses_feature_map()) {
     // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero: once per source batch.
     Tensor b = key_features(k);
-    if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad).to(b.device()));
+    if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad, b.device()));
     if (config_.is_aligned()) {  // each position weighs the source by its own decays: keep it all
       c.key = b;
       c.value = append_ones(v);

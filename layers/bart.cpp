@@ -1,5 +1,6 @@
 #include "layers/bart.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "framework/autograd.h"
@@ -235,13 +236,19 @@ Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, in
                     int64_t* count, double* nll_sum, int32_t ignore_index, Tensor* totals) {
   TARN_ASSERT(logits.dim() >= 2 && static_cast<int64_t>(labels.size()) * logits.shape().back() == logits.numel(),
               "seq2seq_loss: ", labels.size(), " labels for logits of shape ", logits.shape().str());
-  std::vector<int32_t> targets(labels);
-  for (int32_t& t : targets)
-    if (t == pad_id) t = ignore_index;
   CrossEntropyOptions opt;
   opt.ignore_index = ignore_index;
   opt.label_smoothing = label_smoothing;
-  return cross_entropy(logits, targets, opt, count, nll_sum, totals);
+  if (std::find(labels.begin(), labels.end(), pad_id) == labels.end())  // nothing to replace
+    return cross_entropy(logits, labels, opt, count, nll_sum, totals);
+  return cross_entropy(logits, seq2seq_targets(labels, pad_id, ignore_index), opt, count, nll_sum, totals);
+}
+
+std::vector<int32_t> seq2seq_targets(const std::vector<int32_t>& labels, int32_t pad_id, int32_t ignore_index) {
+  std::vector<int32_t> targets(labels);
+  for (int32_t& t : targets)
+    if (t == pad_id) t = ignore_index;
+  return targets;
 }
 
 std::vector<int32_t> shift_tokens_right(const std::vector<int32_t>& labels, const Shape& shape, int32_t pad_id,

@@ -161,6 +161,10 @@ class BartForConditionalGeneration : public Module {
 Tensor seq2seq_loss(const Tensor& logits, const std::vector<int32_t>& labels, int32_t pad_id,
                     float label_smoothing = 0.0f, int64_t* count = nullptr, double* nll_sum = nullptr,
                     int32_t ignore_index = -100, Tensor* totals = nullptr);
+// The targets seq2seq_loss hands cross_entropy: labels with pad_id replaced by ignore_index.
+// Given them as its labels it makes no copy, so a StagedBatch (framework/staging.h) that holds
+// them serves the loss too.
+std::vector<int32_t> seq2seq_targets(const std::vector<int32_t>& labels, int32_t pad_id, int32_t ignore_index = -100);
 
 // HF's shift_tokens_right: decoder inputs from labels (B, T): [start, labels[:, :-1]], with
 // ignore_index (-100) replaced by pad_id.

@@ -1,6 +1,7 @@
 #include "layers/embedding.h"
 
 #include "framework/ops/nn.h"
+#include "framework/ops/shape_ops.h"
 
 namespace tarn {
 
@@ -29,9 +30,9 @@ Tensor LearnedPositionalEmbedding::forward(int64_t length, int64_t past_length) 
   TARN_ASSERT(past_length >= 0 && length >= 0 && past_length + length <= max_positions(),
               "positional embedding: positions [", past_length, ", ", past_length + length,
               ") exceed max_position_embeddings = ", max_positions());
-  std::vector<int32_t> rows(static_cast<size_t>(length));
-  for (int64_t i = 0; i < length; ++i) rows[i] = static_cast<int32_t>(past_length + i + kOffset);
-  return embedding(weight, rows, Shape{length});
+  // Rows past_length + kOffset onwards, one each: a slice (nothing goes up to a device), the
+  // bits of embedding() with those ids both ways (its backward adds each row's gradient to 0).
+  return slice(weight, 0, past_length + kOffset, past_length + kOffset + length);
 }
 
 }  // namespace tarn

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "framework/backend.h"
+#include "framework/staging.h"
 #include "framework/tensor.h"
 
 namespace tarn::ops_internal {
@@ -51,10 +52,15 @@ inline Tensor widened_to_f32(const char* op, const Tensor& x) {
 
 // Token ids (targets, embedding ids) where the kernels of `device` read them: the host vector
 // itself on the CPU, else a device copy kept alive by `holder` (4-byte elements in an f32
-// buffer: Tensor has no integer dtype, and the kernels only see raw pointers).
+// buffer: Tensor has no integer dtype, and the kernels only see raw pointers): the batch's
+// staged copy when `ids` is in the active StagedBatch (framework/staging.h), else one made now.
 inline const int32_t* ids_on(Device device, const std::vector<int32_t>& ids, Tensor& holder) {
   if (device.is_cpu()) return ids.data();
   static_assert(sizeof(int32_t) == sizeof(float), "ids travel in an f32 buffer");
+  if (const StagedBatch* staged = StagedBatch::active()) {
+    holder = staged->ids(ids, device);
+    if (holder.defined()) return reinterpret_cast<const int32_t*>(holder.device_f32());
+  }
   holder = Tensor::empty(Shape{static_cast<int64_t>(ids.size())}, device);
   if (!ids.empty())
     backend_for(device).copy_host_to_device(holder.device_f32(), ids.data(), ids.size() * sizeof(int32_t),

@@ -47,7 +47,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, 
   const Device dev = logits.device();
   auto saved_targets = std::make_shared<const std::vector<int32_t>>(targets);
   Tensor device_targets;  // the targets in device memory (CUDA only), kept for the backward
-  const int32_t* ptargets = ops_internal::ids_on(dev, *saved_targets, device_targets);
+  const int32_t* ptargets = ops_internal::ids_on(dev, dev.is_cpu() ? *saved_targets : targets, device_targets);  // targets: the staged vector
   int64_t counted = 0;
   for (const int32_t t : targets) counted += t != opt.ignore_index;
   Tensor lse = Tensor::empty(Shape{rows}, dev);

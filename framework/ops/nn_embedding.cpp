@@ -28,7 +28,7 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
   Tensor out = Tensor::empty(Shape(out_dims), dev);
   auto saved_ids = std::make_shared<const std::vector<int32_t>>(ids);
   Tensor device_ids;  // the ids in device memory (CUDA only), kept for the backward
-  const int32_t* pids = ops_internal::ids_on(dev, *saved_ids, device_ids);
+  const int32_t* pids = ops_internal::ids_on(dev, dev.is_cpu() ? *saved_ids : ids, device_ids);  // ids: the staged vector
   k.embedding_forward(weight.device_f32(), pids, out.device_f32(), n, vocab, dim);
 
   const Shape ws = weight.shape();

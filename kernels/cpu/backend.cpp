@@ -42,7 +42,7 @@ bool cpu_fuses(cpu::FeatureMap) { return true; }  // every map, favor included (
 
 const Backend kCpu = {
     "cpu", host_allocate, host_deallocate, host_copy, host_copy, host_copy, cpu::fill, cpu::accumulate, nullptr,
-    cpu_fuses, std::numeric_limits<int64_t>::max(), /*linear_attention_chunk=*/0, nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, cpu_fuses, std::numeric_limits<int64_t>::max(), /*linear_attention_chunk=*/0, nullptr, nullptr, nullptr,
 #define TARN_BACKEND_ENTRY(name) &cpu::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)
 #undef TARN_BACKEND_ENTRY

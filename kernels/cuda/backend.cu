@@ -43,6 +43,39 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes, int device)
   TARN_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 
+void* allocate_pinned(size_t bytes) {
+  void* p = nullptr;
+  TARN_CUDA_CALL(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void deallocate_pinned(void* p) {
+  if (p) TARN_CUDA_CALL(cudaFreeHost(p));
+}
+
+// On the legacy default stream, as every kernel: the copy lands before the next launch reads it.
+void copy_pinned_to_device(void* dst, const void* src, size_t bytes, int device, void** event) {
+  TARN_CUDA_CALL(cudaSetDevice(device));
+  TARN_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, nullptr));
+  cudaEvent_t e = static_cast<cudaEvent_t>(*event);
+  if (!e) TARN_CUDA_CALL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *event = e;
+  TARN_CUDA_CALL(cudaEventRecord(e, nullptr));
+}
+
+void finish_copy(void* event) {
+  if (!event) return;
+  cudaEvent_t e = static_cast<cudaEvent_t>(event);
+  const cudaError_t state = cudaEventQuery(e);
+  if (state == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the copy is still queued
+    TARN_CUDA_CALL(cudaEventSynchronize(e));
+  } else {
+    TARN_CUDA_CALL(state);
+  }
+  TARN_CUDA_CALL(cudaEventDestroy(e));
+}
+
 // A fill is a zeroing memset plus, for other values, an in-place add (no kernel of its own).
 void fill(float* dst, int64_t n, float value) {
   if (n <= 0) return;
@@ -81,7 +114,8 @@ const SoftmaxAttentionBf16Kernels kSoftmaxAttentionBf16 = {
 
 // kernels/cuda_delta_rule_bf16.h: dk, dv within the shared memory of a sub-chunk.
 const DeltaRuleBf16Kernels kDeltaRuleBf16 = {
-    &TARN_CUDA_NS::delta_rule_bf16_sub_chunk, &TARN_CUDA_NS::delta_rule_bf16_backward_workspace_floats,
+    &TARN_CUDA_NS::delta_rule_bf16_sub_chunk, &TARN_CUDA_NS::delta_rule_bf16_forward_workspace_floats,
+    &TARN_CUDA_NS::delta_rule_bf16_backward_workspace_floats,
     &TARN_CUDA_NS::delta_rule_bf16_forward, &TARN_CUDA_NS::delta_rule_bf16_backward};
 
 #if defined(__CUDACC__)
@@ -92,7 +126,7 @@ constexpr const char* kName = "cuda (emulated)";
 
 const Backend kTable = {
     kName, allocate, deallocate, copy_host_to_device, copy_device_to_host, copy_device_to_device,
-    fill, accumulate, memory_info, fuses, kSoftmaxAttentionMaxDim, kCudaLinearAttentionChunk, &kLinearAttentionBf16,
+    fill, accumulate, memory_info, allocate_pinned, deallocate_pinned, copy_pinned_to_device, finish_copy, fuses, kSoftmaxAttentionMaxDim, kCudaLinearAttentionChunk, &kLinearAttentionBf16,
     &kSoftmaxAttentionBf16, &kDeltaRuleBf16,
 #define TARN_BACKEND_ENTRY(name) &TARN_CUDA_NS::name,
     TARN_BACKEND_KERNELS(TARN_BACKEND_ENTRY)

@@ -435,14 +435,16 @@ cudaError_t device_fault();
 //   copies_to_host    cudaMemcpy device -> host (the host waits for the stream, then the copy)
 //   copies_to_device  cudaMemcpy host -> device (from pageable memory the stream is
 //                     synchronised before the copy starts)
-//                     (cudaMemcpyAsync counts too: the emulator cannot tell pinned memory, whose
-//                     asynchronous copies would not wait, from pageable memory)
+//                     (cudaMemcpyAsync too, unless its source lies in cudaMallocHost memory)
 //   synchronizations  cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, and
 //                     cudaFree (which synchronises the device; cudaFreeAsync does not)
+// and, not a wait, async_copies_to_device: cudaMemcpyAsync host -> device from pinned
+// (cudaMallocHost) memory, which the host only queues.
 struct HostWaits {
   uint64_t copies_to_host = 0;
   uint64_t copies_to_device = 0;
   uint64_t synchronizations = 0;
+  uint64_t async_copies_to_device = 0;
 };
 HostWaits host_waits();
 void reset_host_waits();

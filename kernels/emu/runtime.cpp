@@ -38,7 +38,7 @@ thread_local cudaError_t tl_last_error = cudaSuccess;
 std::atomic<int> g_completion_polls{0};
 std::atomic<cudaError_t> g_fault{cudaSuccess};
 
-std::atomic<uint64_t> g_copies_to_host{0}, g_copies_to_device{0}, g_synchronizations{0};
+std::atomic<uint64_t> g_copies_to_host{0}, g_copies_to_device{0}, g_synchronizations{0}, g_async_copies_to_device{0};
 
 cudaError_t record(cudaError_t e) {
   if (e != cudaSuccess) tl_last_error = e;
@@ -96,16 +96,37 @@ void* host_block(size_t bytes) {
   const size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
   return std::aligned_alloc(kDeviceAlignment, rounded == 0 ? kDeviceAlignment : rounded);
 }
+
+// The live cudaMallocHost blocks (start -> bytes): an asynchronous copy from inside one does
+// not make the host wait (HostWaits::async_copies_to_device).
+struct PinnedMemory {
+  std::mutex mu;
+  std::map<const char*, size_t> blocks;
+  bool holds(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = blocks.upper_bound(c);
+    if (it == blocks.begin()) return false;
+    --it;
+    return c < it->first + it->second;
+  }
+};
+PinnedMemory& pinned_memory() {
+  static PinnedMemory m;
+  return m;
+}
 }  // namespace
 
 HostWaits host_waits() {
-  return HostWaits{g_copies_to_host.load(), g_copies_to_device.load(), g_synchronizations.load()};
+  return HostWaits{g_copies_to_host.load(), g_copies_to_device.load(), g_synchronizations.load(),
+                   g_async_copies_to_device.load()};
 }
 
 void reset_host_waits() {
   g_copies_to_host = 0;
   g_copies_to_device = 0;
   g_synchronizations = 0;
+  g_async_copies_to_device = 0;
 }
 
 void set_completion_polls(int n) { g_completion_polls = n < 0 ? 0 : n; }
@@ -179,9 +200,18 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {  // pinned host memory: n
   if (const cudaError_t f = faulted()) return f;
   if (!ptr) return record(cudaErrorInvalidValue);
   *ptr = host_block(bytes);
-  return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  if (!*ptr) return record(cudaErrorMemoryAllocation);
+  PinnedMemory& pinned = pinned_memory();
+  std::lock_guard<std::mutex> lock(pinned.mu);
+  pinned.blocks[static_cast<const char*>(*ptr)] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  {
+    PinnedMemory& pinned = pinned_memory();
+    std::lock_guard<std::mutex> lock(pinned.mu);
+    pinned.blocks.erase(static_cast<const char*>(ptr));
+  }
   std::free(ptr);
   return cudaSuccess;
 }
@@ -197,6 +227,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (kind == cudaMemcpyHostToDevice && bytes > 0 && src && dst && !faulted() && pinned_memory().holds(src)) {
+    g_async_copies_to_device.fetch_add(1);
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
   return cudaMemcpy(dst, src, bytes, kind);
 }
 
