@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "data/byte_level_bpe.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
 #include "framework/io/safetensors.h"
@@ -118,7 +119,13 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   save_safetensors(weights, tensors, {{"format", "pt"}});
   if (!favor.empty()) save_safetensors(out_dir + "/tarn_favor_projections.safetensors", favor, {{"format", "pt"}});
   write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe));
-  write_file_atomic(out_dir + "/spm.model", read_file(tok.path()));
+  if (const ByteLevelBpe* bpe = tok.bpe()) {  // an imported model's: the files HF's BART tokenizers read
+    write_file_atomic(out_dir + "/tokenizer.json", bpe->to_tokenizer_json());
+    write_file_atomic(out_dir + "/vocab.json", bpe->vocab_json());
+    write_file_atomic(out_dir + "/merges.txt", bpe->merges_txt());
+  } else {
+    write_file_atomic(out_dir + "/spm.model", read_file(tok.path()));
+  }
   check_safetensors(weights);  // the format's rules, re-read from disk: throws on any violation
 
   ExportResult r;

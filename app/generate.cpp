@@ -51,6 +51,14 @@ void ban_repeated_ngrams(T* scores, const std::vector<int32_t>& tokens, int n) {
   for (int32_t tok : repeated_ngram_completions(tokens, n)) scores[tok] = -std::numeric_limits<T>::infinity();
 }
 
+// The token HuggingFace's ForcedBOS / ForcedEOS logits processors leave as the only choice at
+// step t, or -1.
+int32_t forced_token(const GenerateOptions& o, const BartConfig& c, int64_t t) {
+  if (o.forced_bos && t == 0) return c.bos_token_id;
+  if (o.forced_eos && t + 1 == o.max_length) return c.eos_token_id;
+  return -1;
+}
+
 std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& model,
                                          const std::vector<std::vector<int32_t>>& sources, const GenerateOptions& o) {
   const BartConfig& c = model.config();
@@ -73,7 +81,8 @@ std::vector<std::vector<int32_t>> greedy(const BartForConditionalGeneration& mod
         ban_repeated_ngrams(allowed.data(), out[i], o.no_repeat_ngram);
         row = allowed.data();
       }
-      const int32_t tok = static_cast<int32_t>(std::max_element(row, row + v) - row);
+      const int32_t forced = forced_token(o, c, t);
+      const int32_t tok = forced >= 0 ? forced : static_cast<int32_t>(std::max_element(row, row + v) - row);
       next[i] = done[i] ? c.pad_token_id : tok;
       if (!done[i]) {
         if (tok == c.eos_token_id) done[i] = true;
@@ -119,6 +128,10 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
     for (size_t i = 0; i < live.size(); ++i) {
       std::vector<double> lp = log_probs(logits.f32() + i * v, v);
       ban_repeated_ngrams(lp.data(), live[i].tokens, o.no_repeat_ngram);
+      if (const int32_t forced = forced_token(o, c, t); forced >= 0) {
+        for (double& x : lp) x = -std::numeric_limits<double>::infinity();
+        lp[static_cast<size_t>(forced)] = 0.0;
+      }
       // Only the top 2*beam of each row can survive: keep those.
       std::vector<int32_t> idx(static_cast<size_t>(v));
       std::iota(idx.begin(), idx.end(), 0);

@@ -16,6 +16,10 @@ struct GenerateOptions {
   // n > 0: no output repeats an n-gram it already holds (fairseq's --no-repeat-ngram-size,
   // HuggingFace's no_repeat_ngram_size); a half-trained model otherwise loops on a phrase.
   int no_repeat_ngram = 0;
+  // HuggingFace BART's forced_bos_token_id and forced_eos_token_id: the first token is <s>, and
+  // an output that reaches max_length ends with </s> (its last token). The data.bos recipes'.
+  bool forced_bos = false;
+  bool forced_eos = false;
 };
 
 // The tokens that would complete an n-gram `tokens` already holds: those that followed an

@@ -444,6 +444,7 @@ std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok
     PairOptions opt;
     opt.max_source_length = d.max_source_len;
     opt.max_target_length = d.max_target_len;
+    opt.bos = d.bos;
     auto ds = std::make_unique<PairDataset>(PairDataset::from_files({path}, tok, opt, &read));
     summary = ds->stats().summary();
     out = std::move(ds);
@@ -451,6 +452,7 @@ std::unique_ptr<Dataset> open_dataset(const Recipe& recipe, const Tokenizer& tok
     DenoisingOptions opt;
     opt.max_source_length = d.max_source_len;
     opt.max_target_length = d.max_target_len;
+    opt.bos = d.bos;
     if (d.pack_tokens > 0) {
       opt.pack = true;
       opt.max_source_length = std::min(opt.max_source_length, d.pack_tokens);

@@ -11,9 +11,10 @@ constexpr int64_t kMinLength = 2;
 }  // namespace
 
 void LengthLimits::validate() const {
-  TARN_CHECK(max_source_length >= kMinLength, "data.max_source_length: expected at least ", kMinLength, ", got ",
+  const int64_t least = kMinLength + (bos ? 1 : 0);  // a token, </s> and <s> when data.bos
+  TARN_CHECK(max_source_length >= least, "data.max_source_length: expected at least ", least, ", got ",
              max_source_length);
-  TARN_CHECK(max_target_length >= kMinLength, "data.max_target_length: expected at least ", kMinLength, ", got ",
+  TARN_CHECK(max_target_length >= least, "data.max_target_length: expected at least ", least, ", got ",
              max_target_length);
 }
 

@@ -7,11 +7,14 @@
 namespace tarn {
 namespace {
 
-// Appends `ids` cut to max_length - 1 tokens, then </s>. Returns whether it was cut.
-bool push_with_eos(Ragged& out, IdSpan ids, int64_t max_length, std::vector<int32_t>& scratch) {
-  const auto limit = static_cast<size_t>(max_length - 1);
+// Appends [<s>] `ids` cut to max_length - 1 (- 1 for <s>) tokens, then </s>. Returns whether it
+// was cut.
+bool push_with_eos(Ragged& out, IdSpan ids, int64_t max_length, bool bos, std::vector<int32_t>& scratch) {
+  const auto limit = static_cast<size_t>(max_length - 1 - (bos ? 1 : 0));
   const bool cut = ids.size() > limit;
-  scratch.assign(ids.begin(), cut ? ids.begin() + limit : ids.end());
+  scratch.clear();
+  if (bos) scratch.push_back(kBosId);
+  scratch.insert(scratch.end(), ids.begin(), cut ? ids.begin() + limit : ids.end());
   scratch.push_back(kEosId);
   out.push_back(scratch);
   return cut;
@@ -23,16 +26,17 @@ PairDataset::PairDataset(const Ragged& sources, const Ragged& targets, const Pai
   options.validate();
   TARN_CHECK(sources.rows() == targets.rows(), "pair dataset: ", sources.rows(), " sources but ", targets.rows(),
              " targets");
-  sources_.reserve(sources.rows(), sources.total() + sources.rows());
-  targets_.reserve(targets.rows(), targets.total() + targets.rows());
+  const size_t marks = options.bos ? 2 : 1;  // [<s>] and </s>
+  sources_.reserve(sources.rows(), sources.total() + marks * sources.rows());
+  targets_.reserve(targets.rows(), targets.total() + marks * targets.rows());
   std::vector<int32_t> scratch;
   for (size_t i = 0; i < sources.rows(); ++i) {
     if (sources.row_size(i) == 0 || targets.row_size(i) == 0) {
       ++stats_.empty_lines;  // a side that encodes to nothing cannot be learned from
       continue;
     }
-    stats_.truncated_source += push_with_eos(sources_, sources.row(i), options.max_source_length, scratch);
-    stats_.truncated_target += push_with_eos(targets_, targets.row(i), options.max_target_length, scratch);
+    stats_.truncated_source += push_with_eos(sources_, sources.row(i), options.max_source_length, options.bos, scratch);
+    stats_.truncated_target += push_with_eos(targets_, targets.row(i), options.max_target_length, options.bos, scratch);
   }
   TARN_CHECK(sources_.rows() > 0, "pair dataset: no example (all ", sources.rows(), " pairs have an empty side)");
   stats_.lines = static_cast<int64_t>(sources.rows());

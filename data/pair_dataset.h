@@ -1,6 +1,7 @@
 #pragma once
 // Supervised seq2seq examples from "source<TAB>target" lines: source ids + </s>, target ids
-// + </s>, each cut to its length limit (counted in stats()). Identical in every epoch.
+// + </s>, each cut to its length limit (counted in stats()); with `bos`, each side starts with
+// <s> (HF BART's tokenizer: <s> ... </s>). Identical in every epoch.
 #include <string>
 #include <vector>
 

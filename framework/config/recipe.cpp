@@ -196,9 +196,15 @@ config::Schema build_schema() {
   data.string(&DataRecipe::test, "test", "test corpus (tarn eval); \"\" = none");
   auto tokenizer = data.section(&DataRecipe::tokenizer, "tokenizer", "SentencePiece: give either model or train");
   tokenizer
-      .string(&TokenizerRecipe::model, "model", "an existing SentencePiece .model; \"\" = train one (see train)")
-      .check([](const std::string& s) { return s.empty() || (s.size() > 6 && s.substr(s.size() - 6) == ".model"); },
-             "a path ending in .model, or \"\"");
+      .string(&TokenizerRecipe::model, "model",
+              "an existing SentencePiece .model, or a byte-level BPE tokenizer.json (HuggingFace's; a checkpoint's "
+              "tokenizer.model may hold either); \"\" = train a SentencePiece model (see train)")
+      .check(
+          [](const std::string& s) {
+            auto ends = [&](const std::string& e) { return s.size() > e.size() && s.substr(s.size() - e.size()) == e; };
+            return s.empty() || ends(".model") || ends(".json");
+          },
+          "a path ending in .model or .json, or \"\"");
   auto train = tokenizer.section(&TokenizerRecipe::train, "train", "how to train the tokenizer on data.train");
   train.integer(&TokenizerTrainRecipe::vocab_size, "vocab_size", "pieces, specials and <mask> included")
       .min(kMinTokenizerVocab)
@@ -221,6 +227,10 @@ config::Schema build_schema() {
   data.integer(&DataRecipe::pack_tokens, "pack_tokens",
                "denoising: join consecutive lines up to this many tokens; 0 = one line per example")
       .non_negative();
+  data.boolean(&DataRecipe::bos, "bos",
+               "start source and target with <s>, as HuggingFace's BART tokenizer does (decoder input </s> <s> ...); "
+               "generation then forces <s> first and </s> at --max-length, as BART's forced_bos/eos_token_id. "
+               "tarn import sets it");
   auto noising = data.section(&DataRecipe::noising, "noising", "BART noise for denoising (Lewis et al. 2020, 2.2)");
   noising.number(&NoisingRecipe::mask_ratio, "mask_ratio", "fraction of tokens masked by text infilling").fraction();
   noising.number(&NoisingRecipe::poisson_lambda, "poisson_lambda", "mean span length of text infilling")

@@ -82,7 +82,7 @@ struct TokenizerTrainRecipe {
 };
 
 struct TokenizerRecipe {
-  std::string model;  // an existing SentencePiece .model; "" = train one with `train`
+  std::string model;  // an existing SentencePiece .model or byte-level BPE tokenizer.json; "" = train one
   TokenizerTrainRecipe train;
 };
 
@@ -102,6 +102,7 @@ struct DataRecipe {
   int64_t max_source_len = 128;  // tokens, </s> included
   int64_t max_target_len = 128;
   int64_t pack_tokens = 0;  // denoising: join consecutive lines up to this many tokens; 0 = no packing
+  bool bos = false;  // each side starts with <s> (HF BART's tokenizer); generation forces <s> first
   NoisingRecipe noising;
 };
 

@@ -24,6 +24,7 @@
 #include "app/evaluate.h"
 #include "app/export.h"
 #include "app/generate.h"
+#include "app/hf_import.h"
 #include "app/session.h"
 #include "app/trained_model.h"
 #include "app/trainer.h"
@@ -127,6 +128,7 @@ cli::Command add_config(CLI::App& tarn) {
 
 struct EvalArgs {
   std::string checkpoint, data;
+  std::string data_kind;         // "": the checkpoint's data.kind
   int64_t tokens_per_batch = 0;  // 0: the recipe's
   int64_t max_batches = 0;       // 0: every batch
 };
@@ -139,6 +141,7 @@ int run_eval(const EvalArgs& a) {
     comm = kernels::mpi::world_communicator(300);
   }
   TrainedModel l = load_trained_model(a.checkpoint);
+  if (!a.data_kind.empty()) l.recipe.data.kind = a.data_kind;
   auto ds = open_dataset(l.recipe, *l.tok, a.data, kEvalNoiseSeed, "eval");
   const EvalResult r = evaluate(*l.model, *ds, a.tokens_per_batch > 0 ? a.tokens_per_batch : l.recipe.training.tokens_per_batch,
                                 a.max_batches, comm.get());
@@ -151,10 +154,14 @@ cli::Command add_eval(CLI::App& tarn) {
   auto o = std::make_shared<EvalArgs>();
   CLI::App* app = tarn.add_subcommand("eval",
                                       "Mean NLL and perplexity over the target tokens of FILE (the checkpoint's\n"
-                                      "data kind: denoising plain text, or source<TAB>target pairs). Under\n"
-                                      "mpirun the ranks share the batches.");
+                                      "data kind unless --data-kind: denoising plain text, or source<TAB>target\n"
+                                      "pairs). Under mpirun the ranks share the batches.");
   add_checkpoint(*app, o->checkpoint);
   app->add_option("--data", o->data, "the text to score")->type_name("FILE")->required();
+  app->add_option("--data-kind", o->data_kind,
+                  "pairs (source<TAB>target lines) or denoising (plain text, noised as in training)")
+      ->check(CLI::IsMember({"pairs", "denoising"}))
+      ->default_str("the checkpoint's data.kind");
   cli::add_integer(*app, "--tokens-per-batch", o->tokens_per_batch, 1, kMaxTokensPerBatch, "padded tokens per batch")
       ->default_str("the recipe's training.tokens_per_batch");
   cli::add_integer(*app, "--max-batches", o->max_batches, 0, kMaxCount,
@@ -165,14 +172,16 @@ cli::Command add_eval(CLI::App& tarn) {
 cli::Command add_export(CLI::App& tarn) {
   auto checkpoint = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   CLI::App* app =
-      tarn.add_subcommand("export", "model.safetensors (HuggingFace BART names), config.json and spm.model.");
+      tarn.add_subcommand("export",
+                          "model.safetensors (HuggingFace BART names), config.json and spm.model\n"
+                          "(byte-level BPE: tokenizer.json, vocab.json, merges.txt).");
   add_checkpoint(*app, *checkpoint);
   app->add_option("--out", *out, "the folder to write them to")->type_name("DIR")->required();
   return {app, [checkpoint, out] {
             const ExportResult r = export_checkpoint(*checkpoint, *out);
             log::info("export", "wrote ", r.dir, ": model.safetensors (", r.tensors, " tensors, ",
                       log::thousands(r.parameters), " values, ", log::thousands(static_cast<long long>(r.bytes)),
-                      " bytes, format checked), config.json, spm.model");
+                      " bytes, format checked), config.json, the tokenizer");
             return 0;
           }};
 }
@@ -184,17 +193,22 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& a) {
   TrainedModel l = load_trained_model(a.checkpoint);
+  const bool bos = l.recipe.data.bos;  // HF BART's <s> ... </s>, forced <s> and </s> (GenerateOptions)
+  GenerateOptions g = a.g;
+  g.forced_bos = g.forced_eos = bos;
   const int64_t max_src = l.recipe.data.max_source_len;
+  const int64_t max_text = max_src - 1 - (bos ? 1 : 0);
   std::string line;
   int64_t lines = 0, truncated = 0;
   while (std::getline(std::cin, line)) {
     std::vector<int32_t> ids = l.tok->encode(line);
-    if (static_cast<int64_t>(ids.size()) > max_src - 1) {
-      ids.resize(static_cast<size_t>(max_src - 1));
+    if (static_cast<int64_t>(ids.size()) > max_text) {
+      ids.resize(static_cast<size_t>(max_text));
       ++truncated;
     }
+    if (bos) ids.insert(ids.begin(), l.tok->bos_id());
     ids.push_back(l.tok->eos_id());
-    std::cout << l.tok->decode(generate(*l.model, {ids}, a.g).at(0)) << "\n" << std::flush;
+    std::cout << l.tok->decode(generate(*l.model, {ids}, g).at(0)) << "\n" << std::flush;
     ++lines;
   }
   if (truncated) log::warn("generate", str_cat(truncated, " of ", lines, " lines were longer than data.max_source_len (",
@@ -223,11 +237,13 @@ int run_denoise(const DenoiseArgs& a) {
   TARN_CHECK(l.recipe.data.kind == "denoising", "denoise: the checkpoint was trained on ", l.recipe.data.kind,
              " data; use tarn generate");
   auto ds = open_dataset(l.recipe, *l.tok, a.data, kEvalNoiseSeed, "denoise");
+  GenerateOptions g = a.g;
+  g.forced_bos = g.forced_eos = l.recipe.data.bos;
   const int64_t n = std::min<int64_t>(a.count, static_cast<int64_t>(ds->size()));
   WordErrors errors;
   for (int64_t i = 0; i < n; ++i) {
     const Example ex = ds->example(static_cast<size_t>(i), 0);
-    const std::vector<int32_t> out = generate(*l.model, {ex.source}, a.g).at(0);
+    const std::vector<int32_t> out = generate(*l.model, {ex.source}, g).at(0);
     std::vector<int32_t> src(ex.source.begin(), ex.source.end() - 1);
     const std::string output = l.tok->decode(out), original = l.tok->decode(ex.target);
     std::printf("input:    %s\noutput:   %s\noriginal: %s\n\n", l.tok->decode(src).c_str(), output.c_str(),
@@ -254,6 +270,33 @@ cli::Command add_denoise(CLI::App& tarn) {
   return {app, [o] { return run_denoise(*o); }};
 }
 
+cli::Command add_import(CLI::App& tarn) {
+  auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  CLI::App* app = tarn.add_subcommand(
+      "import",
+      "A HuggingFace BART folder (config.json, model.safetensors, tokenizer.json or\n"
+      "vocab.json + merges.txt) as a tarn run folder: OUT/tokenizer.json and the\n"
+      "checkpoint OUT/step_0, softmax attention, data.bos (HF's <s> ... </s>).\n"
+      "config.json fields tarn cannot compute as HF does exit 2, naming them.");
+  app->add_option("HF_DIR", *dir, "the folder save_pretrained wrote")->required();
+  app->add_option("--out", *out, "the run folder to write")->type_name("DIR")->required();
+  return {app, [dir, out] {
+            const ImportResult r = import_hf_bart(*dir, *out);
+            if (!r.not_applied.empty()) {
+              std::string list;
+              for (const std::string& n : r.not_applied) list += (list.empty() ? "" : ", ") + n;
+              log::info("import", "not applied (generation defaults, labels, metadata: tarn generate takes --beam, "
+                                  "--max-length, --no-repeat-ngram): ", list);
+            }
+            std::string dropped;
+            for (const std::string& d : r.dropped) dropped += (dropped.empty() ? "" : ", ") + d;
+            log::info("import", "wrote ", r.checkpoint, ": ", r.tensors, " tensors, ", log::thousands(r.parameters),
+                      " values", dropped.empty() ? "" : "; copies of model.shared.weight not stored: ", dropped,
+                      "; tokenizer from ", r.tokenizer_source);
+            return 0;
+          }};
+}
+
 cli::Command add_prepare_corpus(CLI::App& tarn) {
   auto out = std::make_shared<std::string>(), wordnet = std::make_shared<std::string>(kWordNetDir);
   CLI::App* app = tarn.add_subcommand("prepare-corpus",
@@ -273,7 +316,8 @@ int dispatch(int argc, char** argv) {
   tarn.set_version_flag("--version", std::string(version_string()), "print the version and the commit built, and exit");
   tarn.require_subcommand(1);
   std::vector<cli::Command> commands = {add_train(tarn),  add_config(tarn),   add_eval(tarn),
-                                        add_export(tarn), add_generate(tarn), add_denoise(tarn)};
+                                        add_export(tarn), add_generate(tarn), add_denoise(tarn),
+                                        add_import(tarn)};
   CLI::App* bench =
       tarn.add_subcommand("bench", "Benchmarks: attention, train, decode, collectives (tarn bench --help).");
   bench->require_subcommand(1);

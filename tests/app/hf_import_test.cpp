@@ -1,0 +1,205 @@
+// `tarn import` against HuggingFace on the committed fixture (tests/fixtures/hf_bart_tiny, made
+// by tools/fixtures/make_hf_bart_fixture.py with transformers): the imported model scores and
+// generates as BartForConditionalGeneration does, and what tarn cannot represent is refused.
+#include "app/hf_import.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "data/special_ids.h"
+#include "framework/io/atomic_file.h"
+#include "framework/io/json.h"
+#include "framework/io/safetensors.h"
+#include "tests/app/app_test_util.h"
+#include "app/evaluate.h"
+#include "app/generate.h"
+#include "app/session.h"
+#include "app/trained_model.h"
+
+namespace tarn::app {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFixture = std::string(TARN_SOURCE_DIR) + "/tests/fixtures/hf_bart_tiny";
+
+json::Value expected() {
+  const std::string path = kFixture + "/expected.json";
+  return json::parse(read_file(path), path);
+}
+
+std::vector<int32_t> ids_of(const json::Value& array) {
+  std::vector<int32_t> out;
+  for (const json::Value& v : array.items("ids")) out.push_back(static_cast<int32_t>(v.as_u64("id")));
+  return out;
+}
+
+// A copy of the fixture's HF folder that a test may damage.
+std::string hf_copy(const std::string& name) {
+  const std::string dir = testing::fresh_dir("hf_" + name);
+  fs::copy(kFixture + "/hf", dir + "/hf", fs::copy_options::recursive);
+  return dir + "/hf";
+}
+
+std::string refusal(const std::string& hf, const std::string& name) {
+  try {
+    import_hf_bart(hf, testing::fresh_dir("hf_out_" + name));
+  } catch (const InternalError& e) {
+    return std::string("internal error (exit 1, not 2): ") + e.what();
+  } catch (const Error& e) {  // tarn's command line: exit 2
+    return e.what();
+  }
+  return "accepted";
+}
+
+void set_config_field(const std::string& hf, const std::string& key, const std::string& value_json) {
+  const std::string path = hf + "/config.json";
+  json::Value c = json::parse(read_file(path), path);
+  c.set(key, json::parse(value_json, "value"));
+  write_file_atomic(path, c.dump(2));
+}
+
+TEST(HfImport, ImportedModelGivesHuggingFacesMeanNllOnPairs) {
+  const std::string out = testing::fresh_dir("hf_nll");
+  import_hf_bart(kFixture + "/hf", out);
+  TrainedModel l = load_trained_model(out);
+  EXPECT_EQ(l.tok->kind(), Tokenizer::Kind::byte_level_bpe);
+  EXPECT_TRUE(l.recipe.data.bos);
+  auto ds = open_dataset(l.recipe, *l.tok, kFixture + "/pairs.tsv", kEvalNoiseSeed, "eval");
+  const EvalResult r = evaluate(*l.model, *ds, 4096);
+  const json::Value e = expected();
+  const double hf = e.find("pairs_mean_nll")->as_double("nll");
+  EXPECT_EQ(r.tokens, static_cast<int64_t>(e.find("pairs_target_tokens")->as_u64("tokens")));
+  EXPECT_NEAR(r.mean_nll(), hf, 1e-5 * hf) << "tarn " << r.mean_nll() << ", HF " << hf;
+  // Small batches (about one example each, other padding) give the same figure.
+  const EvalResult one = evaluate(*l.model, *ds, 48);
+  EXPECT_GT(one.batches, r.batches);
+  EXPECT_NEAR(one.mean_nll(), hf, 1e-5 * hf);
+}
+
+TEST(HfImport, ImportedModelGeneratesGreedilyAsHuggingFace) {
+  const std::string out = testing::fresh_dir("hf_generate");
+  import_hf_bart(kFixture + "/hf", out);
+  TrainedModel l = load_trained_model(out);
+  const json::Value e = expected();
+  GenerateOptions g;
+  g.max_length = static_cast<int64_t>(e.find("generate_max_length")->as_u64("max")) - 1;  // HF counts </s> first
+  g.forced_bos = g.forced_eos = true;
+  int same = 0, total = 0;
+  for (const json::Value& item : e.find("greedy")->items("greedy")) {
+    std::vector<int32_t> source = l.tok->encode(item.find("source")->as_string("source"));
+    source.insert(source.begin(), kBosId);
+    source.push_back(kEosId);
+    ASSERT_EQ(source, ids_of(*item.find("source_ids")));
+    std::vector<int32_t> want = ids_of(*item.find("output_ids"));  // </s> <s> ... [</s>]
+    ASSERT_EQ(want.front(), kEosId);
+    want.erase(want.begin());
+    if (want.back() == kEosId) want.pop_back();  // tarn returns the output without </s>
+    const std::vector<int32_t> got = generate(*l.model, {source}, g).at(0);
+    EXPECT_EQ(got, want) << item.find("source")->as_string("source");
+    same += got == want;
+    ++total;
+  }
+  EXPECT_EQ(same, total);
+  EXPECT_GE(total, 10);
+}
+
+TEST(HfImport, TiedCopiesAreDroppedAndUntiedEmbeddingsRefused) {
+  const std::string hf = hf_copy("tied");
+  const std::string st = hf + "/model.safetensors";
+  SafetensorsFile f = load_safetensors(st);
+  TensorList tensors = f.tensors;
+  const Tensor shared = f.at("model.shared.weight");
+  tensors.emplace_back("lm_head.weight", shared.clone());
+  tensors.emplace_back("model.encoder.embed_tokens.weight", shared.clone());
+  save_safetensors(st, tensors, {{"format", "pt"}});
+  const ImportResult r = import_hf_bart(hf, testing::fresh_dir("hf_tied_out"));
+  EXPECT_EQ(r.dropped.size(), 2u);
+
+  Tensor other = shared.clone();
+  other.f32()[5] += 1.0f;
+  tensors.back().second = other;
+  save_safetensors(st, tensors, {{"format", "pt"}});
+  const std::string why = refusal(hf, "untied");
+  EXPECT_NE(why.find("model.encoder.embed_tokens.weight differs from model.shared.weight"), std::string::npos) << why;
+}
+
+TEST(HfImport, RefusesConfigFieldsTarnCannotRepresentNamingThem) {
+  const struct {
+    const char* key;
+    const char* value;
+    const char* says;
+  } cases[] = {
+      {"normalize_before", "true", "normalize_before = true"},
+      {"add_final_layer_norm", "true", "add_final_layer_norm = true"},
+      {"activation_function", "\"relu\"", "activation_function = \"relu\""},
+      {"decoder_attention_heads", "2", "decoder_attention_heads = 2"},
+      {"decoder_ffn_dim", "48", "decoder_ffn_dim = 48"},
+      {"pad_token_id", "0", "pad_token_id = 0"},
+      {"encoder_layerdrop", "0.1", "encoder_layerdrop = 0.1"},
+      {"model_type", "\"mbart\"", "model_type = \"mbart\""},
+      {"rope_theta", "10000", "rope_theta = 10000"},  // a field tarn does not know
+  };
+  for (const auto& c : cases) {
+    const std::string hf = hf_copy(c.key);
+    set_config_field(hf, c.key, c.value);
+    const std::string why = refusal(hf, c.key);
+    EXPECT_NE(why.find(c.says), std::string::npos) << c.key << ": " << why;
+    EXPECT_NE(why.find("config.json"), std::string::npos) << why;
+  }
+}
+
+TEST(HfImport, RefusesMissingFilesOtherTokenizersAndDamagedWeights) {
+  {
+    const std::string hf = hf_copy("no_weights");
+    fs::remove(hf + "/model.safetensors");
+    const std::string why = refusal(hf, "no_weights");
+    EXPECT_NE(why.find("model.safetensors: missing"), std::string::npos) << why;
+  }
+  {
+    const std::string hf = hf_copy("no_config");
+    fs::remove(hf + "/config.json");
+    const std::string why = refusal(hf, "no_config");
+    EXPECT_NE(why.find("config.json: missing"), std::string::npos) << why;
+  }
+  {
+    const std::string hf = hf_copy("no_tokenizer");
+    for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt"}) fs::remove(hf + "/" + f);
+    const std::string why = refusal(hf, "no_tokenizer");
+    EXPECT_NE(why.find("no tokenizer"), std::string::npos) << why;
+    write_file_atomic(hf + "/sentencepiece.bpe.model", "x");
+    const std::string spm = refusal(hf, "spm_tokenizer");
+    EXPECT_NE(spm.find("sentencepiece.bpe.model: a SentencePiece tokenizer"), std::string::npos) << spm;
+  }
+  {
+    const std::string hf = hf_copy("wordpiece");
+    std::string t = read_file(hf + "/tokenizer.json");
+    t.replace(t.find("\"type\": \"BPE\""), 13, "\"type\": \"WordPiece\"");
+    write_file_atomic(hf + "/tokenizer.json", t);
+    const std::string why = refusal(hf, "wordpiece");
+    EXPECT_NE(why.find("model.type is \"WordPiece\""), std::string::npos) << why;
+  }
+  {
+    const std::string hf = hf_copy("truncated");
+    const std::string st = hf + "/model.safetensors";
+    const std::string bytes = read_file(st);
+    write_file_atomic(st, bytes.substr(0, bytes.size() - 1000));
+    const std::string why = refusal(hf, "truncated");
+    EXPECT_NE(why.find("model.safetensors"), std::string::npos) << why;
+    EXPECT_EQ(why.find("internal error"), std::string::npos) << why;
+  }
+  {
+    const std::string hf = hf_copy("header");
+    const std::string st = hf + "/model.safetensors";
+    std::string bytes = read_file(st);
+    bytes[12] = '[';  // the JSON header no longer an object
+    write_file_atomic(st, bytes);
+    const std::string why = refusal(hf, "header");
+    EXPECT_NE(why.find("model.safetensors"), std::string::npos) << why;
+    EXPECT_EQ(why.find("internal error"), std::string::npos) << why;
+  }
+}
+
+}  // namespace
+}  // namespace tarn::app
