@@ -36,4 +36,15 @@ expect "model.attention.decoder_self.conv_size: this model and its training stat
 expect "model.attention.cross.favor_features: this model and its training state need at least" \
   "$tarn" config "$recipe" --set model.attention.cross.feature_map=favor --set model.attention.cross.favor_features=2147483647
 expect "is not a regular file" "$tarn" train /dev/urandom
+# tarn import (issue 55) on copies of the HuggingFace fixture, each damaged one way.
+hf="$(dirname "$0")/../fixtures/hf_bart_tiny/hf"
+bad_hf() { rm -rf "$work/hf"; cp -r "$hf" "$work/hf"; }
+bad_hf; sed -i 's/"scale_embedding": false/"scale_embedding": false, "normalize_before": true/' "$work/hf/config.json"
+expect "config.json: normalize_before = true: tarn's BART is post-LayerNorm" "$tarn" import "$work/hf" --out "$work/imp"
+bad_hf; rm "$work/hf/model.safetensors"
+expect "model.safetensors: missing" "$tarn" import "$work/hf" --out "$work/imp"
+bad_hf; sed -i 's/"type": "BPE"/"type": "WordPiece"/' "$work/hf/tokenizer.json"
+expect 'tokenizer.json: model.type is "WordPiece"' "$tarn" import "$work/hf" --out "$work/imp"
+bad_hf; head -c 4000 "$hf/model.safetensors" >"$work/hf/model.safetensors"
+expect "model.safetensors: file is truncated" "$tarn" import "$work/hf" --out "$work/imp"
 finish "all bad inputs refused with exit 2"
