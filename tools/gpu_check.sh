@@ -18,7 +18,7 @@
 #       and one of flash softmax, then a one-page summary (summary.md). Each step has its own
 #       timeout and writes its log as it goes, into --out (default: $OUT when set, else
 #       gpu_check_out/). The whole run stays under 9 minutes. Without a GPU it says so and exits 2.
-#   tools/gpu_check.sh perf [--bundle DIR|TARBALL] [--out DIR] [--wheels DIR] [--budget S] [--quick]
+#   tools/gpu_check.sh perf [--bundle DIR|TARBALL] [--out DIR] [--wheels DIR] [--budget S] [--step-budget S] [--quick]
 #       On the GPU machine (issue 50, item 6): tarn's kernels beside PyTorch's
 #       scaled_dot_product_attention (flash backend) and FLA's chunk_linear_attn (normalised) and
 #       chunk_gated_delta_rule, on the same shapes in the same run: B*H 8 and 128, N 1,024, 4,096
@@ -38,6 +38,11 @@
 #       the 1.5 MB of wheels; the unpacked build/gpu_bundle, ~70 MB, is over the tool's 64 MiB);
 #       commit the perf-*.json it returns under docs/experiment/data/gpu/
 #       (docs/experiment/gpu_perf.md says more).
+#       First, within --step-budget S (default 120 s of the budget; 0 skips it), training steps
+#       (issue 51): `tarn bench train` of recipes/base-softmax.yaml and base-delta.yaml (bf16,
+#       N 512 and 2,048 at 16,384 tokens a batch, 20 timed steps) beside HuggingFace's BART in
+#       PyTorch on the same shapes (tools/gpu_step_perf.py measure: SDPA, bf16 autocast, fused
+#       AdamW), merged into step-perf-<date>-<commit>.json (the table goes to perf.log).
 #   tools/gpu_check.sh exec [--bundle DIR|TARBALL] -- COMMAND...
 #       On the GPU machine: runs COMMAND with the bundle's programs first on PATH, TARN set to its
 #       tarn and the loader path set as for run, e.g. the experiment's training runs on the device:
@@ -112,6 +117,7 @@ do_bundle() {
   strip --strip-unneeded "$bundle_dir"/lib/* 2>/dev/null || true
   cp "$0" "$bundle_dir/gpu_check.sh"
   cp "$root/tools/gpu_perf.py" "$bundle_dir/gpu_perf.py"
+  cp "$root/tools/gpu_step_perf.py" "$bundle_dir/gpu_step_perf.py"
   git -C "$root" rev-parse HEAD >"$bundle_dir/commit" 2>/dev/null || echo unknown >"$bundle_dir/commit"
   {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) for sm $arch"
@@ -452,7 +458,7 @@ pstep() {
 }
 
 do_perf() {
-  local given="" wheels="" budget=450 quick=0
+  local given="" wheels="" budget=450 quick=0 step_budget=120
   out=${OUT:-$root/gpu_check_out}
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -462,6 +468,9 @@ do_perf() {
       --budget)
         if ! [[ ${2:-} =~ ^[0-9]+$ ]] || [ "$2" -lt 120 ]; then die "--budget needs seconds, at least 120"; fi
         budget=$2; shift 2 ;;
+      --step-budget)
+        if ! [[ ${2:-} =~ ^[0-9]+$ ]]; then die "--step-budget needs seconds (0: no training steps)"; fi
+        step_budget=$2; shift 2 ;;
       --quick) quick=1; shift ;;
       *) die "perf: unknown argument '$1' (see --help)" ;;
     esac
@@ -523,6 +532,29 @@ do_perf() {
   }
   left() { echo $((end - SECONDS)); }
   local failed=0 limit
+
+  # 2b. Training steps (issue 51), first and within step_budget: tarn's base recipes (bf16) and
+  # HF BART in PyTorch on the same N and tokens a batch, then their table. A quarter each for
+  # the two recipes, the rest less 5 s for PyTorch.
+  # The benches' CSVs, PyTorch's JSON and the table stay in a scratch folder (the device tool
+  # brings back 8 files of $out): $out gets step-perf-<date>-<commit>.json, perf.log the table.
+  if [ "$step_budget" -gt 0 ]; then
+    local step_py="$root/tools/gpu_step_perf.py" step_end=$((SECONDS + step_budget)) r step_args=() scratch
+    [ -f "$step_py" ] || step_py="$bundle/gpu_step_perf.py"
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/tarn_steps.XXXXXX")
+    for r in base-softmax base-delta; do
+      pstep "steps_$r" $((step_budget / 4)) "$bundle/bin/tarn" bench train "$root/recipes/$r.yaml" --attention recipe \
+        --n 512,2048 --tokens 16384 --steps 20 --device cuda --precision bf16 --out "$scratch/$r" || failed=1
+      step_args+=(--tarn "$r=$scratch/$r")
+    done
+    limit=$((step_end - SECONDS - 5))
+    pstep steps_torch $limit env PYTHONUNBUFFERED=1 python3 "$step_py" measure --out "$scratch/torch.json" \
+      --ns 512,2048 --tokens 16384 --steps 20 --warmup 3 --deadline $(( $(date +%s) + limit - 20 )) || failed=1
+    timeout 60 python3 "$step_py" report --torch "$scratch/torch.json" "${step_args[@]}" --out-dir "$out" \
+      --table "$scratch/step_perf_table.md" --commit "$commit" --date "$day" 2>&1 | tee -a "$out/perf.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+    rm -rf "$scratch"
+  fi
 
   # 3. tarn's kernels from the bundle: every algorithm at d = 64 (checked against the CPU
   # first), then the delta rule at d = 128. Each stops starting rows 15 s before its timeout.

@@ -66,9 +66,13 @@ Tensor scan_in_bf16(const char* op, const Tensor& q, const Tensor& k, const Tens
   Tensor state = readout ? Tensor() : Tensor::empty(Shape{B, H, dims.dk, dims.dv}, dev);
   Tensor checkpoints =
       Tensor::empty(Shape{dims.slices, kc::delta_rule_checkpoints(dims, cfg), dims.dk, dims.dv}, dev);
-  kb.forward(dims, cfg, readout ? q16.data<bf16>() : nullptr, k16.data<bf16>(), v16.data<bf16>(), beta.device_f32(),
-             alpha.device_f32(), readout ? out16.data<bf16>() : nullptr, readout ? nullptr : state.device_f32(),
-             checkpoints.device_f32());
+  {  // the forward's workspace (each sub-chunk's factors and starting state) is freed on return
+    const size_t ws_floats = kb.forward_workspace_floats(dims, cfg);
+    Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_floats)}, dev);
+    kb.forward(dims, cfg, readout ? q16.data<bf16>() : nullptr, k16.data<bf16>(), v16.data<bf16>(),
+               beta.device_f32(), alpha.device_f32(), readout ? out16.data<bf16>() : nullptr,
+               readout ? nullptr : state.device_f32(), checkpoints.device_f32(), ws.device_f32(), ws_floats);
+  }
   const Tensor out = readout ? ops_internal::widened_to_f32(op, out16) : state;
   return record(op, out, scan_inputs(q, k, v, beta, alpha),
                 [=](const Tensor& dy, const NeedsGrad& needs) -> Grads {

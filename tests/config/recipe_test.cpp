@@ -134,6 +134,27 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(base.training.device, "cuda");
 }
 
+// The GPU recipes timed beside PyTorch's BART (tools/gpu_check.sh perf): BART-base sized, and
+// only the attention differs, so that their tokens/s compare.
+TEST(ShippedRecipes, BaseRecipesAreBartBaseAndDifferOnlyInAttention) {
+  const Recipe linear = load_recipe(source_path("recipes/base-linear.yaml"));
+  for (const char* other : {"recipes/base-softmax.yaml", "recipes/base-delta.yaml", "recipes/base-hybrid.yaml"}) {
+    Recipe r = load_recipe(source_path(other));
+    EXPECT_EQ(r.model.d_model, 768) << other;
+    EXPECT_EQ(r.model.heads, 12) << other;
+    EXPECT_EQ(r.model.encoder_layers, 6) << other;
+    EXPECT_EQ(r.model.decoder_layers, 6) << other;
+    EXPECT_EQ(r.model.ffn_dim, 3072) << other;
+    EXPECT_TRUE(r.warnings.empty()) << other;
+    EXPECT_NE(first_difference(linear, r), "") << other << " has base-linear's attention";
+    r.model.attention = linear.model.attention;
+    r.checkpoints.dir = linear.checkpoints.dir;
+    r.logging.metrics_file = linear.logging.metrics_file;
+    r.logging.tensorboard = linear.logging.tensorboard;
+    EXPECT_EQ(first_difference(linear, r), "") << other;
+  }
+}
+
 TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   // The comparison between them is only fair if nothing else changes.
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));

@@ -159,8 +159,10 @@ DeviceResults RunDevice(Target target, const Case& c, const Inputs& in) {
   DeviceArray<float> beta(target, in.beta), alpha(target, in.alpha);
   DeviceArray<bf16> g_out = out_bf16(c.readout ? rows * c.dv : 0);
   DeviceArray<float> g_final = out(state), g_check = out(checkpoint_floats);
+  const size_t fws_floats = TARN_ON(target, delta_rule_bf16_forward_workspace_floats, dims, cfg);
+  DeviceArray<float> g_fws = out(fws_floats);
   TARN_ON(target, delta_rule_bf16_forward, dims, cfg, c.readout ? q.get() : nullptr, k.get(), v.get(), beta.get(),
-          alpha.get(), c.readout ? g_out.get() : nullptr, g_final.get(), g_check.get());
+          alpha.get(), c.readout ? g_out.get() : nullptr, g_final.get(), g_check.get(), g_fws.get(), fws_floats);
   DeviceResults r;
   r.raw_out = g_out.host();
   r.out = ToFloat(r.raw_out);

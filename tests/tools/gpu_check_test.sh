@@ -63,6 +63,14 @@ mkdir -p "$work/bundle/bin" "$work/bundle/lib"
 for exe in tarn_cuda_tests tarn; do printf '#!/bin/sh
 echo "%s ran"
 ' "$exe" >"$work/bundle/bin/$exe"; done
+# tarn bench train --out DIR writes DIR/train.csv, as the real one (perf's training steps).
+cat >>"$work/bundle/bin/tarn" <<'EOF'
+[ "$1 $2" = "bench train" ] || exit 0
+while [ $# -gt 0 ]; do [ "$1" = --out ] && dir=$2; shift; done
+mkdir -p "$dir"
+printf 'attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status\n' >"$dir/train.csv"
+printf 'recipe,bf16,512,32,16384,100.0,327680,2000.0,900.0,ok\nrecipe,bf16,2048,8,16384,50.0,655360,3000.0,900.0,ok\n' >>"$dir/train.csv"
+EOF
 chmod +x "$work/bundle/bin/"*
 expect 0 "tarn ran" exec --bundle "$work/bundle" -- sh -c '"$TARN"'
 expect 0 "tarn_cuda_tests ran" exec --bundle "$work/bundle" -- tarn_cuda_tests
@@ -116,10 +124,21 @@ assert doc["commit"] == "0123456789abcdef0123456789abcdef01234567", doc["commit"
 assert doc["fla"].startswith("unavailable ("), doc["fla"]
 tarn = [r for r in doc["rows"] if r["impl"] == "tarn" and r["status"] == "ok"]
 assert len(tarn) == 6 * 6 + 6 * 2 - 2, len(tarn)
-assert set(doc["steps"]) == {"tarn_d64", "tarn_d128", "measure"}, doc["steps"]
+assert set(doc["steps"]) == {"steps_base-softmax", "steps_base-delta", "steps_torch", "tarn_d64", "tarn_d128",
+                             "measure"}, doc["steps"]
 assert all(v.startswith("exit 0") for v in doc["steps"].values()), doc["steps"]
 EOF
 [ -s "$work/perf/perf_table.md" ] && [ -s "$work/perf/perf.log" ] || fail "perf_table.md or perf.log missing"
+# The training steps (issue 51): the stand-in tarn's rows, with PyTorch unavailable here.
+grep -qF '| 2048 | tarn base-delta | 8 | 50.0 | 655,360 |' <<<"$out" || fail "perf printed no step table: $out"
+step_json=$(find "$work/perf" -name 'step-perf-*-0123456789ab.json' | head -1)
+[ -n "$step_json" ] || fail "perf wrote no step-perf-<date>-<commit>.json: $(ls "$work/perf")"
+/usr/bin/python3 - "$step_json" <<'EOF' || fail "the step JSON is not as expected ($step_json)"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["torch"]["unavailable"], doc["torch"]
+assert sorted(r["system"] for r in doc["rows"]) == ["tarn base-delta"] * 2 + ["tarn base-softmax"] * 2, doc["rows"]
+EOF
 [ "$(find "$work/perf" -type f | wc -l)" -le 8 ] || fail "perf leaves more than the 8 files the device tool returns"
 
 rm "$work/bundle/bin/tarn"

@@ -406,7 +406,7 @@ void Run<tarn::bf16>::forward() {
 #if defined(TARN_BENCH_DELTA_BF16)
   if (is_delta(algo))
     return TARN_BENCH_ON(gpu, delta_rule_bf16_forward, ddims, dcfg, q.get(), k.get(), v.get(), beta.get(), alpha.get(),
-                         out.get(), nullptr, checkpoints.get());
+                         out.get(), nullptr, checkpoints.get(), ws.get(), ws.size());  // (ws: the backward's, larger)
 #endif
 #if defined(TARN_BENCH_BF16)
   select_linear_path(algo, gpu);

@@ -4,15 +4,19 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "framework/allocator.h"
 #include "framework/config/recipe.h"
 #include "framework/log/log.h"
-#include "framework/optim/adamw.h"
+#include "framework/ops/nn.h"
+#include "framework/staging.h"
+#include "framework/train/step.h"
 #include "framework/rng.h"
 #include "kernels/check.h"
+#include "kernels/collectives.h"
 #include "layers/bart.h"
 #include "tools/bench/tarn/bench_common.h"
 #include "app/session.h"
@@ -23,9 +27,11 @@ namespace {
 constexpr const char* kDescription = R"(Training tokens/s and peak memory (allocator and resident) against sequence
 length at the recipe's tokens per batch, random tokens.
 
-Training steps (forward, backward, AdamW) of the recipe's model on random token ids, source and
-target both N tokens long, batch = --tokens / N sequences (at least 1). Each figure is the median
-step after one warm-up step. tokens/s counts source and target tokens. Memory: the allocator's
+Training steps of the recipe's model on random token ids, source and target both N tokens long,
+batch = --tokens / N sequences (at least 1), as the trainer takes them (TrainStep: the batch up
+in one asynchronous copy, forward, backward, the gradient norm, clipping to the recipe's
+clip_norm and AdamW over the parameter arena in one fused update, then the step's result read
+back, which waits for the device). Each figure is the median step after one warm-up step. tokens/s counts source and target tokens. Memory: the allocator's
 live peak and the process's resident peak (VmHWM, reset before each configuration). A size whose
 estimated training memory exceeds --max-gib is refused up front (status "skipped: ...").
 --rounds R times each length's configurations R times over, in turn and in the reverse order
@@ -55,8 +61,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision, float label_smoothing, int64_t batch,
-                       int64_t n, int64_t steps) {
+StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision, float label_smoothing, float clip_norm,
+                       int64_t batch, int64_t n, int64_t steps) {
   allocator_for(device).release_cache();  // each configuration's peaks are its own
   reset_resident_peak();
   reset_peak_memory(device);
@@ -64,19 +70,28 @@ StepFigures time_steps(const BartConfig& cfg, Device device, Precision precision
   model.to(device);
   model.train();
   model.set_precision(precision);
-  AdamW opt(model.named_parameters(), {});
+  const std::unique_ptr<kernels::Communicator> solo = kernels::solo_communicator();
+  TrainStepOptions options;
+  options.clip_norm = clip_norm;
+  options.defer_results = TrainStepOptions::Defer::yes;  // read once a step, below
+  TrainStep step(model, *solo, *solo, options);
   Philox rng(7);
-  std::vector<int32_t> src(batch * n), tgt(batch * n), labels(batch * n);
+  std::vector<int32_t> src(batch * n), tgt(batch * n), labels(batch * n);  // ids >= 4: no padding
   for (auto* ids : {&src, &tgt, &labels})
     for (int32_t& id : *ids) id = 4 + static_cast<int32_t>(rng.below(static_cast<uint32_t>(cfg.vocab_size - 4)));
+  const auto forward = [&](int64_t) -> std::optional<MicroBatchLoss> {
+    const StagedBatch staged(device, {&src, &tgt, &labels}, {});
+    MicroBatchLoss m;
+    m.loss = seq2seq_loss(model.forward(src, Shape{batch, n}, {}, tgt, Shape{batch, n}), labels, cfg.pad_token_id,
+                          label_smoothing, &m.counted, nullptr, CrossEntropyOptions{}.ignore_index, &m.totals);
+    m.tokens = 2 * batch * n;
+    return m;
+  };
   std::vector<double> seconds;
   for (int64_t s = 0; s <= steps; ++s) {  // step 0 warms the allocator and the caches
     const auto t0 = std::chrono::steady_clock::now();
-    const Tensor logits = model.forward(src, Shape{batch, n}, {}, tgt, Shape{batch, n});
-    seq2seq_loss(logits, labels, cfg.pad_token_id, label_smoothing).backward();
-    opt.step();
-    opt.zero_grad();
-    (void)logits.view({-1}).narrow0(0, 1).to(Device::cpu());  // waits for a device's queued work
+    step.run(1, batch * n, forward, 1e-4f);
+    (void)step.settle();  // the step's record read back: waits for a device's queued work
     if (s > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   StepFigures f;
@@ -138,7 +153,8 @@ int run(TrainFlags f) {
         log::info("bench", cfg.kind, " N=", n, ", batch ", batch, ": ", steps + 1, " steps",
                   f.rounds > 1 ? str_cat(" (round ", round + 1, " of ", f.rounds, ")") : std::string(), " ...");
         const StepFigures r = time_steps(cfg.model, device, precision,
-                                         static_cast<float>(recipe.training.label_smoothing), batch, n, steps);
+                                         static_cast<float>(recipe.training.label_smoothing),
+                                         static_cast<float>(recipe.optimizer.clip_norm), batch, n, steps);
         cfg.all.step_s.insert(cfg.all.step_s.end(), r.step_s.begin(), r.step_s.end());
         cfg.all.alloc_peak = std::max(cfg.all.alloc_peak, r.alloc_peak);
         cfg.all.rss_peak = std::max(cfg.all.rss_peak, r.rss_peak);
