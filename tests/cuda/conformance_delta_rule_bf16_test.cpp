@@ -24,7 +24,9 @@
 // mirror dKK^T dropped, the A operand's transposed tile read at the untransposed offset, the
 // barrier between the forward substitution and W = X R removed, R's -diag(b) K S0 dropped, the
 // back substitution's last row skipped, Q^T diag(b) dout dropped from the state gradients, and
-// the barrier before kernel 3's dY W^T and dout W^T removed.
+// the barrier before kernel 3's dY W^T and dout W^T removed. Since the factors kernel and the
+// state pass (2026-12-02), these failed too: the state pass's W = U - Khat S0 taken as U, and
+// the state gradients' dY = T^T dW taken as T dW.
 // On a GPU the bf16 roundings are the same; its f32 tensor-core sums (truncating, another order)
 // add at most gamma_{C+d}(2^-23) < 1e-4 of the terms' magnitudes, inside the slack.
 #include <gtest/gtest.h>
