@@ -16,6 +16,8 @@
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/reduce.h"
+#include "framework/optim/adamw.h"
+#include "framework/optim/clip_grad.h"
 #include "framework/train/step.h"
 #include "kernels/collectives.h"
 #include "tests/common/gradcheck.h"
@@ -88,8 +90,11 @@ double max_difference(const std::vector<std::vector<float>>& a, const std::vecto
 constexpr int64_t kMicroBatches = 3;
 constexpr int64_t kRows = 16, kRank0Rows = 5;
 
+std::vector<std::vector<float>> optimizer_values(const AdamWState& st);
+
 struct RankRun {
   std::vector<std::vector<float>> params;
+  std::vector<std::vector<float>> state;  // the optimizer's moments and step counts (ZeRO-1: gathered)
   StepResult result;
   int gradients_left = 0;  // parameters still holding a gradient after the last step
 };
@@ -108,6 +113,8 @@ std::vector<RankRun> train(int world, const TrainStepOptions& options, const For
         out[static_cast<size_t>(r)].result =
             step.run(kMicroBatches, kMicroBatches * kRows, [&](int64_t k) { return forward(r, m, k); }, 1e-2f);
       out[static_cast<size_t>(r)].params = values(m);
+      out[static_cast<size_t>(r)].state =
+          optimizer_values(step.sharded() ? step.sharded()->gather_state() : step.optimizer()->state());
       for (Tensor* p : m.parameters()) out[static_cast<size_t>(r)].gradients_left += p->grad().defined();
     });
   for (auto& t : threads) t.join();
@@ -281,6 +288,75 @@ void expect_deferred_equals_immediate(const LossChange& change, int steps, float
   EXPECT_TRUE(same_bits(values(a), values(b)));
   EXPECT_EQ(sa.optimizer()->step_count(), sb.optimizer()->step_count());
   for (Tensor* p : b.parameters()) EXPECT_FALSE(p->grad().defined()) << "gradients are zeroed after every step";
+}
+
+// The step before issue 51, as the reference: each micro-batch's backward weighted by its
+// share, the global norm (global_grad_norm), the factor (clip_factor), then AdamW per tensor
+// (AdamW::step, its moments in tensors of their own) reading each gradient times the factor.
+struct TodaysStep {
+  Toy m;
+  AdamW opt{m.named_parameters(), AdamWOptions{}};
+  void run(const Forward& forward, float clip_norm, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      for (int64_t k = 0; k < kMicroBatches; ++k) {
+        const std::optional<MicroBatchLoss> l = forward(0, m, k);
+        l->loss.backward(Tensor::full(Shape{}, static_cast<float>(l->counted) / static_cast<float>(kMicroBatches * kRows)));
+      }
+      const float factor = clip_factor(global_grad_norm(m.parameters()), clip_norm);
+      opt.set_lr(1e-2f);
+      opt.step(factor);
+      m.zero_grad();
+    }
+  }
+};
+
+// Parameters and moments as one list of vectors (AdamWState's map is ordered by name).
+std::vector<std::vector<float>> optimizer_values(const AdamWState& st) {
+  std::vector<std::vector<float>> v;
+  for (const auto& [name, p] : st.params) {
+    v.push_back(p.exp_avg.to_vector());
+    v.push_back(p.exp_avg_sq.to_vector());
+    v.push_back({static_cast<float>(p.step)});
+  }
+  return v;
+}
+
+// Issue 51's equality: the step with the fused update over the arena (one rank; deferred or
+// not) leaves the parameters and the optimizer state of today's step bit for bit on the CPU;
+// two ranks with ZeRO-1 sum the gradients and the norm in another order, so they agree to the
+// f32 rounding of those sums: each gradient element is a sum of 2 rank partials of at most 3
+// micro-batch terms, |error| <= 4 u |g| (u = 2^-24), which AdamW's scale-free m / sqrt(v) passes
+// to each update as 2 x 4 u of the step lr = 1e-2 (and the clip factor's last bit, u, alike):
+// after 4 steps at most 4 x 1e-2 x 9 u ~ 2.2e-8, beside the parameters' own f32 rounding of
+// each update (2 u |w|, |w| < 4: 4 x 4.8e-7): 2e-6 covers both.
+TEST(TrainStep, TheFusedStepLeavesTodaysParametersAndStateOneRankBitForBitZeroOneWithinRounding) {
+  constexpr int kSteps = 4;
+  for (const float clip : {0.0f, 0.05f}) {
+    TodaysStep today;
+    today.run(whole_batch, clip, kSteps);
+    ASSERT_FALSE(same_bits(values(today.m), values(Toy()))) << "the steps should move the parameters";
+    for (const TrainStepOptions::Defer defer : {TrainStepOptions::Defer::no, TrainStepOptions::Defer::yes}) {
+      const auto comm = kernels::solo_communicator();
+      TrainStepOptions o;
+      o.clip_norm = clip;
+      o.defer_results = defer;
+      Toy m;
+      TrainStep step(m, *comm, *comm, o);
+      run_steps(m, step, whole_batch, kSteps);
+      EXPECT_TRUE(same_bits(values(m), values(today.m))) << "clip " << clip;
+      EXPECT_TRUE(same_bits(optimizer_values(step.optimizer()->state()), optimizer_values(today.opt.state())))
+          << "clip " << clip;
+    }
+    TrainStepOptions zero;
+    zero.clip_norm = clip;
+    zero.shard_optimizer = true;
+    const auto two = train(2, zero, shared_batch, kSteps);
+    EXPECT_TRUE(same_bits(two[0].params, two[1].params)) << "the replicas diverged";
+    EXPECT_LT(max_difference(two[0].params, values(today.m)), 2e-6) << "clip " << clip;
+    const std::vector<std::vector<float>> state = optimizer_values(today.opt.state());
+    EXPECT_LT(max_difference(two[1].state, state), 2e-6) << "clip " << clip;
+    for (size_t i = 2; i < state.size(); i += 3) EXPECT_EQ(two[1].state[i], state[i]) << "step counts";
+  }
 }
 
 TEST(TrainStep, DeferredResultsAreTheImmediateOnesReadLater) {
