@@ -35,6 +35,7 @@
 #include "kernels/parallel.h"
 #include "layers/bart.h"
 #include "app/checkpoint_state.h"
+#include "app/init_from.h"
 #include "app/model_io.h"
 #include "app/resume_check.h"
 #include "app/session.h"
@@ -325,6 +326,18 @@ void Trainer::resume_or_restart() {
       if (chosen < 0 && touched)
         throw Error(str_cat("no checkpoint in ", run_dir, " could be loaded:", reasons,
                             "\n--restart sets them aside and starts over"));
+    }
+    // A new run from another model's weights (rank 0's are broadcast below).
+    if (chosen < 0 && !recipe_.model.init_from.empty()) {
+      try {
+        log_init_from(init_from_checkpoint(recipe_.model.init_from, *tok_, *model_));
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const InternalError&) {
+        throw;
+      } catch (const Error& e) {
+        throw ConfigError(recipe_.where("model.init_from"), "model.init_from", e.what());
+      }
     }
   }
   if (!solo()) {

@@ -174,6 +174,10 @@ config::Schema build_schema() {
   model.number(&ModelRecipe::activation_dropout, "activation_dropout", "dropout after the feed-forward GELU")
       .fraction();
   model.boolean(&ModelRecipe::scale_embedding, "scale_embedding", "multiply token embeddings by sqrt(d_model)");
+  model.string(&ModelRecipe::init_from, "init_from",
+               "a checkpoint or run folder (e.g. one tarn import wrote) whose tensors of the same name and shape a "
+               "new run starts from; the tensors this model adds (a new attention's) keep their initialisation; "
+               "a shape that differs is an error; \"\" = initialise everything; ignored when resuming");
   model.number(&ModelRecipe::init_std, "init_std", "standard deviation of the normal weight init").positive();
   auto attention = model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)");
   const char* const descriptions[] = {"encoder self-attention (bidirectional)", "decoder self-attention (causal)",

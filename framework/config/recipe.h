@@ -69,6 +69,7 @@ struct ModelRecipe {
   double activation_dropout = 0.0;
   bool scale_embedding = false;
   double init_std = 0.02;
+  std::string init_from;  // a checkpoint or run folder: a new run's first weights (app/init_from.h)
   AttentionStacksRecipe attention;
 };
 

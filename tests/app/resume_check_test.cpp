@@ -145,7 +145,7 @@ TEST(ResumeCheck, EveryKeyOfTheModelSectionIsRefusedUnlessListedAsOneThatMayChan
   EXPECT_EQ(unchangeable, (std::vector<std::string>{"model.attention.encoder_self.align_decay",
                                                     "model.attention.decoder_self.align_decay"}));
   EXPECT_EQ(allowed, (std::vector<std::string>{"model.preset", "model.dropout", "model.attention_dropout",
-                                               "model.activation_dropout", "model.init_std",
+                                               "model.activation_dropout", "model.init_from", "model.init_std",
                                                "model.attention.encoder_self.chunk",
                                                "model.attention.decoder_self.chunk", "model.attention.cross.chunk"}));
   EXPECT_GE(refused.size(), 40u) << "the model section has fewer keys than expected";
