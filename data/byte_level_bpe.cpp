@@ -74,6 +74,50 @@ bool is_space_char(std::string_view s, size_t at, size_t* len) {
   return std::find(std::begin(kSpaces), std::end(kSpaces), cp) != std::end(kSpaces);
 }
 
+// Appends `bytes` as Rust's String::from_utf8_lossy does, which tokenizers' ByteLevel decoder
+// uses: each maximal subpart of an ill-formed sequence (Unicode 15, 3.9, "U+FFFD Substitution of
+// Maximal Subparts") becomes one U+FFFD.
+void append_utf8_lossy(std::string& out, std::string_view bytes) {
+  static const char kReplacement[] = "\xEF\xBF\xBD";
+  auto in = [](unsigned char c, unsigned lo, unsigned hi) { return c >= lo && c <= hi; };
+  for (size_t i = 0; i < bytes.size();) {
+    const auto b0 = static_cast<unsigned char>(bytes[i]);
+    size_t need = 0;                 // continuation bytes after the lead
+    unsigned lo = 0x80, hi = 0xBF;   // the range of the second byte
+    if (b0 < 0x80) {
+      out += static_cast<char>(b0);
+      ++i;
+      continue;
+    } else if (in(b0, 0xC2, 0xDF)) {
+      need = 1;
+    } else if (in(b0, 0xE0, 0xEF)) {
+      need = 2;
+      if (b0 == 0xE0) lo = 0xA0;
+      if (b0 == 0xED) hi = 0x9F;
+    } else if (in(b0, 0xF0, 0xF4)) {
+      need = 3;
+      if (b0 == 0xF0) lo = 0x90;
+      if (b0 == 0xF4) hi = 0x8F;
+    } else {  // a continuation byte, C0, C1 or F5-FF: never valid here
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    size_t good = 1;  // bytes of a valid prefix so far
+    while (good <= need && i + good < bytes.size()) {
+      const auto c = static_cast<unsigned char>(bytes[i + good]);
+      if (good == 1 ? !in(c, lo, hi) : !in(c, 0x80, 0xBF)) break;
+      ++good;
+    }
+    if (good == need + 1) {
+      out.append(bytes.substr(i, good));
+    } else {
+      out += kReplacement;
+    }
+    i += good;
+  }
+}
+
 }  // namespace
 
 struct ByteLevelBpe::Regex {
@@ -445,13 +489,15 @@ std::vector<int32_t> ByteLevelBpe::encode(std::string_view text) const {
 
 std::string ByteLevelBpe::decode(const std::vector<int32_t>& ids, const std::vector<int32_t>& skip) const {
   const ByteMap& bm = byte_map();
-  std::string out;
+  std::string out, raw;  // raw: the bytes of the ordinary tokens since the last special
   for (int32_t id : ids) {
     const std::string& tok = id_to_token(id);
     if (std::find(skip.begin(), skip.end(), id) != skip.end()) continue;
     bool special = false;
     for (const Special& s : specials_) special = special || s.id == id;
-    if (special) {
+    if (special) {  // tokenizers decodes the runs between added tokens one by one
+      append_utf8_lossy(out, raw);
+      raw.clear();
       out += tok;
       continue;
     }
@@ -460,10 +506,11 @@ std::string ByteLevelBpe::decode(const std::vector<int32_t>& ids, const std::vec
       auto it = bm.to_byte.find(tok.substr(i, n));
       TARN_CHECK(it != bm.to_byte.end(), "byte-level BPE: token ", id, " (", tok,
                  ") holds a character that stands for no byte");
-      out += static_cast<char>(it->second);
+      raw += static_cast<char>(it->second);
       i += n;
     }
   }
+  append_utf8_lossy(out, raw);
   return out;
 }
 

@@ -4,7 +4,8 @@
 // first; each remaining piece is split by GPT-2's pre-tokenisation regex (PCRE2, Unicode
 // properties); each word's bytes are written as printable characters (bytes_to_unicode) and
 // merged pair by pair, lowest merge rank first; the merged symbols are looked up in the vocabulary.
-// Decoding maps the symbols' characters back to bytes. Lossless on any UTF-8.
+// Decoding maps the symbols' characters back to bytes. Lossless on any UTF-8; bytes that are not
+// (a model may generate any token sequence) decode to U+FFFD as HuggingFace's do.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,7 +40,9 @@ class ByteLevelBpe {
   std::string merges_txt() const;
 
   std::vector<int32_t> encode(std::string_view text) const;  // no <s> or </s> added
-  // Specials in `skip` decode to nothing; any other id to its bytes. Throws on an unknown id.
+  // Specials in `skip` decode to nothing; any other id to its bytes, read as UTF-8 with each
+  // ill-formed part as U+FFFD (as tokenizers' ByteLevel decoder: text, never broken UTF-8).
+  // Throws on an unknown id.
   std::string decode(const std::vector<int32_t>& ids, const std::vector<int32_t>& skip) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }

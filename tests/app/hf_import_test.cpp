@@ -98,6 +98,7 @@ TEST(HfImport, ImportedModelGeneratesGreedilyAsHuggingFace) {
     if (want.back() == kEosId) want.pop_back();  // tarn returns the output without </s>
     const std::vector<int32_t> got = generate(*l.model, {source}, g).at(0);
     EXPECT_EQ(got, want) << item.find("source")->as_string("source");
+    EXPECT_EQ(l.tok->decode(got), item.find("output_text")->as_string("text"));  // HF's decode, U+FFFD and all
     same += got == want;
     ++total;
   }

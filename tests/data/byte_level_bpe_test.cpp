@@ -78,9 +78,13 @@ TEST(ByteLevelBpe, DecodeGivesTheTextBack) {
     if (s.find('<') != std::string::npos) continue;  // <mask> swallows the space before it (lstrip)
     EXPECT_EQ(bpe.decode(bpe.encode(s), {}), s);
   }
-  // Bytes that are not UTF-8 still go through, each as its byte's token.
+  // Bytes that are not UTF-8 still encode, each as its byte's token, and decode as Rust's
+  // from_utf8_lossy reads them: one U+FFFD per maximal ill-formed subpart.
   const std::string broken = "a\xff\xfe b\xc3";
-  EXPECT_EQ(bpe.decode(bpe.encode(broken), {}), broken);
+  EXPECT_EQ(bpe.decode(bpe.encode(broken), {}), "a\xEF\xBF\xBD\xEF\xBF\xBD b\xEF\xBF\xBD");
+  // A truncated 4-byte sequence is one subpart; a surrogate (ED A0 80) is three.
+  EXPECT_EQ(bpe.decode(bpe.encode("\xF0\x9F\x98x"), {}), "\xEF\xBF\xBDx");
+  EXPECT_EQ(bpe.decode(bpe.encode("\xED\xA0\x80"), {}), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(ByteLevelBpe, TokenizerLoadsTokenizerJsonAsByteLevelBpe) {
