@@ -86,6 +86,8 @@ std::string config_json(const BartConfig& c, const Recipe& r) {
   o.set("eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
   o.set("decoder_start_token_id", Value::number(static_cast<int64_t>(c.decoder_start_token_id)));
   o.set("forced_eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
+  // data.bos (an imported BART): HF's tokenizer starts targets with <s>, and generation forces it.
+  if (r.data.bos) o.set("forced_bos_token_id", Value::number(static_cast<int64_t>(c.bos_token_id)));
   o.set("torch_dtype", Value::string("float32"));
   Value t = Value::object();
   t.set("encoder_self_attention", stack_json(r.model.attention.encoder_self));
