@@ -13,6 +13,7 @@
 #include "layers/bart.h"
 #include "app/checkpoint_state.h"
 #include "app/session.h"
+#include "app/modeling_tarn_bart_py.h"
 
 namespace tarn::app {
 namespace {
@@ -52,14 +53,44 @@ json::Value stack_json(const AttentionStackRecipe& stack) {
   return o;
 }
 
-// HF's BartConfig fields (transformers/models/bart/configuration_bart.py), so that
-// BartForConditionalGeneration.from_pretrained() reads the folder; attention settings that HF
-// does not know go under "tarn" (an HF loader ignores them and builds softmax attention).
+constexpr const char* kNotPlainBart =
+    "tarn_bart (not softmax attention): BartForConditionalGeneration would compute another model; load it with "
+    "AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)";
+
+// True when every layer of every stack is softmax: HF's own BART computes that model.
+bool softmax_only(const Recipe& r) {
+  for (const AttentionStackRecipe* s : {&r.model.attention.encoder_self, &r.model.attention.decoder_self,
+                                        &r.model.attention.cross}) {
+    if (s->per_layer.empty() && !s->is_softmax()) return false;
+    for (const AttentionConfig& a : s->per_layer)
+      if (!a.is_softmax()) return false;
+  }
+  return true;
+}
+
+// HF's BartConfig fields (transformers/models/bart/configuration_bart.py) and tarn's settings
+// under "tarn" (docs/design.md section 8). A softmax-only model is plain "bart", which
+// BartForConditionalGeneration computes exactly. Any other is "tarn_bart": its auto_map names
+// modeling_tarn_bart.py, written beside it, and "problem_type" holds a value that
+// PretrainedConfig refuses with its text (naming trust_remote_code), so that
+// BartForConditionalGeneration.from_pretrained fails instead of running softmax attention
+// (transformers 4.44 only warns about a model_type it does not expect; TarnBartConfig takes
+// the key back out).
 std::string config_json(const BartConfig& c, const Recipe& r) {
   using json::Value;
   Value o = Value::object();
-  o.set("architectures", Value::array({Value::string("BartForConditionalGeneration")}));
-  o.set("model_type", Value::string("bart"));
+  if (softmax_only(r)) {
+    o.set("architectures", Value::array({Value::string("BartForConditionalGeneration")}));
+    o.set("model_type", Value::string("bart"));
+  } else {
+    o.set("architectures", Value::array({Value::string("TarnBartForConditionalGeneration")}));
+    o.set("model_type", Value::string("tarn_bart"));
+    Value m = Value::object();
+    m.set("AutoConfig", Value::string("modeling_tarn_bart.TarnBartConfig"));
+    m.set("AutoModelForSeq2SeqLM", Value::string("modeling_tarn_bart.TarnBartForConditionalGeneration"));
+    o.set("auto_map", m);
+    o.set("problem_type", Value::string(kNotPlainBart));
+  }
   o.set("vocab_size", Value::number(c.vocab_size));
   o.set("d_model", Value::number(c.d_model));
   o.set("encoder_layers", Value::number(c.encoder_layers));
@@ -95,6 +126,8 @@ std::string config_json(const BartConfig& c, const Recipe& r) {
   t.set("cross_attention", stack_json(r.model.attention.cross));
   t.set("layer_norm_eps", Value::number(static_cast<double>(c.layer_norm_eps)));
   t.set("tokenizer", Value::string("spm.model"));
+  t.set("max_source_len", Value::number(r.data.max_source_len));
+  t.set("max_target_len", Value::number(r.data.max_target_len));
   o.set("tarn", t);
   return o.dump(2) + "\n";
 }
@@ -121,6 +154,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   save_safetensors(weights, tensors, {{"format", "pt"}});
   if (!favor.empty()) save_safetensors(out_dir + "/tarn_favor_projections.safetensors", favor, {{"format", "pt"}});
   write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe));
+  const std::string modeling = out_dir + "/modeling_tarn_bart.py";
+  if (!softmax_only(recipe)) write_file_atomic(modeling, kModelingTarnBartPy);
+  else std::filesystem::remove(modeling, ec);  // a softmax export over an older one: plain bart
   if (const ByteLevelBpe* bpe = tok.bpe()) {  // an imported model's: the files HF's BART tokenizers read
     write_file_atomic(out_dir + "/tokenizer.json", bpe->to_tokenizer_json());
     write_file_atomic(out_dir + "/vocab.json", bpe->vocab_json());

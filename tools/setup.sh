@@ -19,6 +19,7 @@ packages=(
   wordnet-base
   python3-matplotlib  # the plots of docs/experiment.md (tools/experiment/report.py, Debian's /usr/bin/python3)
   python3-numpy python3-venv  # tools/reference/bart_reference.py, in build/pyref with pip's sentencepiece
+  python3-torch  # PyTorch 1.13 for transformers in build/pyhf (tests/tools/hf_export_test.sh)
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tools/fuzz.sh): libFuzzer, clang's OpenMP
 )
 
@@ -47,6 +48,16 @@ if ! "$pyref/bin/python" -c 'import numpy, sentencepiece, tensorboard' 2>/dev/nu
   echo "[setup] build/pyref: a Python venv with sentencepiece and tensorboard (pip)"
   /usr/bin/python3 -m venv --system-site-packages "$pyref"
   "$pyref/bin/pip" install -q --disable-pip-version-check sentencepiece tensorboard
+fi
+
+# An export through HuggingFace transformers (tests/tools/hf_export_test.sh, ctest hf_export_*):
+# a venv over Debian's python3-torch (1.13) with a pinned transformers (4.44.2, tested with that
+# torch; it runs the export's modeling_tarn_bart.py) and SentencePiece from pip.
+pyhf=$root/build/pyhf
+if ! "$pyhf/bin/python" -c 'import torch, sentencepiece, transformers; assert transformers.__version__ == "4.44.2"' 2>/dev/null; then
+  echo "[setup] build/pyhf: a Python venv over Debian's torch with transformers 4.44.2 and sentencepiece (pip)"
+  /usr/bin/python3 -m venv --system-site-packages "$pyhf"
+  "$pyhf/bin/pip" install -q --disable-pip-version-check "transformers==4.44.2" sentencepiece
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -155,11 +155,33 @@ TEST(Export, AttentionChosenPerLayerIsListedInConfigJson) {
   EXPECT_EQ(c.find("tarn")->find("encoder_self_attention")->find("layers"), nullptr);  // one setting for the stack
 }
 
+TEST(Export, SoftmaxOnlyExportIsPlainBartWithoutModelingFile) {
+  const std::string dir = trained_run("export_softmax", "softmax", 2);
+  std::filesystem::create_directories(dir + "/export");
+  write_file_atomic(dir + "/export/modeling_tarn_bart.py", "# left by an older export\n");
+  export_checkpoint(dir + "/run", dir + "/export");
+  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "bart");
+  EXPECT_EQ(c.find("architectures")->items("architectures").at(0).as_string("architectures"),
+            "BartForConditionalGeneration");
+  EXPECT_EQ(c.find("auto_map"), nullptr);
+  EXPECT_EQ(c.find("problem_type"), nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/export/modeling_tarn_bart.py"));
+}
+
+// Any kind but softmax: transformers must run the shipped modelling file or refuse
+// (docs/design.md section 8, "The export format"; tests/tools/hf_export_test.sh loads it).
 TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
   const std::string dir = trained_run("export_config", "linear", 2);
   export_checkpoint(dir + "/run", dir + "/export");
   const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "bart");
+  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "tarn_bart");
+  EXPECT_EQ(c.find("auto_map")->find("AutoModelForSeq2SeqLM")->as_string("auto_map"),
+            "modeling_tarn_bart.TarnBartForConditionalGeneration");
+  EXPECT_NE(c.find("problem_type")->as_string("problem_type").find("trust_remote_code=True"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/export/modeling_tarn_bart.py").find("class TarnBartForConditionalGeneration("),
+            std::string::npos);
+  EXPECT_EQ(c.find("tarn")->find("max_source_len")->as_u64("max_source_len"), 64u);
   EXPECT_EQ(c.find("d_model")->as_u64("d_model"), 64u);
   EXPECT_EQ(c.find("decoder_start_token_id")->as_u64("decoder_start_token_id"), 2u);
   ASSERT_TRUE(c.find("tarn"));

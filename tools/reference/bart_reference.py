@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An independent reading of a tarn export: BART and every attention kind and feature map,
-written from docs/design.md (sections 2 and 3) and config.json alone, in NumPy (float64), one
+written from docs/design.md (sections 2 and 3, and section 8's export format) and config.json alone, in NumPy (float64), one
 example at a time and pair by pair (no chunks, no kernels, no padding). It scores
 source<TAB>target pairs and prints the mean NLL and perplexity over the target tokens, as `tarn
 eval` does for a model trained on pairs, so that the two can be compared
@@ -242,7 +242,11 @@ def delta_scan(k, v, beta, alpha, erase, q=None):
 # The model (docs/design.md section 3)
 
 def layer_configs(stack, layers):
+    """Each layer's setting: the stack's `layers` list (complete entries, read alone), or the
+    stack's own object for every layer (docs/design.md section 8, "The export format")."""
     per = stack.get("layers")
+    if per and len(per) != layers:
+        raise SystemExit(f"bart_reference: {len(per)} per-layer entries for {layers} layers")
     return per if per else [stack] * layers
 
 
@@ -307,13 +311,16 @@ def main():
     import sentencepiece
     sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(args.export, "spm.model"))
     model = Bart(args.export)
+    # tarn cuts each side to its limit less one, then appends </s> (docs/design.md section 3)
+    max_src, max_tgt = model.c["tarn"]["max_source_len"], model.c["tarn"]["max_target_len"]
     total, tokens = 0.0, 0
     with open(args.pairs, encoding="utf-8") as f:
         for n, line in enumerate(f):
             if args.max_pairs and n >= args.max_pairs:
                 break
             source, target = line.rstrip("\n").split("\t")
-            src, tgt = sp.encode(source) + [EOS], sp.encode(target) + [EOS]
+            src = sp.encode(source)[: max_src - 1] + [EOS]
+            tgt = sp.encode(target)[: max_tgt - 1] + [EOS]
             total += model.nll(src, tgt)
             tokens += len(tgt)
     print(f"nll {total / tokens:.6f}")
