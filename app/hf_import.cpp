@@ -265,6 +265,13 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   // embedding (tied output layer, per-stack embed_tokens) are checked equal and dropped.
   const std::string st_path = hf_dir + "/model.safetensors";
   SafetensorsFile f = load_safetensors(st_path);
+  // A BartModel checkpoint (facebook/bart-base's architectures) names the base model's tensors
+  // without "model."; HF adds its base_model_prefix when BartForConditionalGeneration loads it.
+  if (!f.find("model.shared.weight") && f.find("shared.weight")) {
+    for (auto& [name, t] : f.tensors)
+      if (name != "final_logits_bias" && name != "lm_head.weight") name = "model." + name;
+    r.notes.push_back("tensor names without \"model.\" (a BartModel checkpoint): read as BartForConditionalGeneration's");
+  }
   const Tensor* shared = f.find("model.shared.weight");
   if (!shared) shared = f.find("model.encoder.embed_tokens.weight");
   TARN_CHECK(shared, st_path, ": no model.shared.weight (nor model.encoder.embed_tokens.weight)");
@@ -287,6 +294,12 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
     TARN_CHECK(false, cfg.path(), ": tie_word_embeddings = false but ", st_path,
                " has no lm_head.weight: HF would start the output layer at random");
   BartForConditionalGeneration model(model_config(recipe, tok.vocab_size()));
+  // A BartModel checkpoint has no output bias: HF starts BartForConditionalGeneration's at zero.
+  if (!f.find("final_logits_bias")) {
+    for (const auto& [name, t] : state_dict(model))
+      if (name == "final_logits_bias") tensors.emplace_back(name, Tensor::zeros(t.shape()));
+    r.notes.push_back("no final_logits_bias in " + st_path + ": zeros, as HF starts it");
+  }
   load_state_dict(model, tensors, /*strict=*/true, st_path);
 
   AdamWOptions ao;

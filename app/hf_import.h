@@ -20,6 +20,7 @@ struct ImportResult {
   int64_t parameters = 0;
   std::vector<std::string> not_applied;  // "num_beams=4", ...: fields that do not change the model
   std::vector<std::string> dropped;      // tensors that are copies of model.shared.weight
+  std::vector<std::string> notes;        // how the weights were read where HF's loader adapts them
 };
 
 ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_dir);

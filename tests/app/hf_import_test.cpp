@@ -53,6 +53,13 @@ std::string refusal(const std::string& hf, const std::string& name) {
   return "accepted";
 }
 
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (a.f32()[i] != b.f32()[i]) return false;
+  return true;
+}
+
 void set_config_field(const std::string& hf, const std::string& key, const std::string& value_json) {
   const std::string path = hf + "/config.json";
   json::Value c = json::parse(read_file(path), path);
@@ -124,6 +131,44 @@ TEST(HfImport, TiedCopiesAreDroppedAndUntiedEmbeddingsRefused) {
   save_safetensors(st, tensors, {{"format", "pt"}});
   const std::string why = refusal(hf, "untied");
   EXPECT_NE(why.find("model.encoder.embed_tokens.weight differs from model.shared.weight"), std::string::npos) << why;
+}
+
+TEST(HfImport, ReadsABartModelCheckpointAsHuggingFaceDoes) {
+  // facebook/bart-base is saved as BartModel: names without "model.", no final_logits_bias.
+  const std::string hf = hf_copy("base_model");
+  const std::string st = hf + "/model.safetensors";
+  SafetensorsFile f = load_safetensors(st);
+  TensorList tensors;
+  for (const auto& [name, t] : f.tensors)
+    if (name != "final_logits_bias") tensors.emplace_back(name.substr(std::string("model.").size()), t);
+  save_safetensors(st, tensors, {{"format", "pt"}});
+  const std::string out = testing::fresh_dir("hf_base_model_out");
+  const ImportResult r = import_hf_bart(hf, out);
+  EXPECT_EQ(r.notes.size(), 2u);
+  const SafetensorsFile imported = load_safetensors(out + "/step_0/model.safetensors");
+  EXPECT_TRUE(same_tensor(imported.at("model.encoder.layers.1.fc2.weight"), f.at("model.encoder.layers.1.fc2.weight")));
+  const Tensor& bias = imported.at("final_logits_bias");
+  for (int64_t i = 0; i < bias.numel(); ++i) ASSERT_EQ(bias.f32()[i], 0.0f);
+}
+
+TEST(HfImport, TakesTheFieldsOfBartBasesConfigJson) {
+  // The fields facebook/bart-base's config.json has beyond the fixture's, with its values.
+  const std::string hf = hf_copy("bart_base_fields");
+  const std::pair<const char*, const char*> fields[] = {
+      {"_name_or_path", "\"bart-base\""},   {"add_bias_logits", "false"},
+      {"add_final_layer_norm", "false"},   {"architectures", "[\"BartModel\"]"},
+      {"classif_dropout", "0.1"},          {"early_stopping", "true"},
+      {"forced_bos_token_id", "0"},        {"gradient_checkpointing", "false"},
+      {"no_repeat_ngram_size", "3"},       {"normalize_before", "false"},
+      {"normalize_embedding", "true"},     {"num_beams", "4"},
+      {"num_hidden_layers", "2"},          {"transformers_version", "\"4.12.0.dev0\""},
+      {"task_specific_params", "{\"summarization\": {\"length_penalty\": 1.0, \"max_length\": 128}}"}};
+  for (const auto& [key, value] : fields) set_config_field(hf, key, value);
+  const ImportResult r = import_hf_bart(hf, testing::fresh_dir("hf_bart_base_fields_out"));
+  std::string listed;
+  for (const std::string& n : r.not_applied) listed += n + " ";
+  for (const char* key : {"num_beams=4", "no_repeat_ngram_size=3", "early_stopping=true", "task_specific_params="})
+    EXPECT_NE(listed.find(key), std::string::npos) << key << " is not listed as not applied: " << listed;
 }
 
 TEST(HfImport, RefusesConfigFieldsTarnCannotRepresentNamingThem) {

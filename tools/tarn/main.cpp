@@ -288,6 +288,7 @@ cli::Command add_import(CLI::App& tarn) {
               log::info("import", "not applied (generation defaults, labels, metadata: tarn generate takes --beam, "
                                   "--max-length, --no-repeat-ngram): ", list);
             }
+            for (const std::string& n : r.notes) log::info("import", n);
             std::string dropped;
             for (const std::string& d : r.dropped) dropped += (dropped.empty() ? "" : ", ") + d;
             log::info("import", "wrote ", r.checkpoint, ": ", r.tensors, " tensors, ", log::thousands(r.parameters),
