@@ -102,19 +102,32 @@ def main():
             expected = [l.rstrip("\n") for l in f]
         if len(sources) != len(expected):
             fail(f"{len(sources)} sources, {len(expected)} lines from tarn generate")
-        nonempty = 0
+        nonempty, max_step = 0, 0.0
         for source, want in zip(sources, expected):
             ids = sp.encode(source)[: max_src - 1] + [eos]
             out = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=128,
                                  forced_eos_token_id=None, forced_bos_token_id=None, min_length=0,
                                  no_repeat_ngram_size=0, decoder_start_token_id=config["decoder_start_token_id"],
-                                 eos_token_id=eos, pad_token_id=config["pad_token_id"], use_cache=True)
-            got = [i for i in out[0].tolist()[1:] if i not in (eos, config["pad_token_id"])]
+                                 eos_token_id=eos, pad_token_id=config["pad_token_id"], use_cache=True,
+                                 output_logits=True, return_dict_in_generate=True)
+            seq = out.sequences
+            # The cache against the whole sequence: each step's logits as the teacher-forced
+            # forward's (greedy outputs alone would miss a cache that is off but not by enough
+            # to move an argmax).
+            steps = torch.cat(out.logits, 0).double()
+            full = model(input_ids=torch.tensor([ids]), decoder_input_ids=seq[:, :-1]).logits[0].double()
+            worst = (steps - full).abs().max().item() / (1.0 + full.abs().max().item())
+            if worst > 1e-5:
+                fail(f"generate() on {source!r}: cached decoding's logits differ from the whole-sequence "
+                     f"forward's by {worst:.2e} (relative to the largest)")
+            max_step = max(max_step, worst)
+            got = [i for i in seq[0].tolist()[1:] if i not in (eos, config["pad_token_id"])]
             text = sp.decode(got)
             if text != want:
                 fail(f"generate() on {source!r}: {text!r}, tarn generate: {want!r}")
             nonempty += bool(got)
-        print(f"[hf_export_check] generate(): {len(sources)} lines as tarn's ({nonempty} not empty)")
+        print(f"[hf_export_check] generate(): {len(sources)} lines as tarn's ({nonempty} not empty); "
+              f"cached steps' logits within {max_step:.1e} of the whole forward's")
 
 
 if __name__ == "__main__":

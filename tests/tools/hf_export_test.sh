@@ -6,7 +6,8 @@
 #   BartForConditionalGeneration (and by AutoModelForSeq2SeqLM without trust_remote_code) and
 #   loaded by AutoModelForSeq2SeqLM with trust_remote_code=True (modeling_tarn_bart.py);
 # - the NLL over the validation pairs within 1e-5 (relative) of tarn eval's;
-# - greedy generate() (through the model's cache) to print tarn generate's lines.
+# - greedy generate() (through the model's cache) to print tarn generate's lines, each step's
+#   logits within 1e-5 (relative to the largest) of the whole-sequence forward's.
 # The weights are drawn larger than the recipe's (init_std 0.1) so that attention's details move
 # the NLL, and trained 80 steps at lr 3e-3 so that greedy decoding says something (at init_std
 # 0.3, lr 1e-2 most settings decode nothing but </s>).
