@@ -426,6 +426,29 @@ class TarnBartModel(nn.Module):
         self.decoder = Stack(config, decoder=True)
 
 
+def _pick_rows(v, rows):
+    """Every tensor in v (dicts and lists of them) at the batch rows `rows`."""
+    if isinstance(v, torch.Tensor):
+        return v.index_select(0, rows.to(v.device))
+    if isinstance(v, list):
+        return [_pick_rows(x, rows) for x in v]
+    if isinstance(v, dict):
+        return {k: _pick_rows(x, rows) for k, x in v.items()}
+    return v
+
+
+class TarnCache:
+    """What decoding keeps between steps: the decoder position t, and per decoder layer a dict
+    for its self-attention and one for its cross-attention, filled by TarnAttention.forward."""
+
+    def __init__(self, layers):
+        self.t = 0
+        self.layers = [{"self": {}, "cross": {}} for _ in range(layers)]
+
+    def reorder_cache(self, beam_idx):  # beam search keeps the hypotheses `beam_idx`
+        self.layers = _pick_rows(self.layers, beam_idx)
+
+
 class TarnBartForConditionalGeneration(PreTrainedModel, GenerationMixin):
     config_class = TarnBartConfig
     base_model_prefix = "model"
@@ -487,13 +510,13 @@ class TarnBartForConditionalGeneration(PreTrainedModel, GenerationMixin):
             decoder_input_ids = decoder_input_ids.masked_fill(decoder_input_ids == -100, self.config.pad_token_id)
         cache = past_key_values
         if use_cache and cache is None:
-            cache = {"t": 0, "layers": [{"self": {}, "cross": {}} for _ in self.model.decoder.layers]}
-        start = cache["t"] if cache is not None else 0
+            cache = TarnCache(len(self.model.decoder.layers))
+        start = cache.t if cache is not None else 0
         y = self.model.decoder.embed(self.model.shared, decoder_input_ids, start)
         for i, layer in enumerate(self.model.decoder.layers):
-            y = layer(y, None, enc, emask, start, cache["layers"][i] if cache is not None else None)
+            y = layer(y, None, enc, emask, start, cache.layers[i] if cache is not None else None)
         if cache is not None:
-            cache["t"] = start + decoder_input_ids.shape[1]
+            cache.t = start + decoder_input_ids.shape[1]
         logits = y @ self.model.shared.weight.T + self.final_logits_bias
         loss = None
         if labels is not None:
@@ -505,18 +528,11 @@ class TarnBartForConditionalGeneration(PreTrainedModel, GenerationMixin):
     def prepare_inputs_for_generation(self, decoder_input_ids, past_key_values=None, attention_mask=None,
                                       encoder_outputs=None, use_cache=None, **unused):
         if past_key_values is not None:
-            decoder_input_ids = decoder_input_ids[:, past_key_values["t"]:]
+            decoder_input_ids = decoder_input_ids[:, past_key_values.t:]
         return {"decoder_input_ids": decoder_input_ids, "past_key_values": past_key_values,
                 "encoder_outputs": encoder_outputs, "attention_mask": attention_mask, "use_cache": True}
 
     @staticmethod
     def _reorder_cache(cache, beam_idx):
-        def pick(v):
-            if isinstance(v, torch.Tensor):
-                return v.index_select(0, beam_idx.to(v.device))
-            if isinstance(v, list):
-                return [pick(x) for x in v]
-            if isinstance(v, dict):
-                return {k: pick(x) for k, x in v.items()}
-            return v
-        return pick(cache)
+        cache.reorder_cache(beam_idx)
+        return cache

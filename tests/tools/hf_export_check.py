@@ -126,7 +126,20 @@ def main():
             if text != want:
                 fail(f"generate() on {source!r}: {text!r}, tarn generate: {want!r}")
             nonempty += bool(got)
-        print(f"[hf_export_check] generate(): {len(sources)} lines as tarn's ({nonempty} not empty); "
+        # All sources as one right-padded batch: padded keys must change nothing.
+        ids = [sp.encode(x)[: max_src - 1] + [eos] for x in sources]
+        width = max(map(len, ids))
+        pad = config["pad_token_id"]
+        batch = torch.tensor([i + [pad] * (width - len(i)) for i in ids])
+        out = model.generate(batch, attention_mask=(batch != pad).long(), num_beams=1, do_sample=False,
+                             max_new_tokens=128, forced_eos_token_id=None, forced_bos_token_id=None, min_length=0,
+                             no_repeat_ngram_size=0, decoder_start_token_id=config["decoder_start_token_id"],
+                             eos_token_id=eos, pad_token_id=pad, use_cache=True)
+        for source, want, row in zip(sources, expected, out.tolist()):
+            text = sp.decode([i for i in row[1:] if i not in (eos, pad)])
+            if text != want:
+                fail(f"generate() on a padded batch, {source!r}: {text!r}, tarn generate: {want!r}")
+        print(f"[hf_export_check] generate(): {len(sources)} lines as tarn's, alone and as one padded batch ({nonempty} not empty); "
               f"cached steps' logits within {max_step:.1e} of the whole forward's")
 
 
