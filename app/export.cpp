@@ -76,7 +76,9 @@ bool softmax_only(const Recipe& r) {
 // BartForConditionalGeneration.from_pretrained fails instead of running softmax attention
 // (transformers 4.44 only warns about a model_type it does not expect; TarnBartConfig takes
 // the key back out).
-std::string config_json(const BartConfig& c, const Recipe& r) {
+// `tokenizer`: the file the export's tokenizer is in (spm.model, or an imported model's
+// tokenizer.json).
+std::string config_json(const BartConfig& c, const Recipe& r, const std::string& tokenizer) {
   using json::Value;
   Value o = Value::object();
   if (softmax_only(r)) {
@@ -125,7 +127,7 @@ std::string config_json(const BartConfig& c, const Recipe& r) {
   t.set("decoder_self_attention", stack_json(r.model.attention.decoder_self));
   t.set("cross_attention", stack_json(r.model.attention.cross));
   t.set("layer_norm_eps", Value::number(static_cast<double>(c.layer_norm_eps)));
-  t.set("tokenizer", Value::string("spm.model"));
+  t.set("tokenizer", Value::string(tokenizer));
   t.set("max_source_len", Value::number(r.data.max_source_len));
   t.set("max_target_len", Value::number(r.data.max_target_len));
   o.set("tarn", t);
@@ -153,7 +155,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     (name.find("favor_projection") != std::string::npos ? favor : tensors).emplace_back(name, t);
   save_safetensors(weights, tensors, {{"format", "pt"}});
   if (!favor.empty()) save_safetensors(out_dir + "/tarn_favor_projections.safetensors", favor, {{"format", "pt"}});
-  write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe));
+  write_file_atomic(out_dir + "/config.json", config_json(cfg, recipe, tok.bpe() ? "tokenizer.json" : "spm.model"));
   const std::string modeling = out_dir + "/modeling_tarn_bart.py";
   if (!softmax_only(recipe)) write_file_atomic(modeling, kModelingTarnBartPy);
   else std::filesystem::remove(modeling, ec);  // a softmax export over an older one: plain bart
