@@ -36,6 +36,7 @@
 #include "layers/bart.h"
 #include "app/checkpoint_state.h"
 #include "app/init_from.h"
+#include "app/linearize.h"
 #include "app/model_io.h"
 #include "app/resume_check.h"
 #include "app/session.h"
@@ -338,6 +339,41 @@ void Trainer::resume_or_restart() {
       } catch (const Error& e) {
         throw ConfigError(recipe_.where("model.init_from"), "model.init_from", e.what());
       }
+    }
+    // Attention transfer before a new run's training (app/linearize.h), on this rank alone.
+    if (chosen < 0 && recipe_.linearize.steps > 0) {
+      if (!solo())
+        throw ConfigError(recipe_.where("linearize.steps"), "linearize.steps",
+                          "the transfer stage runs on one rank: run it alone (a run of training.max_steps 0 is not "
+                          "allowed, so give it a few steps), then resume that run under mpirun with linearize.steps 0");
+      LinearizeOptions lo;
+      lo.steps = recipe_.linearize.steps;
+      lo.lr = recipe_.linearize.lr;
+      lo.log_every = recipe_.logging.every_steps;
+      const auto trained = transfer_parameters(*model_);
+      int64_t values = 0;
+      for (const auto& [name, p] : trained) values += p->numel();
+      log::info("linearize", "attention transfer: ", lo.steps, " steps at lr ", lo.lr, ", training ", trained.size(),
+                " tensors (", log::thousands(values), " values) of the new attention; everything else frozen");
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        linearize(*model_, *batcher_, lo, [&](const LinearizeProgress& p) {
+          std::string terms;
+          for (const auto& [name, v] : p.terms) terms += str_cat(" | ", name.substr(std::string("model.").size()), " ",
+                                                                 log::number("%.4g", v));
+          log::info("linearize", "step ", p.step, "/", lo.steps, " | transfer loss ", log::number("%.5g", p.loss),
+                    terms, " | ",
+                    log::number("%.1f", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()),
+                    " s");
+        });
+      } catch (const InternalError&) {
+        throw;
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const Error& e) {
+        throw ConfigError(recipe_.where("linearize.steps"), "linearize.steps", e.what());
+      }
+      batcher_->set_position(progress_.data);  // training reads the data from its start, as without the stage
     }
   }
   if (!solo()) {

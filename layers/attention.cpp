@@ -267,6 +267,29 @@ Tensor MultiHeadAttention::softmax_with_dropout(const Tensor& q, const Tensor& k
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
+  if (!transfer_ || config_.is_softmax()) return own_forward(query, key_value, pad);
+  Tensor teacher;
+  {
+    NoGradGuard no_grad;
+    teacher = softmax_teacher(query, key_value, pad);
+  }
+  const Tensor diff = sub(own_forward(query, key_value, pad), teacher);
+  transfer_->terms.push_back({transfer_name_, mean_all(mul(diff, diff))});
+  return teacher;
+}
+
+Tensor MultiHeadAttention::softmax_teacher(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
+  const Tensor q = split_heads(q_proj.forward(query)), k = split_heads(k_proj.forward(key_value)),
+               v = split_heads(v_proj.forward(key_value));
+  SoftmaxAttentionOptions opt;
+  opt.causal = causal_;
+  opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  opt.precision = precision();
+  return out_proj.forward(merge_heads(softmax_attention(q, k, v, opt)));
+}
+
+Tensor MultiHeadAttention::own_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& pad) const {
   TARN_ASSERT(query.dim() == 3 && key_value.dim() == 3 && query.size(0) == key_value.size(0) &&
                  query.size(2) == heads_ * head_dim_ && key_value.size(2) == heads_ * head_dim_,
               "attention: query ", query.shape().str(), " and key/value ", key_value.shape().str(),

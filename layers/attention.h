@@ -64,6 +64,7 @@
 // with the scan and every target position reads it: o = S^T q.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/module.h"
@@ -98,6 +99,19 @@ AttentionCache clone(const AttentionCache& cache);
 // `pad` is empty.
 Tensor padding_tensor(const PaddingMask& pad, int64_t batch, int64_t length, Device device = Device::cpu());
 
+// Attention transfer (linearizing, docs/design.md section 8): while a module is given one, its
+// forward() also runs softmax attention on the same projections (the teacher, without autograd),
+// appends the mean squared difference of its own output from the teacher's as a term, and returns
+// the teacher's output, so that every layer sees what the softmax model would feed it and each
+// term trains only its own module's parameters (Hedgehog, Zhang et al. 2024; LoLCATs, 2024).
+struct AttentionTransfer {
+  struct Term {
+    std::string name;  // the module, "model.encoder.layers.0.self_attn"
+    Tensor loss;       // shape (): mean over (B, N, D) of (own output - teacher's)^2
+  };
+  std::vector<Term> terms;  // in forward order, one per non-softmax module per forward
+};
+
 class MultiHeadAttention : public Module {
  public:
   // `cross`: the module attends from the decoder to the encoder (decides what delta attention
@@ -107,6 +121,15 @@ class MultiHeadAttention : public Module {
 
   // query: (B, Nq, D); key_value: (B, Nk, D); key_padding: (B, Nk) flags or empty -> (B, Nq, D).
   Tensor forward(const Tensor& query, const Tensor& key_value, const PaddingMask& key_padding = {}) const;
+
+  // Attention transfer (above); null stops it. A softmax module records nothing.
+  void set_transfer(AttentionTransfer* transfer, std::string name) {
+    transfer_ = transfer;
+    transfer_name_ = std::move(name);
+  }
+  // Softmax attention of this module's projections, q scaled by head_dim^-1/2 as HF does, no
+  // dropout: what the module computed before its kind was replaced.
+  Tensor softmax_teacher(const Tensor& query, const Tensor& key_value, const PaddingMask& key_padding) const;
 
   // Decoding (no autograd). A self-attention cache for `batch` rows before the first token.
   AttentionCache start_self(int64_t batch) const;
@@ -135,6 +158,7 @@ class MultiHeadAttention : public Module {
   Linear k_proj, v_proj, q_proj, out_proj;
 
  private:
+  Tensor own_forward(const Tensor& query, const Tensor& key_value, const PaddingMask& key_padding) const;
   Tensor split_heads(const Tensor& x) const;  // (B, N, D) -> (B, H, N, dh)
   Tensor merge_heads(const Tensor& x) const;  // (B, H, N, dh) -> (B, N, D)
   // φ for the paths that need features materialised: (B, H, N, dh) -> (B, H, N, f).
@@ -196,6 +220,8 @@ class MultiHeadAttention : public Module {
   std::unique_ptr<DeltaRuleBlock> delta_;  // delta, gated and hybrid over them: registered as "delta"
   std::unique_ptr<Linear> hybrid_gate_;    // kind hybrid only: (H, D) and (H), registered as "hybrid_gate"
   float attention_dropout_;
+  AttentionTransfer* transfer_ = nullptr;
+  std::string transfer_name_;
   float scaling_;
   DropoutStreams* dropout_;
 };

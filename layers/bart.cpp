@@ -219,6 +219,22 @@ std::vector<std::pair<std::string, FavorProjection*>> BartForConditionalGenerati
   return out;
 }
 
+std::vector<std::pair<std::string, MultiHeadAttention*>> BartForConditionalGeneration::attention_modules() {
+  std::vector<std::pair<std::string, MultiHeadAttention*>> out;
+  for (size_t i = 0; i < model.encoder.layers.size(); ++i)
+    out.emplace_back("model.encoder.layers." + std::to_string(i) + ".self_attn", &model.encoder.layers[i]->self_attn);
+  for (size_t i = 0; i < model.decoder.layers.size(); ++i) {
+    const std::string l = "model.decoder.layers." + std::to_string(i);
+    out.emplace_back(l + ".self_attn", &model.decoder.layers[i]->self_attn);
+    out.emplace_back(l + ".encoder_attn", &model.decoder.layers[i]->encoder_attn);
+  }
+  return out;
+}
+
+void BartForConditionalGeneration::set_attention_transfer(AttentionTransfer* transfer) {
+  for (auto& [name, a] : attention_modules()) a->set_transfer(transfer, name);
+}
+
 int BartForConditionalGeneration::favor_step() {
   int redrawn = 0;
   for (auto& [name, f] : favor_projections()) redrawn += f->step() ? 1 : 0;

@@ -138,6 +138,10 @@ class BartForConditionalGeneration : public Module {
   // keeps `rng` and `steps` too. favor_step() is called once per training step: it counts
   // and redraws those whose favor_redraw_every has come; returns how many it redrew.
   std::vector<std::pair<std::string, FavorProjection*>> favor_projections();
+  // Every attention module by name ("model.decoder.layers.0.encoder_attn"), in forward order.
+  std::vector<std::pair<std::string, MultiHeadAttention*>> attention_modules();
+  // Attention transfer (layers/attention.h) in every attention module; null stops it.
+  void set_attention_transfer(AttentionTransfer* transfer);
   int favor_step();
 
   // The names HF's state_dict also gives the tied table: {alias, "model.shared.weight"}.

@@ -332,6 +332,14 @@ config::Schema build_schema() {
   logging.string(&LoggingRecipe::tensorboard, "tensorboard",
                  "folder of TensorBoard event files (scalars as the run goes); \"\" = <checkpoints.dir>, off = none");
   logging.choice(&LoggingRecipe::color, "color", "colored terminal output", {"auto", "always", "never"});
+
+  auto linearize = root.section(&Recipe::linearize, "linearize",
+                                "attention transfer before training a new run (model.init_from a softmax model): "
+                                "only the new attention parameters train, to match softmax attention layer by layer");
+  linearize.integer(&LinearizeRecipe::steps, "steps", "transfer steps (batches of training.tokens_per_batch); 0 = none")
+      .non_negative();
+  linearize.number(&LinearizeRecipe::lr, "lr", "AdamW learning rate of the transfer (constant, no weight decay)")
+      .positive();
   return schema;
 }
 

@@ -152,6 +152,13 @@ struct CheckpointRecipe {
   bool keep_best = true;       // also keep the one with the best validation loss
 };
 
+// Attention transfer before training (app/linearize.h): only the parameters the new attention
+// kinds add are trained to match softmax attention's output, layer by layer.
+struct LinearizeRecipe {
+  int64_t steps = 0;  // 0 = no such stage
+  double lr = 1e-3;
+};
+
 struct LoggingRecipe {
   int64_t every_steps = 50;
   std::string metrics_file;     // JSON lines; "" is resolved to <checkpoints.dir>/metrics.jsonl
@@ -167,6 +174,7 @@ struct Recipe {
   ValidationRecipe validation;
   CheckpointRecipe checkpoints;
   LoggingRecipe logging;
+  LinearizeRecipe linearize;
 
   // Not part of the recipe's identity (operator== and to_yaml ignore them):
   std::string source;                // the recipe file as named, or the name given to parse_recipe

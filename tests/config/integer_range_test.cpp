@@ -41,6 +41,7 @@ const std::set<std::string> kHeldIn64Bits = {
     "training.seed",                                    // the Philox key (uint64); folded for SentencePiece
     "training.max_bad_steps",                           // RunLimits (int64)
     "training.check_replicas_every_steps",              // Cadence (int64)
+    "linearize.steps",                                  // LinearizeOptions::steps (int64)
     "validation.every_steps",                           // Cadence (int64)
     "validation.max_batches",                           // evaluate() (int64)
     "validation.early_stopping_patience",               // RunLimits (int64)
