@@ -117,6 +117,22 @@ TEST(Linearize, RefusesAModelWithNothingToTransfer) {
   }
 }
 
+TEST(Linearize, TheShippedBartBaseRecipeStartsFromAnImportAndLinearizes) {
+  const Recipe r = load_recipe(std::string(TARN_SOURCE_DIR) + "/recipes/bart-base-linear-encoder.yaml");
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(r.model.d_model, 768);  // facebook/bart-base's sizes: init_from refuses any other
+  EXPECT_EQ(r.model.encoder_layers, 6);
+  EXPECT_EQ(r.model.heads, 12);
+  EXPECT_EQ(r.model.ffn_dim, 3072);
+  EXPECT_EQ(r.model.max_positions, 1024);
+  EXPECT_EQ(r.model.init_from, "runs/bart-base");
+  EXPECT_EQ(r.data.tokenizer.model, "runs/bart-base/tokenizer.json");
+  EXPECT_TRUE(r.data.bos);
+  EXPECT_EQ(r.data.kind, "pairs");
+  EXPECT_GT(r.linearize.steps, 0);
+  EXPECT_EQ(r.model.attention.encoder_self.feature_map, kernels::cpu::FeatureMap::hedgehog);
+}
+
 TEST(Linearize, TheTrainerRunsTheStageBeforeANewRun) {
   const std::string dir = testing::fresh_dir("linearize_trainer");
   import_hf_bart(kFixture + "/hf", dir + "/imported");
