@@ -54,6 +54,7 @@ case $group in
        "favor-causal|{kind: softmax}|{kind: linear, feature_map: favor, favor_features: 16}|{kind: linear, feature_map: hedgehog}"
        "favor|{kind: linear, feature_map: favor, favor_features: 32}|{kind: softmax}|{kind: linear, feature_map: favor}|1e-3"
        "taylor4|{kind: linear, feature_map: taylor, taylor_order: 4, taylor_dim: 4}|{kind: softmax}|{kind: gated}"
+       "identity|{kind: linear, feature_map: identity}|{kind: softmax}|{kind: linear, feature_map: identity}"
      ) ;;
   b) settings=(
        "delta-taylor|{kind: delta}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8}"
