@@ -299,8 +299,12 @@ class TarnAttention(nn.Module):
             rev = lambda z: z.flip(2)
             o = o + rev(delta_scan(rev(k), rev(v), rev(beta), rev(alpha), erase, rev(q))[0])
         if cache is not None:
-            keep = lambda new, old: (torch.cat([old, new], 1) if old is not None else F.pad(new, (0, 0, taps - 1, 0)))[:, -(taps - 1):] if taps > 1 else new[:, :0]
-            cache["delta_tails"] = [keep(p, tails[i] if tails else None) for i, p in enumerate((qp, kp, vp))]
+            def last_inputs(new, old):  # the conv_size - 1 projected rows the next token's taps reach
+                if taps == 1:
+                    return new[:, :0]
+                rows = torch.cat([old, new], 1) if old is not None else F.pad(new, (0, 0, taps - 1, 0))
+                return rows[:, -(taps - 1):]
+            cache["delta_tails"] = [last_inputs(p, tails[i] if tails else None) for i, p in enumerate((qp, kp, vp))]
             cache["delta_state"] = state
         return self.split(blk.finish(o, x))
 
