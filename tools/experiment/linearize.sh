@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue 55's experiment, item 7, as a standalone script (not yet part of tools/experiment.sh and
+# docs/experiment.md): a softmax "pretrained" teacher trained TEACHER_STEPS steps on WordNet,
+# then three variants (linear Hedgehog encoder; Hedgehog everywhere; the delta rule everywhere)
+#   linearized:   model.init_from the teacher, linearize.steps TRANSFER, then FINETUNE steps;
+#   init only:    model.init_from the teacher, no transfer, TRANSFER + FINETUNE steps;
+#   from scratch: TRANSFER + FINETUNE steps;
+# over SEEDS; each run's test perplexity goes to OUT/results.tsv (variant, seed, mode, test ppl).
+#   tools/experiment/linearize.sh [--preset tiny|small] [--teacher-steps N] [--transfer N]
+#                                 [--finetune N] [--seeds "1 2 3"] [--out DIR] [--threads T]
+# Needs work/wordnet (tarn prepare-corpus work/wordnet) and its 8000-piece tokenizer
+# (work/wordnet/spm8000.model, which any small recipe trains). The issue's scale is --preset
+# small --teacher-steps 2000 --transfer 100 --finetune 100 (10% of the teacher's steps).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tarn=${TARN:-$root/build/release/tools/tarn}
+preset=tiny teacher_steps=2000 transfer=100 finetune=100 seeds="1 2 3" out=runs/linearize threads=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --preset) preset=$2; shift 2 ;;
+    --teacher-steps) teacher_steps=$2; shift 2 ;;
+    --transfer) transfer=$2; shift 2 ;;
+    --finetune) finetune=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    *) echo "linearize.sh: unknown argument $1 (see the header)" >&2; exit 2 ;;
+  esac
+done
+case $preset in
+  tiny) recipe=$root/recipes/tiny.yaml ;;
+  small) recipe=$root/recipes/small-softmax.yaml ;;
+  *) echo "linearize.sh: --preset tiny or small, got $preset" >&2; exit 2 ;;
+esac
+mkdir -p "$out"
+common=(--set data.train=work/wordnet/train.txt --set data.valid=work/wordnet/valid.txt
+        --set data.test=work/wordnet/test.txt --set data.tokenizer.model=work/wordnet/spm8000.model
+        --set logging.tensorboard=off --set training.threads="$threads" --set logging.every_steps=100)
+softmax=(--set model.attention.encoder_self.kind=softmax --set model.attention.decoder_self.kind=softmax
+         --set model.attention.cross.kind=softmax)
+declare -A variant=(
+  [linear-encoder]="--set model.attention.encoder_self.kind=linear --set model.attention.encoder_self.feature_map=hedgehog --set model.attention.decoder_self.kind=softmax --set model.attention.cross.kind=softmax"
+  [all-linear]="--set model.attention.encoder_self.kind=linear --set model.attention.encoder_self.feature_map=hedgehog --set model.attention.decoder_self.kind=linear --set model.attention.decoder_self.feature_map=hedgehog --set model.attention.cross.kind=linear --set model.attention.cross.feature_map=hedgehog"
+  [all-delta]="--set model.attention.encoder_self.kind=delta --set model.attention.decoder_self.kind=delta --set model.attention.cross.kind=delta")
+test_ppl() { grep -o '\[test\] nll [0-9.]* | ppl [0-9.]*' "$1" | awk '{print $6}' | tail -1; }
+run() {  # run NAME ARGS...: a training run in OUT/NAME, its log beside it
+  local name=$1; shift
+  "$tarn" train "$recipe" "${common[@]}" "$@" --set checkpoints.dir="$out/$name" >"$out/$name.log" 2>&1 ||
+    { echo "linearize.sh: $name failed: $(tail -n 2 "$out/$name.log")" >&2; exit 1; }
+}
+total=$((transfer + finetune))
+[ -d "$out/teacher/step_$teacher_steps" ] ||
+  run teacher "${softmax[@]}" --set training.max_steps="$teacher_steps" --set checkpoints.every_steps="$teacher_steps" \
+    --set validation.every_steps="$teacher_steps"
+echo -e "variant\tseed\tmode\ttest_ppl" >"$out/results.tsv"
+echo -e "teacher\t1\tsoftmax-$teacher_steps\t$(test_ppl "$out/teacher.log")" >>"$out/results.tsv"
+for v in linear-encoder all-linear all-delta; do
+  for seed in $seeds; do
+    # shellcheck disable=SC2086  # the variant's --set flags
+    run "$v-linearized-$seed" ${variant[$v]} --set training.seed="$seed" --set model.init_from="$out/teacher" \
+      --set linearize.steps="$transfer" --set linearize.lr=3e-3 --set training.max_steps="$finetune" \
+      --set validation.every_steps="$finetune"
+    echo -e "$v\t$seed\tlinearized-$transfer+$finetune\t$(test_ppl "$out/$v-linearized-$seed.log")" >>"$out/results.tsv"
+    # shellcheck disable=SC2086
+    run "$v-init-$seed" ${variant[$v]} --set training.seed="$seed" --set model.init_from="$out/teacher" \
+      --set training.max_steps="$total" --set validation.every_steps="$total"
+    echo -e "$v\t$seed\tinit-only-$total\t$(test_ppl "$out/$v-init-$seed.log")" >>"$out/results.tsv"
+    # shellcheck disable=SC2086
+    run "$v-scratch-$seed" ${variant[$v]} --set training.seed="$seed" --set training.max_steps="$total" \
+      --set validation.every_steps="$total"
+    echo -e "$v\t$seed\tscratch-$total\t$(test_ppl "$out/$v-scratch-$seed.log")" >>"$out/results.tsv"
+  done
+done
+cat "$out/results.tsv"
