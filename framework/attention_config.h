@@ -49,6 +49,11 @@ struct AttentionConfig {
   // docs/design.md).
   double align_decay = 0;
   static constexpr double kMinHeadDecay = 1e-3;
+  // Aligned cross-attention with a gate (issue 53): per head and target position a learned
+  // g = sigmoid(x W^T + b) mixes the decayed read with the plain read of the whole source,
+  // g aligned + (1 - g) plain, so that a head can drop the diagonal prior where the alignment
+  // is not the diagonal (a reordering, an offset). Needs align_decay > 0.
+  bool align_gate = false;
   // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).
@@ -75,6 +80,7 @@ struct AttentionConfig {
   bool erases() const { return kind == Kind::delta || (kind == Kind::hybrid && global == Kind::delta); }
   bool is_softmax() const { return kind == Kind::softmax; }
   bool is_aligned() const { return kind == Kind::linear && align_decay > 0; }
+  bool is_gated_aligned() const { return is_aligned() && align_gate; }
   // Aligned cross-attention's decay of head h of `heads` (see align_decay).
   double head_decay(int64_t h) const;
   // Features per head of the feature map for heads of head_dim (favor: m; taylor: C(r + P, P);

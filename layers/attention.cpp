@@ -186,6 +186,10 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
     hybrid_gate_ = std::make_unique<Linear>(d_model, heads, init);
     register_module("hybrid_gate", *hybrid_gate_);
   }
+  if (config_.is_gated_aligned()) {
+    align_gate_ = std::make_unique<Linear>(d_model, heads, init);
+    register_module("align_gate", *align_gate_);
+  }
   if (config_.uses_feature_map()) {
     map_ = config_.feature_map;
     if (map_ == FeatureMap::taylor) {
@@ -305,7 +309,7 @@ Tensor MultiHeadAttention::own_forward(const Tensor& query, const Tensor& key_va
   if (config_.is_softmax()) {
     ctx = softmax_context(q, k, v, pad, 0);
   } else if (config_.is_linear()) {
-    ctx = linear_context(q, k, v, pad);
+    ctx = linear_context(q, k, v, pad, query);
   } else {  // hybrid
     const Tensor global =
         config_.has_delta_block() ? split_heads(delta_self_output(qp, kp, vp, query, pad)) : linear_context(q, k, v, pad);
@@ -327,8 +331,9 @@ Tensor MultiHeadAttention::softmax_context(const Tensor& q, const Tensor& k, con
 }
 
 Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const PaddingMask& pad) const {
-  if (config_.is_aligned()) return aligned_context(q, k, v, pad);
+                                          const PaddingMask& pad, const Tensor& x) const {
+  const bool gated = config_.is_gated_aligned();
+  if (config_.is_aligned() && !gated) return aligned_context(q, k, v, pad);
   LinearAttentionOptions opt;
   opt.causal = causal_;
   opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
@@ -336,6 +341,12 @@ Tensor MultiHeadAttention::linear_context(const Tensor& q, const Tensor& k, cons
   opt.chunk = static_cast<int>(config_.chunk);
   opt.fused_feature_map = fused_map();
   opt.precision = precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
+  if (gated) {  // align_gate: the decayed read and the plain one, mixed per head and position
+    TARN_ASSERT(x.defined(), "attention: gated aligned cross-attention needs the layer's input for its gate");
+    const Tensor plain = materialises_features() ? linear_attention(query_features(q), key_features(k), v, opt)
+                                                 : linear_attention(q, k, v, opt);
+    return align_mix(aligned_context(q, k, v, pad), plain, x);
+  }
   if (materialises_features()) return linear_attention(query_features(q), key_features(k), v, opt);
   return linear_attention(q, k, v, opt);  // φ applied inside the kernel
 }
@@ -399,11 +410,22 @@ Tensor MultiHeadAttention::aligned_context(const Tensor& q, const Tensor& k, con
   return normalise(slice(reshape(u, {batch, heads_, m * c, e}), 2, 0, nq), static_cast<float>(config_.eps));
 }
 
+namespace {
+// g a + (1 - g) b with g = σ(x W_g^T + b_g): (B, N, H) -> (B, H, N, 1), one weight per head and
+// position; a, b (B, H, N, e).
+Tensor gated_mix(const Linear& gate_proj, int64_t heads, const Tensor& a, const Tensor& b, const Tensor& x) {
+  const Tensor g = sigmoid(gate_proj.forward(x));
+  const Tensor gate = reshape(permute(g, {0, 2, 1}), {x.size(0), heads, x.size(1), 1});
+  return add(b, mul(gate, sub(a, b)));
+}
+}  // namespace
+
 Tensor MultiHeadAttention::hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const {
-  // g = σ(x W_g^T + b_g): (B, N, H) -> (B, H, N, 1), one weight per head and position.
-  const Tensor g = sigmoid(hybrid_gate_->forward(x));
-  const Tensor gate = reshape(permute(g, {0, 2, 1}), {x.size(0), heads_, x.size(1), 1});
-  return add(global, mul(gate, sub(local, global)));  // g local + (1 - g) global
+  return gated_mix(*hybrid_gate_, heads_, local, global, x);  // g local + (1 - g) global
+}
+
+Tensor MultiHeadAttention::align_mix(const Tensor& aligned, const Tensor& plain, const Tensor& x) const {
+  return gated_mix(*align_gate_, heads_, aligned, plain, x);  // g aligned + (1 - g) plain
 }
 
 AttentionCache MultiHeadAttention::start_self(int64_t batch) const {
@@ -496,6 +518,7 @@ AttentionCache MultiHeadAttention::precompute_cross(const Tensor& key_value, con
     if (config_.is_aligned()) {  // each position weighs the source by its own decays: keep it all
       c.key = b;
       c.value = append_ones(v);
+      if (config_.is_gated_aligned()) c.state = matmul(b, c.value, true, false);  // and the plain read's S'
       return c;
     }
     c.state = matmul(b, append_ones(v), true, false);
@@ -520,7 +543,10 @@ Tensor MultiHeadAttention::step_cross(const Tensor& query, const AttentionCache&
   if (!config_.is_linear())
     local = config_.is_hybrid() ? window_step_cross(q, cache, position)
                                 : softmax_step(q, cache.key, cache.value, cache.key_padding);
-  if (config_.is_aligned())
+  if (config_.is_gated_aligned())
+    global = align_mix(aligned_step_cross(q, cache, position),
+                       normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps)), query);
+  else if (config_.is_aligned())
     global = aligned_step_cross(q, cache, position);
   else if (config_.uses_feature_map())
     global = normalise(matmul(query_features(q), cache.state), static_cast<float>(config_.eps));

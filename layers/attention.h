@@ -58,6 +58,11 @@
 // decay-masked products within a chunk, and between chunks states of φ(K)ᵀ [V | 1] weighted to
 // the chunk's ends and mixed by the decays across chunk boundaries (GEMMs only).
 //
+// Gated aligned cross-attention (align_gate, issue 53): the same φ(q), φ(k), v read twice, by
+// the decays (aligned_context) and plainly over the whole source (linear attention), mixed per
+// head and target position by g = σ(x W_g^T + b_g) ("align_gate", (H, D) and H, on the layer's
+// input x): g aligned + (1 - g) plain. Decoding keeps φ(K), [V | 1] and the plain state S'.
+//
 // Delta attention: causal self-attention is the gated delta rule's scan read at every token;
 // the encoder's bidirectional self-attention sums a forward and a reverse scan (each token is
 // read by both); cross-attention writes the encoder output into one state per (batch, head)
@@ -179,13 +184,17 @@ class MultiHeadAttention : public Module {
   // Per-head contexts (B, H, Nq, dh) from split q, k, v: softmax (window 0 = every key) and linear.
   Tensor softmax_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
                          int64_t window) const;
-  Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  // x: the layer's query input (B, Nq, D), for align_gate's gate.
+  Tensor linear_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad,
+                        const Tensor& x = Tensor()) const;
   // Linear cross-attention with align_decay: target row i weighs source row j by γ_h^|i - j|.
   Tensor aligned_context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // Decoding: target `position`'s row against the cached source features φ(K) and [V | 1].
   Tensor aligned_step_cross(const Tensor& q, const AttentionCache& cache, int64_t position) const;
   // Hybrid: g local + (1 - g) global with g = σ(hybrid_gate(x)) per head and position; x (B, N, D).
   Tensor hybrid_mix(const Tensor& local, const Tensor& global, const Tensor& x) const;
+  // align_gate: g aligned + (1 - g) plain with g = σ(align_gate(x)); aligned and plain (B, H, N, dh).
+  Tensor align_mix(const Tensor& aligned, const Tensor& plain, const Tensor& x) const;
   // Decoding's softmax over cached keys and values (B, H, Nk, dh), every one visible but padded
   // keys (key_padding (B, Nk), may be undefined); hybrid cross-attention's window of them around
   // the target position.
@@ -219,6 +228,7 @@ class MultiHeadAttention : public Module {
   bool causal_, cross_;
   std::unique_ptr<DeltaRuleBlock> delta_;  // delta, gated and hybrid over them: registered as "delta"
   std::unique_ptr<Linear> hybrid_gate_;    // kind hybrid only: (H, D) and (H), registered as "hybrid_gate"
+  std::unique_ptr<Linear> align_gate_;     // align_gate only: (H, D) and (H), registered as "align_gate"
   float attention_dropout_;
   AttentionTransfer* transfer_ = nullptr;
   std::string transfer_name_;

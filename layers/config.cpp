@@ -161,6 +161,7 @@ double BartConfig::attention_parameters(const AttentionConfig& a, double d_model
     p += 2 * (d * h + h) + (d * d + d) + 2 * h + convs * static_cast<double>(a.conv_size) * d + head_dim;
   }
   if (a.is_hybrid()) p += d * h + h;
+  if (a.is_gated_aligned()) p += d * h + h;  // align_gate
   if (a.uses_feature_map()) {
     if (a.feature_map == kernels::cpu::FeatureMap::taylor) p += head_dim * static_cast<double>(a.taylor_dim);
     if (a.feature_map == kernels::cpu::FeatureMap::hedgehog) p += 2 * h * head_dim * head_dim;

@@ -4,12 +4,13 @@
 # benches time small-hybrid beside softmax and linear), trains eleven small settings (softmax,
 # linear encoder, linear, linear with FAVOR+, delta and gated everywhere, delta-taylor, delta,
 # gated, hybrid, interleaved) with three seeds each on the same token budget, and long-sequence
-# runs of softmax, linear, delta everywhere and hybrid (packed 2,048-token examples), then
+# runs of softmax, linear, delta everywhere and hybrid (packed 2,048-token examples), and seq2seq
+# tasks whose alignment is not the diagonal (softmax, delta and recall on each; issue 53), then
 # regenerates docs/experiment.md and its plots from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
 #                       [--resume] [--from DIR2] [--only PHASES] [--device DEVICE]
-#                       [--settings LIST] [--seeds LIST]
+#                       [--settings LIST] [--seeds LIST] [--tasks LIST] [--task-steps N]
 #
 # --quick (default) takes about 80 minutes on 2 cores; --full takes 8-9 hours there (33 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
@@ -25,13 +26,19 @@
 #                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
 #                  report, so that the experiment grows across machines and sessions.
-#   --only PHASES  comma-separated: bench, quality, long, report (default: all four). The report
+#   --only PHASES  comma-separated: bench, quality, long, tasks, report (default: all five). The report
 #                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
 #                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
 #                  <DOC's folder>/experiment/data beside its plots.
-#   --settings L   comma-separated quality settings to train, in that order (default: all ten,
-#                  as listed above); --seeds L: comma-separated seeds, each 1, 2 or 3 (default:
+#   --settings L   comma-separated settings to train, in that order (quality: default all twelve,
+#                  as listed above; tasks: those of its three named here); --seeds L: comma-separated seeds, each 1, 2 or 3 (default:
 #                  1,2,3), seed by seed. With --resume they fill in a DIR in the order wanted.
+#   --tasks L      the tasks phase's tasks (default: all six): sequence-to-sequence pairs whose
+#                  alignment is not the diagonal, written from the corpus by
+#                  tools/experiment/tasks.py (reverse, offset, skip and long-* on sources of 512
+#                  words or more), each trained with small-softmax, small-delta and small-recall
+#                  (issue 53), seeds as --seeds. --task-steps N: their steps (default: quick 300,
+#                  full 1,200, the budget of issue 53's table).
 #   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
 #                  cpu, the default, or cuda, cuda:N): the same recipes and token budget, so the
 #                  same perplexities up to f32 rounding order; the report names the device. The
@@ -49,10 +56,15 @@ jobs=1
 resume=0
 from=""
 device=cpu
-all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved"
+all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-recall"
 settings=$all_settings
+settings_given=0
 seeds="1 2 3"
-phases=bench,quality,long,report
+phases=bench,quality,long,tasks,report
+all_tasks="reverse offset skip long-reverse long-offset long-skip"
+tasks=$all_tasks
+task_settings="small-softmax small-delta small-recall"
+task_steps_given=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
@@ -65,8 +77,10 @@ while [ $# -gt 0 ]; do
     --from) from="$2"; resume=1; shift ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
-    --settings) settings="${2//,/ }"; shift ;;
+    --settings) settings="${2//,/ }"; settings_given=1; shift ;;
     --seeds) seeds="${2//,/ }"; shift ;;
+    --tasks) tasks="${2//,/ }"; shift ;;
+    --task-steps) task_steps_given="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "experiment.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -76,8 +90,8 @@ done
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "experiment.sh: --jobs $jobs: expected a whole number of at least 1" >&2; exit 2; }
 for phase in ${phases//,/ }; do
   case "$phase" in
-    bench|quality|long|report) ;;
-    *) echo "experiment.sh: --only $phases: unknown phase $phase (bench, quality, long, report)" >&2; exit 2 ;;
+    bench|quality|long|tasks|report) ;;
+    *) echo "experiment.sh: --only $phases: unknown phase $phase (bench, quality, long, tasks, report)" >&2; exit 2 ;;
   esac
 done
 wants() { [[ ",$phases," == *",$1,"* ]]; }
@@ -88,6 +102,10 @@ fi
 for setting in $settings; do
   [[ " $all_settings " == *" $setting "* ]] ||
     { echo "experiment.sh: --settings: unknown setting $setting (one of: ${all_settings// /, })" >&2; exit 2; }
+done
+for task in $tasks; do
+  [[ " $all_tasks " == *" $task "* ]] ||
+    { echo "experiment.sh: --tasks: unknown task $task (one of: ${all_tasks// /, })" >&2; exit 2; }
 done
 for seed in $seeds; do
   [[ "$seed" =~ ^[123]$ ]] || { echo "experiment.sh: --seeds: $seed is not one of 1, 2, 3" >&2; exit 2; }
@@ -109,21 +127,29 @@ case "$mode" in
     train_n=16,128,512,2048; train_steps=2; train_rounds=1
     positions=10000
     quality_steps=100; quality_every=25; quality_batches=10
-    long_steps=30; long_every=10; long_batches=5 ;;
+    long_steps=30; long_every=10; long_batches=5
+    task_steps=300; task_every=100; task_batches=10 ;;
   full)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
     train_n=16,128,256,512,1024,2048,4096; train_steps=3; train_rounds=4
     positions=10000
     quality_steps=600; quality_every=50; quality_batches=20
-    long_steps=300; long_every=25; long_batches=10 ;;
+    long_steps=300; long_every=25; long_batches=10
+    task_steps=1200; task_every=100; task_batches=20 ;;
   smoke)
     attention_n=64,128; attention_max_s=1
     train_n=32,64; train_steps=1; train_rounds=1
     positions=50
     quality_steps=2; quality_every=1; quality_batches=1
-    long_steps=2; long_every=1; long_batches=1 ;;
+    long_steps=2; long_every=1; long_batches=1
+    task_steps=2; task_every=1; task_batches=1 ;;
 esac
 
+if [ -n "$task_steps_given" ]; then
+  [[ "$task_steps_given" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "experiment.sh: --task-steps $task_steps_given: expected a whole number of at least 1" >&2; exit 2; }
+  task_steps=$task_steps_given
+fi
 if [ -n "$from" ]; then
   [ -f "$from/mode.txt" ] || { echo "experiment.sh: --from $from: no mode.txt there (not an experiment folder)" >&2; exit 2; }
   from_mode=$(cat "$from/mode.txt")
@@ -208,7 +234,7 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
   # A run stopped early (SIGTERM, SIGINT) exits 0 too: only one that reached its last step counts.
   grep -q 'stopped (max_steps)' "$dir.log" ||
     { echo "experiment.sh: $dir stopped before its last step, see $dir.log" >&2; return 1; }
-  run "$tarn" eval --checkpoint "$dir" --data work/wordnet/test.txt > "$dir/test.txt.part" 2>> "$dir.log" &&
+  run "$tarn" eval --checkpoint "$dir" --data "${test_data:-work/wordnet/test.txt}" > "$dir/test.txt.part" 2>> "$dir.log" &&
     mv "$dir/test.txt.part" "$dir/test.txt" &&
     echo "$device" >> "$(dirname "$(dirname "$dir")")/device.txt"  # the phase's: where its finished runs trained
 }
@@ -283,6 +309,33 @@ if wants long; then
     start "$out/long/long-$attention/seed1" 1 "$recipe" $long
   done
   finish_all
+fi
+
+# Alignments other than the diagonal (issue 53): each task's pairs (tools/experiment/tasks.py),
+# 512-token batches on glosses; on the long sources (512 words or more, 4x any recipe's window)
+# 2,048-token batches and 1,024 positions. The same token budget for every setting of a task.
+if wants tasks; then
+  [ -f work/tasks/long-skip/test.tsv ] || run /usr/bin/python3 tools/experiment/tasks.py --corpus work/wordnet --out work/tasks
+  note_jobs tasks
+  for seed in $seeds; do
+    for task in $tasks; do
+      shape="--set training.tokens_per_batch=512"
+      [[ "$task" == long-* ]] && shape="--set training.tokens_per_batch=2048 --set model.max_positions=1024
+        --set data.max_source_len=1024 --set data.max_target_len=1024"
+      pairs="--set data.kind=pairs --set data.train=work/tasks/$task/train.tsv --set data.valid=work/tasks/$task/valid.tsv
+        --set data.test=work/tasks/$task/test.tsv --set data.tokenizer.model=work/wordnet/spm8000.model"
+      budget="--set training.max_steps=$task_steps --set training.max_time_minutes=0 --set validation.every_steps=$task_every"
+      budget="$budget --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_steps"
+      test_data="work/tasks/$task/test.tsv"
+      for setting in $task_settings; do
+        [ "$settings_given" = 0 ] || [[ " $settings " == *" $setting "* ]] || continue
+        # shellcheck disable=SC2086
+        start "$out/tasks/$task/$setting/seed$seed" "$seed" "recipes/$setting.yaml" $pairs $shape
+      done
+    done
+  done
+  finish_all
+  test_data=""
 fi
 
 # The report's inputs beside its plots, without checkpoints or logs: the figures can be checked,

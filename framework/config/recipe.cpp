@@ -134,6 +134,10 @@ void declare_attention(SectionBuilder<S> a, bool causal) {
            "0 = off. A linear-time prior that target and source align near the diagonal (denoising)")
       .min(0)
       .below(1);
+  a.boolean(&AttentionConfig::align_gate, "align_gate",
+            "linear cross-attention with align_decay: per head and target position a learned gate mixes the "
+            "decayed read with the plain read of the whole source, g aligned + (1 - g) plain, so that a head can "
+            "drop the diagonal prior where target and source do not align by position (reorderings, offsets)");
 }
 
 config::Schema build_schema() {
@@ -524,6 +528,8 @@ void check_cross_field(const Recipe& r, Loader& loader) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionStackRecipe& a = m.attention.*stack.member;
     if (!stack.cross && a.align_decay > 0) loader.error(prefix + ".align_decay", kSelfAlignDecay);
+    if (a.align_gate && !(a.align_decay > 0))
+      loader.error(prefix + ".align_gate", "needs align_decay > 0 (the decayed read it gates)");
     if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
     // Why a key of another kind (or, in a hybrid, of another global part) does nothing here.
     const std::string ignored = a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))

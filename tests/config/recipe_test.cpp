@@ -113,6 +113,27 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_DOUBLE_EQ(delta_taylor.model.attention.cross.align_decay, 0.0);
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
+  // small-recall (issue 53): small-delta with the gate on its aligned cross-attention.
+  const Recipe recall = load_recipe(source_path("recipes/small-recall.yaml"));
+  EXPECT_EQ(recall.model.attention.encoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(recall.model.attention.decoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(recall.model.attention.cross.kind, AttentionKind::linear);
+  EXPECT_EQ(recall.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
+  EXPECT_DOUBLE_EQ(recall.model.attention.cross.align_decay, 0.9);
+  EXPECT_TRUE(recall.model.attention.cross.align_gate);
+  EXPECT_TRUE(recall.warnings.empty());
+  {  // The gate needs the decayed read it gates: an error naming the key, the file and the line.
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: linear, align_gate: true}\n",
+                   "bad.yaml");
+      ADD_FAILURE() << "align_gate without align_decay was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.yaml:5: model.attention.cross.align_gate: needs align_decay > 0"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
   for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
     EXPECT_TRUE(stack->per_layer.empty());
@@ -160,7 +181,8 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   const Recipe linear = load_recipe(source_path("recipes/small-linear.yaml"));
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
                             "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-delta-everywhere.yaml",
-                            "recipes/small-gated-everywhere.yaml", "recipes/small-hybrid.yaml"}) {
+                            "recipes/small-gated-everywhere.yaml", "recipes/small-hybrid.yaml",
+                            "recipes/small-recall.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
     r.checkpoints.dir = linear.checkpoints.dir;

@@ -337,6 +337,8 @@ class BartReference {
     };
     // Hybrid's gate per position and head: sigmoid(x_i . W_g[h] + b_g[h]).
     const Mat gate = cfg.is_hybrid() ? linear(xq, d, name + ".hybrid_gate") : Mat();
+    // align_gate's per position and head: g aligned + (1 - g) plain, both normalised on their own.
+    const Mat align_gate = cfg.is_gated_aligned() ? linear(xq, d, name + ".align_gate") : Mat();
     // Hybrid over delta or gated: the global part is that layer's output before out_proj.
     const Mat global = cfg.is_hybrid() && cfg.has_delta_block()
                            ? delta_context(xq, xkv, name, heads, causal, cross, cfg.erases(), pad)
@@ -372,11 +374,14 @@ class BartReference {
         }
         if (cfg.uses_feature_map()) {
           // out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + eps)   (docs/design.md section 2)
-          double den = 0;
+          double den = 0, plain_den = 0;
+          std::vector<double> plain(static_cast<size_t>(nk), 0.0);
           for (int64_t j = 0; j < nk; ++j) {
             if (!allowed(i, j)) continue;
             double s = 0;
             for (int64_t e = 0; e < f; ++e) s += fq[i * f + e] * fk[j * f + e];
+            plain[j] = s;
+            plain_den += s;
             // align_decay: head 0 weighs every position alike; head h >= 1 decays by
             // max(1e-3, align_decay^(2^(h-1))) a position of |i - j|.
             if (cfg.align_decay > 0 && h > 0)
@@ -385,6 +390,10 @@ class BartReference {
             den += s;
           }
           for (double& x : lw) x /= (den + cfg.eps);
+          if (cfg.is_gated_aligned()) {
+            const double ga = 1.0 / (1.0 + std::exp(-align_gate[i * heads + h]));
+            for (int64_t j = 0; j < nk; ++j) lw[j] = ga * lw[j] + (1 - ga) * plain[j] / (plain_den + cfg.eps);
+          }
         }
         if (cfg.is_linear()) w = lw;
         const double g = cfg.is_hybrid() ? 1.0 / (1.0 + std::exp(-gate[i * heads + h])) : 1.0;

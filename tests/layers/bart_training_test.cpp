@@ -117,13 +117,19 @@ TEST(BartTraining, AttentionGradientsMatchFiniteDifferences) {
   AttentionConfig hybrid_delta = hybrid;  // over the delta rule: its gates, convolutions and norm too
   hybrid_delta.global = AttentionKind::delta;
   hybrid_delta.chunk = 3;
-  for (const Case& k : {Case{sm, false, true}, Case{sm, true, false}, Case{elu, false, true}, Case{elu, true, false},
+  // Aligned cross-attention, plain and gated (issue 53), over chunks of 2 in 4-5 positions.
+  AttentionConfig aligned = AttentionConfig::linear_attention(FeatureMap::taylor);
+  aligned.align_decay = 0.7;
+  aligned.chunk = 2;
+  AttentionConfig aligned_gated = aligned;
+  aligned_gated.align_gate = true;
+  for (const Case& k : {Case{aligned, false, true}, Case{aligned_gated, false, true},Case{sm, false, true}, Case{sm, true, false}, Case{elu, false, true}, Case{elu, true, false},
                         Case{exp, true, false}, Case{favor, false, true}, Case{favor, true, false},
                         Case{hedgehog, false, true}, Case{hedgehog, true, false}, Case{hybrid, true, false},
                         Case{hybrid, false, false}, Case{hybrid_delta, true, false}, Case{hybrid_delta, false, false}}) {
     SCOPED_TRACE(k.cfg.str() + (k.causal ? " causal" : "") + (k.cross ? " cross" : ""));
     ParamInit init(7, 0.3f);
-    MultiHeadAttention attn(8, 2, k.cfg, k.causal, 0.0f, init, dropout);
+    MultiHeadAttention attn(8, 2, k.cfg, k.causal, 0.0f, init, dropout, k.cross);
     const int64_t nq = 4, nk = k.cross ? 5 : 4;
     PaddingMask pad(2 * nk, 0);
     if (k.cross) pad[nk + nk - 1] = pad[nk + nk - 2] = 1;

@@ -50,8 +50,12 @@ TEST(BartFootprint, CountsEveryAttentionKindsParametersAndBuffersExactly) {
   const std::vector<AttentionConfig> self_kinds = {AttentionConfig::softmax_attention(), map(FeatureMap::elu1),
                                                    delta, gated, hybrid, hybrid_delta, taylor,
                                                    map(FeatureMap::hedgehog), favor, hybrid_favor};
+  AttentionConfig aligned_gated = taylor;  // align_gate's (H, D) weight and H bias
+  aligned_gated.align_decay = 0.9;
+  aligned_gated.align_gate = true;
   const std::vector<AttentionConfig> cross_kinds = {AttentionConfig::softmax_attention(), delta, gated, hybrid,
-                                                    taylor, map(FeatureMap::hedgehog), favor, hybrid_favor};
+                                                    taylor, map(FeatureMap::hedgehog), favor, hybrid_favor,
+                                                    aligned_gated};
   std::vector<BartConfig> configs;
   for (const AttentionConfig& self : self_kinds) {
     BartConfig c = BartConfig::tiny();

@@ -69,10 +69,14 @@ inline std::vector<AttentionSetup> delta_setups() {
   AttentionConfig aligned = AttentionConfig::linear_attention(FeatureMap::taylor);
   aligned.align_decay = 0.7;
   aligned.chunk = 3;
+  // The same with align_gate (issue 53): each head's decayed and plain reads mixed by a gate.
+  AttentionConfig aligned_gated = aligned;
+  aligned_gated.align_gate = true;
   return {{"delta", delta, delta, delta},
           {"delta_cross", elu, elu, plain},
           {"gated", gated, gated, gated},
-          {"aligned_cross", delta, delta, aligned}};
+          {"aligned_cross", delta, delta, aligned},
+          {"aligned_gated_cross", delta, delta, aligned_gated}};
 }
 // Hybrid self-attention (window softmax + a global part, gated) in both stacks: windows shorter
 // than the test sequences. "hybrid": global linear, the encoder's with elu1, the decoder's with

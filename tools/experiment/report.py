@@ -37,7 +37,7 @@ DEVICE_MARKERS = ["o", "s", "^", "D"]
 # Known settings first, in the order the report discusses them; unknown ones follow alphabetically.
 SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small-linear-favor",
                  "small-delta-everywhere", "small-gated-everywhere", "small-delta-taylor", "small-delta",
-                 "small-gated", "small-hybrid", "small-interleaved", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
+                 "small-gated", "small-hybrid", "small-interleaved", "small-recall", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",
                "blas": "BLAS", "sgemm_gflops": "SGEMM GFLOP/s (measured)", "date": "Date",
@@ -982,6 +982,68 @@ def long_section(runs, plots, link, note):
     return facts, runs_body(intro, plots, link, runs, False, facts)
 
 
+TASK_ORDER = ["reverse", "offset", "skip", "long-reverse", "long-offset", "long-skip"]
+TASK_TEXT = {"reverse": "the source's words in reverse order",
+             "offset": "the second half of the words, then the first half",
+             "skip": "every other word (the first, third, ...)"}
+
+
+def read_tasks(root):
+    """{task: {setting: [Run]}} from root/<task>/<setting>/seed<k>; None without any."""
+    if not os.path.isdir(root):
+        return None
+    names = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))]
+    names = [t for t in TASK_ORDER if t in names] + sorted(set(names) - set(TASK_ORDER))
+    tasks = {t: read_runs(os.path.join(root, t)) for t in names}
+    tasks = {t: runs for t, runs in tasks.items() if runs}
+    return tasks or None
+
+
+def task_text(task):
+    if task.startswith("long-"):
+        return TASK_TEXT.get(task[5:], task[5:]) + ", on sources of 512 words or more"
+    return TASK_TEXT.get(task, task)
+
+
+def tasks_section(in_dir, plots, link):
+    """Alignments other than the diagonal (issue 53): per task and setting, the final validation
+    ppl (mean over seeds) and its ratio to softmax's at the same step."""
+    root = os.path.join(in_dir, "tasks")
+    tasks = read_tasks(root)
+    if not tasks:
+        return section_not_run("Alignments other than the diagonal", f"{root}/<task>/<setting>/seed<k>")
+    settings = ordered_settings(sorted({s for runs in tasks.values() for s in runs}))
+    header = ["task", "step"] + [f"{s} valid ppl (× softmax)" for s in settings] + ["seeds"]
+    body, facts = [], []
+    for task, runs in tasks.items():
+        ref = reference_setting(runs)
+        ref_ppl = mean_or_none(map(final_valid_ppl, runs[ref])) if ref else None
+        steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
+        cells = []
+        for s in settings:
+            ppl = mean_or_none(map(final_valid_ppl, runs.get(s, [])))
+            cells.append("—" if ppl is None else
+                         f"{mean_range(present(map(final_valid_ppl, runs[s])))} ({fmt_ratio(ppl, ref_ppl)})")
+        seeds = sorted({len(v) for v in runs.values()})
+        body.append([f"{task}: {task_text(task)}", "/".join(str(x) for x in steps)] + cells +
+                    ["/".join(map(str, seeds))])
+        facts.append(f"**{task}, final valid ppl:** " +
+                     "; ".join(f"{s} {fmt(mean_or_none(map(final_valid_ppl, seeds)))}" for s, seeds in runs.items()))
+    intro = ("Sequence-to-sequence pairs from the same glosses (`tools/experiment/tasks.py`), source and "
+             "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
+             "long sources 2,048-token batches and 1,024 positions. The final validation ppl is each run's "
+             "last validation record, all settings of a task at the same step; × softmax is the ratio "
+             "of the means. " + shared_note(root)).strip()
+    out = [intro] + [link(p) for p in plots] + [md_table(header, body)]
+    return facts, "\n\n".join(out)
+
+
+def draw_tasks(tasks, plots_dir):
+    return [draw_runs(runs, os.path.join(plots_dir, f"tasks_{task}_valid.png"),
+                      f"{task}: validation perplexity vs step", lambda v: number(v["step"]), "step")
+            for task, runs in tasks.items()]
+
+
 def draw_quality(runs, plots_dir):
     return [
         draw_runs(runs, os.path.join(plots_dir, "quality_valid_vs_tokens.png"),
@@ -1026,6 +1088,8 @@ def draw_all(in_dir, plots_dir, only=None):
     for name, draw in (("quality", draw_quality), ("long", draw_long)):
         runs = read_runs(os.path.join(in_dir, name))
         drawn[name] = draw(runs, plots_dir) if runs else []
+    tasks = read_tasks(os.path.join(in_dir, "tasks"))
+    drawn["tasks"] = draw_tasks(tasks, plots_dir) if tasks else []
     return drawn
 
 
@@ -1064,7 +1128,8 @@ SECTIONS = [("attention", "Attention kernels (`tarn bench attention`)", attentio
             ("train", "Training step (`tarn bench train`)", train_section),
             ("decode", "Incremental decoding (`tarn bench decode`)", decode_section),
             ("quality", "Quality: small models, several seeds", quality_section),
-            ("long", "Long sequences", long_section)]
+            ("long", "Long sequences", long_section),
+            ("tasks", "Alignments other than the diagonal (issue 53)", tasks_section)]
 
 
 def mode_line(in_dir):

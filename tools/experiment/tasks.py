@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Sequence-to-sequence tasks whose alignment is not the diagonal, built from the experiment's
+WordNet glosses (issue 53): source<TAB>target pairs for `data.kind: pairs`.
+
+  tasks.py --corpus work/wordnet --out work/tasks [--long-words 512]
+
+For each split (train, valid, test) of CORPUS and each task, writes OUT/<task>/<split>.tsv:
+  reverse        target = the source's words in reverse order (a reordering)
+  offset         target = the second half of the words, then the first half (an offset: target
+                 position i needs source position i + n/2, or i - n/2)
+  skip           target = every other word, the first, third, ... (length-changing: target
+                 position i needs source position 2i)
+  long-<task>    the same task on sources of consecutive glosses joined (in file order) until
+                 each holds at least --long-words words (512: at least 512 SentencePiece tokens,
+                 each word being one token or more), 4x small-hybrid's 128-position window
+                 and past every window a recipe uses.
+Words are whitespace-separated; a gloss of one word is skipped (nothing to reorder). Every
+output line is a pure function of the corpus, so a rerun writes the same files.
+"""
+import argparse
+import os
+import sys
+
+TASKS = {
+    "reverse": lambda w: w[::-1],
+    "offset": lambda w: w[len(w) // 2:] + w[:len(w) // 2],
+    "skip": lambda w: w[::2],
+}
+
+
+def sources(lines, long_words):
+    if not long_words:
+        yield from lines
+        return
+    group = []
+    for words in lines:
+        group.extend(words)
+        if len(group) >= long_words:
+            yield group
+            group = []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True, help="folder with train.txt, valid.txt, test.txt")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--long-words", type=int, default=512)
+    args = ap.parse_args()
+    if args.long_words < 1:
+        sys.exit(f"tasks.py: --long-words {args.long_words}: expected a positive number")
+    for split in ("train", "valid", "test"):
+        path = os.path.join(args.corpus, split + ".txt")
+        if not os.path.isfile(path):
+            print(f"tasks.py: {path}: missing (run tarn prepare-corpus {args.corpus})", file=sys.stderr)
+            sys.exit(2)
+        with open(path, encoding="utf-8") as f:
+            lines = [line.split() for line in f]
+        lines = [w for w in lines if len(w) >= 2]
+        for long in (False, True):
+            for name, fn in TASKS.items():
+                task = ("long-" if long else "") + name
+                os.makedirs(os.path.join(args.out, task), exist_ok=True)
+                tmp = os.path.join(args.out, task, split + ".tsv.part")
+                with open(tmp, "w", encoding="utf-8") as out:
+                    for words in sources(lines, args.long_words if long else 0):
+                        out.write(" ".join(words) + "\t" + " ".join(fn(words)) + "\n")
+                os.replace(tmp, os.path.join(args.out, task, split + ".tsv"))
+
+
+if __name__ == "__main__":
+    main()
