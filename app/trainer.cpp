@@ -537,9 +537,9 @@ bool Trainer::step() {
   progress_.data = batcher_->position();
   progress_.dropout = model_->dropout_state();
   if (r.pending()) {
-    // Deferred (one rank on a GPU): the step counts as taken, and settle() says later whether
-    // it applied. A skipped one keeps its number (the schedule moved on); the device left the
-    // parameters, moments and update counts as they were.
+    // Deferred (on a GPU, one rank or several): the step counts as taken, and settle() says
+    // later whether it applied. A skipped one keeps its number (the schedule moved on); the
+    // device left the parameters, moments and update counts as they were, on every rank.
     lr_ = lr;
     model_->favor_step();
     ++progress_.step;

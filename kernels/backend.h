@@ -67,7 +67,10 @@ namespace tarn::kernels {
   X(sum_squares)                                                                                     \
   X(scale_inplace)                                                                                   \
   X(adamw_fused_step)                                                                                \
+  X(sum_squares_into)                                                                                \
+  X(adamw_fused_update)                                                                              \
   X(step_record_add)                                                                                 \
+  X(step_record_agree)                                                                               \
   X(step_record_judge)                                                                               \
   X(linear_attention_forward_workspace_floats)                                                       \
   X(linear_attention_forward)                                                                        \

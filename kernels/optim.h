@@ -98,8 +98,9 @@ struct AdamWOutcome {
 int64_t adamw_fused_layout(AdamWRange* ranges, int64_t count);
 
 // The whole step of clipped AdamW over the ranges, in one call and without reading anything
-// back (the CUDA version is three launches: the gradients' sums of squares by block, one block
-// that forms the norm, the factor and every range's scalars, and the update of every element):
+// back (the CUDA version is four launches: the gradients' sums of squares by block, each range's
+// sum, one block that forms the norm, the factor and every range's scalars, and the update of
+// every element):
 //   norm = sqrt(Σ over ranges with a gradient of sum_squares(range)), the per-range sums and
 //     then their total added in range order, each range's sum as sum_squares forms it: the bits
 //     of global_grad_norm over the same parameters on the same device;
@@ -118,6 +119,21 @@ void adamw_fused_step(float* param, const float* grad, float* m, float* v, const
                       AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
                       const int32_t* skip, int64_t* applied_steps, AdamWOutcome* outcome);
 
+// adamw_fused_step in its two halves, for when the norm's sum of squares must cross ranks in
+// between (ZeRO-1, framework/distributed/sharded_adamw.h) without the host reading it:
+//   sum_squares_into(x, n, out): *out = sum_squares(x, n), the same bits, left in the buffers'
+//     memory (the CUDA version is sum_squares without its read back);
+//   adamw_fused_update(..., parts, part_count, ...): adamw_fused_step with the norm taken as
+//     sqrt(((0 + parts[0]) + parts[1]) + ...), the parts added in order (in the buffers'
+//     memory: the ranks' sums in rank order, as Communicator::all_reduce_host adds them).
+// adamw_fused_step is adamw_fused_update over the ranges' own sums (0 for a range without a
+// gradient, which adds nothing), so both halves are also the one-rank step's arithmetic.
+void sum_squares_into(const float* x, int64_t n, double* out);
+void adamw_fused_update(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
+                        AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
+                        const double* parts, int64_t part_count, const int32_t* skip, int64_t* applied_steps,
+                        AdamWOutcome* outcome);
+
 // ---------------------------------------------------------------------------------------------
 // A training step's record (framework/train/step.h), kept where the step runs so that the host
 // need not read the loss back before it wants to: each micro-batch adds its loss, the step
@@ -134,6 +150,11 @@ struct StepRecord {
 // null), or loss_bad = 1 when *loss is not finite (the sums then mean nothing). One thread.
 void step_record_add(StepRecord* record, const float* loss, int64_t counted, const CrossEntropyTotals* totals,
                      double nll);
+// Several ranks: `gathered` holds every rank's record (an all-gather of their bytes, which moves
+// bits and adds nothing); *record <- their agreement: loss_sum and nll_sum added in rank order in
+// double from 0 (the bits Communicator::all_reduce_host gives), loss_bad set when any rank's is.
+// `update` is left alone. One thread.
+void step_record_agree(StepRecord* record, const StepRecord* gathered, int64_t world);
 // The step's verdict: loss_bad = 1 unless loss_sum / global_counted <= diverged_loss. One thread.
 void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss);
 

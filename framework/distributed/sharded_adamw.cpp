@@ -2,10 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "framework/backend.h"
-#include "framework/optim/clip_grad.h"
 #include "kernels/optim.h"
 
 namespace tarn {
@@ -15,6 +15,12 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 namespace {
+// `bytes` of `device` memory, as the storage of an f32 tensor: the table and the counters the
+// fused update reads and writes in place.
+Tensor storage_bytes(size_t bytes, Device device) {
+  return Tensor::zeros(Shape{static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, device);
+}
+
 std::vector<Tensor*> tensors_of(const std::vector<std::pair<std::string, Tensor*>>& named) {
   std::vector<Tensor*> out;
   for (const auto& [name, p] : named) out.push_back(p);
@@ -59,6 +65,24 @@ ShardedAdamW::ShardedAdamW(const ParameterArena& arena, const std::vector<std::p
   grad_shard_ = Tensor::zeros(Shape{shard_}, device);
   m_ = Tensor::zeros(Shape{shard_}, device);
   v_ = Tensor::zeros(Shape{shard_}, device);
+  // The fused update's table: each slot's part of this shard, in shard coordinates (the
+  // parameters' pointer is moved to the shard's start, so one offset serves all four buffers).
+  for (const Slot& slot : slots_) {
+    kernels::cpu::AdamWRange r;
+    const auto [begin, end] = local_range(slot);
+    if (begin < end) {
+      r.offset = slot.offset + begin - shard_begin_;
+      r.numel = end - begin;
+    }
+    r.weight_decay = slot.decay ? options_.weight_decay : 0.0f;
+    ranges_.push_back(r);
+  }
+  blocks_ = kernels::cpu::adamw_fused_layout(ranges_.data(), static_cast<int64_t>(ranges_.size()));
+  device_ranges_ = storage_bytes(ranges_.size() * sizeof(kernels::cpu::AdamWRange), device);
+  device_counts_ = storage_bytes(sizeof(int64_t) + slots_.size() * sizeof(kernels::cpu::AdamWRangeState), device);
+  sums_ = storage_bytes(static_cast<size_t>(world) * sizeof(double), device);
+  outcome_ = storage_bytes(sizeof(kernels::cpu::AdamWOutcome), device);
+  push_steps();
 }
 
 std::pair<int64_t, int64_t> ShardedAdamW::local_range(const Slot& s) const {
@@ -78,46 +102,102 @@ std::vector<std::string> ShardedAdamW::names() const {
   return out;
 }
 
-double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr) {
+void ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr, const int32_t* skip,
+                        kernels::cpu::AdamWOutcome* outcome) {
   TARN_ASSERT(any_rank_has_grad.size() == slots_.size(), "ShardedAdamW: a mask of ", any_rank_has_grad.size(),
               " values for ", slots_.size(), " parameters");
-  const kernels::Backend& k = backend_for(arena_.device());
+  TARN_CHECK(std::isfinite(lr) && lr >= 0.0f, "ShardedAdamW: lr must be a finite number >= 0, got ", lr);
+  const Device dev = arena_.device();
+  const kernels::Backend& k = backend_for(dev);
   for (size_t r : range_of_slot_) arena_.settle_grad(r);  // zeros where this rank has no gradient
+  // Which parameters any rank has a gradient for is the host's to know; the table goes to the
+  // device when that changes (once, in a run whose every parameter has one every step).
+  bool changed = !ranges_uploaded_;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const int32_t has = any_rank_has_grad[i] != 0.0 ? 1 : 0;
+    changed |= ranges_[i].has_grad != has;
+    ranges_[i].has_grad = has;
+  }
+  if (changed) {
+    k.copy_host_to_device(device_ranges_.device_f32(), ranges_.data(),
+                          ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev.index);
+    ranges_uploaded_ = true;
+  }
   auto start = Clock::now();
   comm_.reduce_scatter_sum(arena_.grads().device_f32(), grad_shard_.device_f32(), shard_);
+  // This shard's sum of squares (as sum_squares over the shard: padding and gaps are zeros),
+  // then every rank's, in place: rank r's double is floats [2r, 2r + 2) of sums_.
+  auto* sums = reinterpret_cast<double*>(sums_.device_f32());
+  k.sum_squares_into(grad_shard_.device_f32(), shard_, sums + comm_.rank());
+  constexpr int64_t kFloatsPerDouble = sizeof(double) / sizeof(float);
+  comm_.all_gather(reinterpret_cast<const float*>(sums + comm_.rank()), sums_.device_f32(), kFloatsPerDouble);
   last_comm_s_ = since(start);
 
-  double sum = k.sum_squares(grad_shard_.device_f32(), shard_);
-  comm_.all_reduce_host(&sum, 1, kernels::ReduceOp::sum);
-  const double norm = std::sqrt(sum);
-  if (!std::isfinite(norm)) return norm;
-  // Clipping is a factor the update applies as it reads each gradient: no pass of its own.
-  const float grad_scale = clip_norm > 0 ? clip_factor(norm, clip_norm) : 1.0f;
-
   options_.lr = lr;
-  ++step_count_;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (any_rank_has_grad[i] == 0.0) continue;
-    ++s.step;  // on every rank, for every parameter: the bias correction agrees everywhere
-    const auto [begin, end] = local_range(s);
-    if (begin >= end) continue;
-    kernels::cpu::AdamWHyper h = adamw_hyper(options_, s.decay, s.step);
-    h.grad_scale = grad_scale;
-    const int64_t at = s.offset + begin - shard_begin_;  // in the shard
-    k.adamw_step(arena_.values().narrow0(s.offset + begin, s.offset + end).device_f32(),
-                 grad_shard_.narrow0(at, at + end - begin).device_f32(), m_.narrow0(at, at + end - begin).device_f32(),
-                 v_.narrow0(at, at + end - begin).device_f32(), end - begin, h);
-  }
-  // Every rank's updated range to every rank, into the arena the parameters are views of.
+  kernels::cpu::AdamWFusedHyper h;
+  h.lr = lr;
+  h.beta1 = options_.beta1;
+  h.beta2 = options_.beta2;
+  h.eps = options_.eps;
+  h.max_norm = clip_norm;
+  auto* applied = reinterpret_cast<int64_t*>(device_counts_.device_f32());
+  auto* state = reinterpret_cast<kernels::cpu::AdamWRangeState*>(applied + 1);
+  // The shard's parameters start at shard_begin_ of the arena; the ranges' offsets are the shard's.
+  k.adamw_fused_update(arena_.values().device_f32() + shard_begin_, grad_shard_.device_f32(), m_.device_f32(),
+                       v_.device_f32(), reinterpret_cast<const kernels::cpu::AdamWRange*>(device_ranges_.device_f32()),
+                       state, static_cast<int64_t>(ranges_.size()), blocks_, h, sums, comm_.world(), skip, applied,
+                       outcome);
+  counts_on_device_ = true;
+  // Every rank's range (updated or not) to every rank, into the arena the parameters are views of.
   start = Clock::now();
   const Tensor mine = arena_.values().narrow0(shard_begin_, shard_begin_ + shard_);
   comm_.all_gather(mine.device_f32(), arena_.values().device_f32(), shard_);
   last_comm_s_ += since(start);
-  return norm;
+}
+
+double ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr) {
+  auto* outcome = reinterpret_cast<kernels::cpu::AdamWOutcome*>(outcome_.device_f32());
+  step(any_rank_has_grad, clip_norm, lr, nullptr, outcome);
+  kernels::cpu::AdamWOutcome host;
+  const Device dev = arena_.device();
+  backend_for(dev).copy_device_to_host(&host, outcome, sizeof host, dev.index);
+  return host.norm;
+}
+
+int64_t ShardedAdamW::step_count() const {
+  pull_steps();
+  return step_count_;
+}
+
+void ShardedAdamW::pull_steps() const {
+  if (!counts_on_device_) return;
+  const Device dev = arena_.device();
+  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float));
+  backend_for(dev).copy_device_to_host(host.data(), device_counts_.device_f32(), host.size(), dev.index);
+  std::memcpy(&step_count_, host.data(), sizeof step_count_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    kernels::cpu::AdamWRangeState st;
+    std::memcpy(&st, host.data() + sizeof(int64_t) + i * sizeof st, sizeof st);
+    slots_[i].step = st.step;
+  }
+  counts_on_device_ = false;
+}
+
+void ShardedAdamW::push_steps() {
+  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float), 0);
+  std::memcpy(host.data(), &step_count_, sizeof step_count_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    kernels::cpu::AdamWRangeState st;
+    st.step = slots_[i].step;
+    std::memcpy(host.data() + sizeof(int64_t) + i * sizeof st, &st, sizeof st);
+  }
+  const Device dev = arena_.device();
+  backend_for(dev).copy_host_to_device(device_counts_.device_f32(), host.data(), host.size(), dev.index);
+  counts_on_device_ = false;
 }
 
 AdamWState ShardedAdamW::gather_state() {
+  pull_steps();
   const Device device = arena_.device();
   Tensor full_m = Tensor::zeros(Shape{arena_.size()}, device), full_v = Tensor::zeros(Shape{arena_.size()}, device);
   comm_.all_gather(m_.device_f32(), full_m.device_f32(), shard_);
@@ -146,6 +226,7 @@ void ShardedAdamW::load_state(const AdamWState& st) {
     v_.narrow0(at, at + end - begin).copy_from(flat_view(p.exp_avg_sq).narrow0(begin, end));
   }
   step_count_ = st.step_count;
+  push_steps();
 }
 
 }  // namespace tarn

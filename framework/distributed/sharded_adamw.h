@@ -10,6 +10,14 @@
 // are all-gathered in place, which leaves every parameter updated. Optimizer memory per rank
 // falls from 2 x P floats to 2 x P / ranks.
 //
+// Nothing is read back (issue 51): the shard's sum of squares stays on the device
+// (sum_squares_into), every rank's sum is all-gathered there (a double as two floats: the
+// all-gather moves bits, it adds nothing) and adamw_fused_update adds them in rank order (the
+// bits all_reduce_host gave) and updates every parameter's part of the shard in one launch over
+// a table of ranges, skipping itself where a flag says the loss was bad or the norm is not
+// finite. The update counts then live on the device, read back when a checkpoint or
+// step_count() asks, as AdamW::fused_step's.
+//
 // The update is AdamW's elementwise arithmetic on the same summed gradients, so the parameters
 // equal plain data-parallel AdamW's; only the gradient norm is summed in another order (in
 // double), which can move the clip factor in its last bit.
@@ -27,6 +35,7 @@
 #include "framework/parameter_arena.h"
 #include "framework/tensor.h"
 #include "kernels/collectives.h"
+#include "kernels/optim.h"
 
 namespace tarn {
 
@@ -47,11 +56,18 @@ class ShardedAdamW {
   // One step from the local gradients: reduce-scatter, global norm, clipping to clip_norm
   // (0 = none), AdamW on this rank's shard with learning rate lr, all-gather. `any_rank_has_grad`
   // is the mask's maximum over the ranks: parameters no rank has a gradient for are skipped, as
-  // AdamW skips them. Returns the norm before clipping; when it is not finite nothing changes.
+  // AdamW skips them. Nothing is read back: `outcome` (the arena's memory) receives the norm
+  // before clipping, the factor and whether the update applied; it is skipped (nothing
+  // changes) when *skip is nonzero (the arena's memory; may be null), when the norm is not
+  // finite, or when clipping and it is not finite in f32 (adamw_fused_step's rule). Every rank
+  // makes the same collectives whatever the outcome.
+  void step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr, const int32_t* skip,
+            kernels::cpu::AdamWOutcome* outcome);
+  // The same, its outcome read back (one copy): the norm before clipping.
   double step(const std::vector<double>& any_rank_has_grad, float clip_norm, float lr);
 
   std::vector<std::string> names() const;
-  int64_t step_count() const { return step_count_; }
+  int64_t step_count() const;
   float lr() const { return options_.lr; }
   int64_t shard_elements() const { return shard_; }  // S: m and v hold this many floats each
   int64_t elements() const { return arena_.size(); }  // S x ranks
@@ -69,7 +85,7 @@ class ShardedAdamW {
     std::string name;
     Tensor* param;
     int64_t offset;  // in the arena
-    int64_t step = 0;
+    mutable int64_t step = 0;  // mutable: pull_steps() brings the device's counts back
     bool decay = true;
   };
   ShardedAdamW(std::unique_ptr<ParameterArena> owned, const std::vector<std::pair<std::string, Tensor*>>& params,
@@ -87,8 +103,20 @@ class ShardedAdamW {
   std::vector<size_t> range_of_slot_;
   int64_t shard_ = 0, shard_begin_ = 0;
   Tensor grad_shard_, m_, v_;  // shard_ each
-  int64_t step_count_ = 0;
+  mutable int64_t step_count_ = 0;
   double last_comm_s_ = 0;
+
+  // The fused update's state (kernels/optim.h): a range per slot in shard coordinates (the part
+  // of the parameter this shard holds; empty ones count steps and update nothing), and in the
+  // arena's memory the table, the counts (one int64 of applied steps, then an AdamWRangeState
+  // per slot), every rank's sum of squares, and an outcome for the step that reads back.
+  std::vector<kernels::cpu::AdamWRange> ranges_;
+  int64_t blocks_ = 0;
+  Tensor device_ranges_, device_counts_, sums_, outcome_;  // f32 tensors used as storage
+  bool ranges_uploaded_ = false;
+  mutable bool counts_on_device_ = false;  // the device's counts are newer than the slots'
+  void pull_steps() const;
+  void push_steps();
 };
 
 }  // namespace tarn

@@ -18,7 +18,7 @@ const char* step_outcome_name(StepOutcome outcome) {
 
 TrainStep::TrainStep(Module& module, kernels::Communicator& control, kernels::Communicator& gradients,
                      const TrainStepOptions& options)
-    : module_(module), control_(control), options_(options) {
+    : module_(module), control_(control), gradients_(gradients), options_(options) {
   const bool shard = options_.shard_optimizer && !solo();
   // The parameters and gradients live in one arena (framework/parameter_arena.h): buckets and
   // ZeRO-1 shards are ranges of it, and the fused update walks it. ZeRO-1 splits it into a
@@ -33,10 +33,12 @@ TrainStep::TrainStep(Module& module, kernels::Communicator& control, kernels::Co
                                            std::max<int64_t>(4, options_.bucket_bytes));
   }
   using Defer = TrainStepOptions::Defer;
-  defer_ = solo() && (options_.defer_results == Defer::yes ||
-                      (options_.defer_results == Defer::automatic && arena.device().is_cuda()));
-  const int64_t floats = (kRecords * static_cast<int64_t>(sizeof(kernels::cpu::StepRecord)) + 3) / 4;
-  records_ = Tensor::zeros(Shape{floats}, arena.device());
+  defer_ = options_.defer_results == Defer::yes ||
+           (options_.defer_results == Defer::automatic && arena.device().is_cuda());
+  records_ = Tensor::zeros(Shape{kRecords * kRecordFloats}, arena.device());
+  // Several ranks agree on a deferred record by all-gathering its bytes (kRecordFloats floats a
+  // rank) and adding them where they land (step_record_agree).
+  if (defer_ && !solo()) gathered_ = Tensor::zeros(Shape{control_.world() * kRecordFloats}, arena.device());
 }
 
 int64_t TrainStep::reduced_elements() const { return sharded_ ? sharded_->elements() : sync_->elements(); }
@@ -130,17 +132,42 @@ StepResult TrainStep::run(int64_t count, int64_t global_counted,
     r.tokens += m->tokens;
   }
 
-  if (defer_) {  // one rank: the loss is judged and the update decided where they run
+  std::vector<double> grad_mask;  // several ranks: which parameters any rank has a gradient for
+  if (defer_) {  // the loss is judged and the update decided where they run
+    if (!solo()) {
+      // The buckets not started during the backward start now (on every rank, whatever its
+      // loss). The host agrees on what only the host knows (tokens, which parameters have a
+      // gradient), the device on the records: no rank reads its record back.
+      if (sync_) sync_->start_remaining();
+      std::vector<double> control = {static_cast<double>(r.tokens)};
+      const std::vector<double> mask = sharded_ ? sharded_->local_grad_mask() : sync_->local_grad_mask();
+      control.insert(control.end(), mask.begin(), mask.end());
+      control_.all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
+      r.tokens = static_cast<int64_t>(control[0]);
+      grad_mask.assign(control.begin() + 1, control.end());
+      gradients_.all_gather(reinterpret_cast<const float*>(rec), gathered_.device_f32(), kRecordFloats);
+      k.step_record_agree(rec, reinterpret_cast<const kernels::cpu::StepRecord*>(gathered_.device_f32()),
+                          control_.world());
+    }
     k.step_record_judge(rec, global_counted, options_.diverged_loss);
-    plain_->set_lr(lr);
-    plain_->fused_step(options_.clip_norm, &rec->loss_bad, &rec->update);
+    if (sharded_) {  // reduce-scatter, norm, the shard's update (or not), all-gather, on every rank
+      sharded_->step(grad_mask, options_.clip_norm, lr, &rec->loss_bad, &rec->update);
+      comm_s_ += sharded_->last_comm_seconds();
+    } else {
+      if (!solo()) {
+        sync_->finish(grad_mask);
+        comm_s_ += sync_->last_comm_seconds();
+        early_buckets_ += sync_->last_buckets_started_early();
+      }
+      plain_->set_lr(lr);
+      plain_->fused_step(options_.clip_norm, &rec->loss_bad, &rec->update);
+    }
     module_.zero_grad();
     pending_.push_back(r.tokens);
     r.outcome = StepOutcome::pending;
     return r;
   }
 
-  std::vector<double> grad_mask;  // several ranks: which parameters any rank has a gradient for
   if (!solo()) {
     // Every bucket not started during the backward starts now, on every rank (whatever its
     // loss), so that all ranks make the same collectives. One control reduction agrees on the
@@ -164,18 +191,19 @@ StepResult TrainStep::run(int64_t count, int64_t global_counted,
     comm_s_ += sync_->last_comm_seconds();
     early_buckets_ += sync_->last_buckets_started_early();
   }
-  if (finite && sharded_) {  // reduce-scatter, clip, update the shard, all-gather: one call
-    r.grad_norm = sharded_->step(grad_mask, options_.clip_norm, lr);
-    comm_s_ += sharded_->last_comm_seconds();
-    finite = std::isfinite(r.grad_norm);
-  }
   // The norm, the clipping factor and the update in one call over the arena (AdamW::fused_step),
-  // whose outcome is read back at once: the norm must be complete before any update, and the
-  // update reads each gradient scaled by the factor instead of a pass that scales them first
-  // (the same bits). A norm that is not finite skips the update there.
-  if (finite && plain_) {
-    plain_->set_lr(lr);
-    plain_->fused_step(options_.clip_norm, nullptr, &rec->update);
+  // or ZeRO-1's reduce-scatter, norm, shard update and all-gather in one call, whose outcome is
+  // read back at once: the norm must be complete before any update, and the update reads each
+  // gradient scaled by the factor instead of a pass that scales them first (the same bits). A
+  // norm that is not finite skips the update there.
+  if (finite) {
+    if (sharded_) {
+      sharded_->step(grad_mask, options_.clip_norm, lr, nullptr, &rec->update);
+      comm_s_ += sharded_->last_comm_seconds();
+    } else {
+      plain_->set_lr(lr);
+      plain_->fused_step(options_.clip_norm, nullptr, &rec->update);
+    }
     const StepResult u = read_records(1)[0];
     r.grad_norm = u.grad_norm;
     finite = u.applied();

@@ -19,11 +19,15 @@
 // The gradients are zeroed after every step, applied or skipped. Every rank gets the same
 // outcome. One rank communicates nothing.
 //
-// Deferred results (one rank, on a CUDA device, or TrainStepOptions::defer_results): the step
-// reads nothing back. Each micro-batch's loss is added to a StepRecord where the step runs
-// (kernels/optim.h), the step judges the mean there, and the fused update skips itself there when
-// the loss or the norm is bad; run() returns StepOutcome::pending and settle() reads the records
-// of every pending step at once (the trainer does it when it logs, validates or checkpoints).
+// Deferred results (on a CUDA device, or TrainStepOptions::defer_results): the step reads
+// nothing back. Each micro-batch's loss is added to a StepRecord where the step runs
+// (kernels/optim.h); on several ranks the records are all-gathered by the gradients'
+// communicator and added there in rank order (the bits of step 2's host sums), while the host
+// agrees only on what it knows without the device (tokens, gradient mask); the step judges the
+// mean there, and the fused update skips itself there when the loss or the norm is bad. run()
+// returns StepOutcome::pending and settle() reads the records of every pending step at once (the
+// trainer does it when it logs, validates or checkpoints; every rank holds the same records, so
+// each reads its own). ZeRO-1's shard update decides where it runs too (ShardedAdamW::step).
 //
 //   TrainStep step(model, control, gradients, options);
 //   StepResult r = step.run(micro_batches, global_target_tokens, forward_of, lr);
@@ -53,8 +57,8 @@ struct TrainStepOptions {
   int64_t bucket_bytes = GradientSync::kDefaultBucketBytes;  // raised to GradientSync's least, 4
   double diverged_loss = kDivergedLoss;
   // Leave each step's loss and norm where the step runs until settle() (see above): automatic
-  // is one rank on a CUDA device (where a read back waits for every kernel before it); yes
-  // forces it on one rank anywhere (tests on the CPU); no reads every step back at once.
+  // is a CUDA device (where a read back waits for every kernel before it); yes forces it
+  // anywhere (tests on the CPU); no reads every step back at once.
   enum class Defer { automatic, yes, no };
   Defer defer_results = Defer::automatic;
 };
@@ -124,6 +128,7 @@ class TrainStep {
  private:
   Module& module_;
   kernels::Communicator& control_;
+  kernels::Communicator& gradients_;
   TrainStepOptions options_;
   std::unique_ptr<AdamW> plain_;          // one rank, or plain data-parallel
   std::unique_ptr<ShardedAdamW> sharded_;  // ZeRO-1 on several ranks
@@ -135,10 +140,13 @@ class TrainStep {
   // tensor used as storage; slot 0 serves the steps read at once). When every slot is taken,
   // run() reads them back into settled_ before it starts the next step.
   static constexpr int64_t kRecords = 64;
+  static constexpr int64_t kRecordFloats = sizeof(kernels::cpu::StepRecord) / sizeof(float);
+  static_assert(sizeof(kernels::cpu::StepRecord) % sizeof(float) == 0, "a StepRecord is whole floats");
   kernels::cpu::StepRecord* record(int64_t slot) const;
   std::vector<StepResult> read_records(int64_t count) const;
   bool defer_ = false;
   Tensor records_;
+  Tensor gathered_;                     // several ranks: every rank's record of this step
   std::vector<int64_t> pending_;        // tokens of each pending step, in record order
   std::vector<StepResult> settled_;     // read back early, not yet handed out
 };

@@ -60,14 +60,26 @@ int64_t adamw_fused_layout(AdamWRange* ranges, int64_t count) {
   return blocks;
 }
 
+void sum_squares_into(const float* x, int64_t n, double* out) { *out = sum_squares(x, n); }
+
 // The per-range calls of sum_squares and adamw_step, in range order: the bits of the per-tensor
-// path by construction (the CUDA version reproduces this arithmetic in three launches).
+// path by construction (the CUDA version reproduces this arithmetic in its launches).
 void adamw_fused_step(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
-                      AdamWRangeState* state, int64_t count, int64_t, const AdamWFusedHyper& h, const int32_t* skip,
-                      int64_t* applied_steps, AdamWOutcome* outcome) {
-  double total = 0.0;
+                      AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
+                      const int32_t* skip, int64_t* applied_steps, AdamWOutcome* outcome) {
+  std::vector<double> sums(static_cast<size_t>(count), 0.0);
   for (int64_t r = 0; r < count; ++r)
-    if (ranges[r].has_grad) total += sum_squares(grad + ranges[r].offset, ranges[r].numel);
+    if (ranges[r].has_grad) sums[static_cast<size_t>(r)] = sum_squares(grad + ranges[r].offset, ranges[r].numel);
+  adamw_fused_update(param, grad, m, v, ranges, state, count, blocks, h, sums.data(), count, skip, applied_steps,
+                     outcome);
+}
+
+void adamw_fused_update(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
+                        AdamWRangeState* state, int64_t count, int64_t, const AdamWFusedHyper& h,
+                        const double* parts, int64_t part_count, const int32_t* skip, int64_t* applied_steps,
+                        AdamWOutcome* outcome) {
+  double total = 0.0;
+  for (int64_t i = 0; i < part_count; ++i) total += parts[i];
   const double norm = std::sqrt(total);
   const bool bad = (skip && *skip) || !std::isfinite(norm) ||
                    (h.max_norm > 0.0f && !std::isfinite(static_cast<float>(norm)));
@@ -100,6 +112,19 @@ void step_record_add(StepRecord* record, const float* loss, int64_t counted, con
   }
   record->loss_sum += static_cast<double>(*loss) * static_cast<double>(counted);
   record->nll_sum += totals ? totals->nll : nll;
+}
+
+void step_record_agree(StepRecord* record, const StepRecord* gathered, int64_t world) {
+  double loss = 0.0, nll = 0.0;
+  int32_t bad = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    loss += gathered[r].loss_sum;
+    nll += gathered[r].nll_sum;
+    bad |= gathered[r].loss_bad != 0 ? 1 : 0;
+  }
+  record->loss_sum = loss;
+  record->nll_sum = nll;
+  record->loss_bad = bad;
 }
 
 void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss) {

@@ -1,6 +1,6 @@
 // Optimizer kernels over flat f32 arrays (kernels/optim.h): the fused AdamW update, the sum of
 // squares behind the global gradient norm, and the in-place scale for clipping; the clipped
-// update of a whole parameter arena in three launches (adamw_fused_step), and a training step's
+// update of a whole parameter arena in four launches (adamw_fused_step), and a training step's
 // record.
 //
 // adamw_fused_step moves what the per-tensor path moves, once: a read of every gradient for the
@@ -86,24 +86,34 @@ __global__ void fused_sum_squares_kernel(const float* grad, const AdamWRange* ra
   if (threadIdx.x == 0) partial[b] = s;
 }
 
-// One block of kBlock threads. Each range's partials are summed as sum_partials_kernel sums a
-// tensor's, the ranges' sums added in order from 0 as global_grad_norm adds them; then the norm,
-// the clipping factor, the decision, and (when it applies) every range's step and scalars.
-__global__ void fused_prepare_kernel(const double* partial, const AdamWRange* ranges, AdamWRangeState* state,
-                                     int64_t count, AdamWFusedHyper h, const int32_t* skip, int64_t* applied_steps,
-                                     AdamWOutcome* outcome) {
-  __shared__ int applied;
-  double total = 0.0;  // thread 0's
+// One block of kBlock threads: sums[r] = range r's partials summed as sum_partials_kernel sums a
+// tensor's, 0 for a range without a gradient.
+__global__ void fused_range_sums_kernel(const double* partial, const AdamWRange* ranges, int64_t count,
+                                        double* sums) {
   for (int64_t r = 0; r < count; ++r) {
     const AdamWRange range = ranges[r];
-    if (!range.has_grad) continue;  // the same for every thread
+    if (!range.has_grad) {  // the same for every thread
+      if (threadIdx.x == 0) sums[r] = 0.0;
+      continue;
+    }
     const int64_t blocks = (range.numel + cpu::kSumSquaresBlock - 1) / cpu::kSumSquaresBlock;
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < blocks; i += blockDim.x) s += partial[range.first_block + i];
     s = block_sum(s);
-    if (threadIdx.x == 0) total += s;
+    if (threadIdx.x == 0) sums[r] = s;
   }
+}
+
+// One block of kBlock threads. The parts added in order from 0 (the ranges' sums as
+// global_grad_norm adds them, or the ranks' sums as all_reduce_host adds them); then the norm,
+// the clipping factor, the decision, and (when it applies) every range's step and scalars.
+__global__ void fused_prepare_kernel(const double* parts, int64_t part_count, const AdamWRange* ranges,
+                                     AdamWRangeState* state, int64_t count, AdamWFusedHyper h, const int32_t* skip,
+                                     int64_t* applied_steps, AdamWOutcome* outcome) {
+  __shared__ int applied;
   if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int64_t i = 0; i < part_count; ++i) total += parts[i];
     const double norm = sqrt(total);
     const bool bad = (skip && *skip) || !isfinite(norm) || (h.max_norm > 0.0f && !isfinite(static_cast<float>(norm)));
     outcome->norm = norm;
@@ -165,6 +175,19 @@ __global__ void step_record_add_kernel(StepRecord* record, const float* loss, in
   record->nll_sum += totals ? totals->nll : nll;
 }
 
+__global__ void step_record_agree_kernel(StepRecord* record, const StepRecord* gathered, int64_t world) {
+  double loss = 0.0, nll = 0.0;
+  int32_t bad = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    loss += gathered[r].loss_sum;
+    nll += gathered[r].nll_sum;
+    bad |= gathered[r].loss_bad != 0 ? 1 : 0;
+  }
+  record->loss_sum = loss;
+  record->nll_sum = nll;
+  record->loss_bad = bad;
+}
+
 __global__ void step_record_judge_kernel(StepRecord* record, int64_t global_counted, double diverged_loss) {
   if (!(record->loss_sum / static_cast<double>(global_counted) <= diverged_loss)) record->loss_bad = 1;
 }
@@ -203,24 +226,52 @@ void scale_inplace(float* x, int64_t n, float s) {
   tarn::launch(scale_kernel, grid_for(n), kBlock, 0, nullptr, x, n, s);
 }
 
-void adamw_fused_step(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
-                      AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
-                      const int32_t* skip, int64_t* applied_steps, AdamWOutcome* outcome) {
-  TARN_ASSERT(blocks <= 0x7fffffffLL, "adamw_fused_step: ", blocks, " blocks is too many");
-  Scratch<double> partial(blocks);
-  if (blocks > 0 && count > 0)
-    tarn::launch(fused_sum_squares_kernel, static_cast<unsigned>(blocks), kBlock, 0, nullptr, grad, ranges, count,
-                 partial.get());
-  tarn::launch(fused_prepare_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(partial.get()), ranges, state,
-               count, h, skip, applied_steps, outcome);
+void sum_squares_into(const float* x, int64_t n, double* out) {
+  const int64_t blocks = n > 0 ? (n + cpu::kSumSquaresBlock - 1) / cpu::kSumSquaresBlock : 0;
+  TARN_ASSERT(blocks <= 0x7fffffffLL, "sum_squares_into: ", n, " values is too many");
+  Scratch<double> partial(blocks > 0 ? blocks : 1);
+  if (blocks > 0)
+    tarn::launch(sum_squares_kernel, static_cast<unsigned>(blocks), kBlock, 0, nullptr, x, n, partial.get());
+  tarn::launch(sum_partials_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(partial.get()), blocks, out);
+}
+
+void adamw_fused_update(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
+                        AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
+                        const double* parts, int64_t part_count, const int32_t* skip, int64_t* applied_steps,
+                        AdamWOutcome* outcome) {
+  TARN_ASSERT(blocks <= 0x7fffffffLL, "adamw_fused_update: ", blocks, " blocks is too many");
+  tarn::launch(fused_prepare_kernel, 1, kBlock, 0, nullptr, parts, part_count, ranges, state, count, h, skip,
+               applied_steps, outcome);
   if (blocks > 0 && count > 0)
     tarn::launch(fused_adamw_kernel, static_cast<unsigned>(blocks), kBlock, 0, nullptr, param, grad, m, v, ranges,
                  static_cast<const AdamWRangeState*>(state), count, h, static_cast<const AdamWOutcome*>(outcome));
 }
 
+// Four launches: the gradients' sums of squares by block, each range's sum, then
+// adamw_fused_update's two over those sums.
+void adamw_fused_step(float* param, const float* grad, float* m, float* v, const AdamWRange* ranges,
+                      AdamWRangeState* state, int64_t count, int64_t blocks, const AdamWFusedHyper& h,
+                      const int32_t* skip, int64_t* applied_steps, AdamWOutcome* outcome) {
+  TARN_ASSERT(blocks <= 0x7fffffffLL, "adamw_fused_step: ", blocks, " blocks is too many");
+  Scratch<double> partial(blocks + (count > 0 ? count : 1));
+  double* sums = partial.get() + blocks;
+  if (blocks > 0 && count > 0)
+    tarn::launch(fused_sum_squares_kernel, static_cast<unsigned>(blocks), kBlock, 0, nullptr, grad, ranges, count,
+                 partial.get());
+  if (count > 0)
+    tarn::launch(fused_range_sums_kernel, 1, kBlock, 0, nullptr, static_cast<const double*>(partial.get()), ranges,
+                 count, sums);
+  TARN_CUDA_NS::adamw_fused_update(param, grad, m, v, ranges, state, count, blocks, h,
+                                   static_cast<const double*>(sums), count, skip, applied_steps, outcome);
+}
+
 void step_record_add(StepRecord* record, const float* loss, int64_t counted, const CrossEntropyTotals* totals,
                      double nll) {
   tarn::launch(step_record_add_kernel, 1, 1, 0, nullptr, record, loss, counted, totals, nll);
+}
+
+void step_record_agree(StepRecord* record, const StepRecord* gathered, int64_t world) {
+  tarn::launch(step_record_agree_kernel, 1, 1, 0, nullptr, record, gathered, world);
 }
 
 void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss) {

@@ -2,6 +2,7 @@
 // and the promise that every reduction gives the same bits in every thread order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -290,6 +291,94 @@ TEST_P(OptimConformance, StepRecordAddsAndJudgesAsTheCpu) {
       EXPECT_EQ(got.loss_sum, want.loss_sum);
       EXPECT_EQ(got.nll_sum, want.nll_sum);
     }
+  }
+}
+
+// The halves of the fused step that ZeRO-1 runs with the ranks' sums between them (issue 51):
+// sum_squares_into leaves sum_squares's bits on the device, and adamw_fused_update over the
+// ranges' own sums (0 without a gradient) is adamw_fused_step bit for bit; over parts split
+// otherwise (two "ranks") its norm is sqrt((0 + a) + b), added in the order given.
+TEST_P(OptimConformance, TheFusedStepsHalvesGiveItsBits) {
+  for (const int64_t n : {int64_t{0}, int64_t{5}, kN, 3 * kernels::cpu::kSumSquaresBlock + 70}) {
+    const auto x = Random(static_cast<size_t>(std::max<int64_t>(n, 1)), -2.0f, 2.0f, 380);
+    auto dx = dev(x);
+    auto out = dev(std::vector<double>{-1.0});
+    TARN_ON(target(), sum_squares_into, dx.get(), n, out.get());
+    const double want = TARN_ON(target(), sum_squares, dx.get(), n);
+    const double got = out.host()[0];
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "n " << n << ": " << got << " vs " << want;
+  }
+  const FusedArena arena;
+  const int64_t count = static_cast<int64_t>(arena.ranges.size());
+  const auto p0 = Random(static_cast<size_t>(arena.size), -1.0f, 1.0f, 381);
+  const std::vector<float> zeros(static_cast<size_t>(arena.size), 0.0f);
+  auto fp = dev(p0), fm = dev(zeros), fv = dev(zeros);  // adamw_fused_step
+  auto up = dev(p0), um = dev(zeros), uv = dev(zeros);  // sums, then adamw_fused_update
+  auto ranges = dev(arena.ranges);
+  const std::vector<kernels::cpu::AdamWRangeState> s0(arena.ranges.size());
+  auto fstate = dev(s0), ustate = dev(s0);
+  auto fapplied = dev(std::vector<int64_t>{0}), uapplied = dev(std::vector<int64_t>{0});
+  const std::vector<kernels::cpu::AdamWOutcome> o0(1);
+  auto foutcome = dev(o0), uoutcome = dev(o0);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const auto g = Random(static_cast<size_t>(arena.size), -0.3f, 0.3f, 390 + static_cast<uint32_t>(step));
+    auto dg = dev(g);
+    const kernels::cpu::AdamWFusedHyper h = FusedHyper(0.5f);
+    TARN_ON(target(), adamw_fused_step, fp.get(), dg.get(), fm.get(), fv.get(), ranges.get(), fstate.get(), count,
+            arena.blocks, h, nullptr, fapplied.get(), foutcome.get());
+    std::vector<double> sums;
+    for (const auto& r : arena.ranges)
+      sums.push_back(r.has_grad ? TARN_ON(target(), sum_squares, dg.get() + r.offset, r.numel) : 0.0);
+    auto parts = dev(sums);
+    TARN_ON(target(), adamw_fused_update, up.get(), dg.get(), um.get(), uv.get(), ranges.get(), ustate.get(), count,
+            arena.blocks, h, parts.get(), count, nullptr, uapplied.get(), uoutcome.get());
+    const kernels::cpu::AdamWOutcome a = foutcome.host()[0], b = uoutcome.host()[0];
+    EXPECT_EQ(std::memcmp(&a.norm, &b.norm, sizeof a.norm), 0) << "step " << step;
+    EXPECT_EQ(a.scale, b.scale) << "step " << step;
+    EXPECT_EQ(a.applied, 1);
+    EXPECT_EQ(b.applied, 1);
+  }
+  EXPECT_TRUE(BitwiseEqual(up.host(), fp.host()));
+  EXPECT_TRUE(BitwiseEqual(um.host(), fm.host()));
+  EXPECT_TRUE(BitwiseEqual(uv.host(), fv.host()));
+  EXPECT_EQ(uapplied.host()[0], 3);
+  // Two ranks' sums: the norm adds them in the order given, then the skip flag still skips.
+  const std::vector<double> two = {0.1234567890123, 2.718281828459045};
+  auto parts = dev(two);
+  auto flag = dev(std::vector<int32_t>{1});
+  auto dg = dev(Random(static_cast<size_t>(arena.size), -0.3f, 0.3f, 399));
+  TARN_ON(target(), adamw_fused_update, up.get(), dg.get(), um.get(), uv.get(), ranges.get(), ustate.get(), count,
+          arena.blocks, FusedHyper(0.5f), parts.get(), 2, flag.get(), uapplied.get(), uoutcome.get());
+  const double want = std::sqrt((0.0 + two[0]) + two[1]);
+  const kernels::cpu::AdamWOutcome got = uoutcome.host()[0];
+  EXPECT_EQ(std::memcmp(&got.norm, &want, sizeof want), 0) << got.norm << " vs " << want;
+  EXPECT_EQ(got.applied, 0);
+  EXPECT_EQ(uapplied.host()[0], 3);
+  EXPECT_TRUE(BitwiseEqual(um.host(), fm.host())) << "skipped: the moments are as they were";
+}
+
+// Several ranks' records (an all-gather of them): the sums added in rank order in double from 0,
+// as Communicator::all_reduce_host adds them, and any rank's bad flag flags the step; `update`
+// is left alone.
+TEST_P(OptimConformance, StepRecordAgreeAddsTheRanksInOrder) {
+  std::vector<kernels::cpu::StepRecord> ranks(3);
+  const double losses[] = {1e16, 1.0, -1e16}, nlls[] = {0.1, 0.2, 0.3};
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r].loss_sum = losses[r];
+    ranks[r].nll_sum = nlls[r];
+  }
+  for (const int32_t bad_rank : {-1, 2}) {
+    if (bad_rank >= 0) ranks[static_cast<size_t>(bad_rank)].loss_bad = 1;
+    kernels::cpu::StepRecord init;
+    init.update.norm = 42.0;
+    auto rec = dev(std::vector<kernels::cpu::StepRecord>{init});
+    auto gathered = dev(ranks);
+    TARN_ON(target(), step_record_agree, rec.get(), gathered.get(), 3);
+    const kernels::cpu::StepRecord got = rec.host()[0];
+    EXPECT_EQ(got.loss_sum, ((0.0 + 1e16) + 1.0) + -1e16) << "rank order, not a better sum (which gives 1)";
+    EXPECT_EQ(got.nll_sum, ((0.0 + 0.1) + 0.2) + 0.3);
+    EXPECT_EQ(got.loss_bad, bad_rank >= 0 ? 1 : 0);
+    EXPECT_EQ(got.update.norm, 42.0);
   }
 }
 

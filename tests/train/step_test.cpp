@@ -2,6 +2,8 @@
 // (the CPU thread group), plain AdamW against ZeRO-1, overlap on and off, and the skip policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -20,6 +22,7 @@
 #include "framework/optim/clip_grad.h"
 #include "framework/train/step.h"
 #include "kernels/collectives.h"
+#include "kernels/optim.h"
 #include "tests/common/gradcheck.h"
 
 namespace tarn {
@@ -95,7 +98,8 @@ std::vector<std::vector<float>> optimizer_values(const AdamWState& st);
 struct RankRun {
   std::vector<std::vector<float>> params;
   std::vector<std::vector<float>> state;  // the optimizer's moments and step counts (ZeRO-1: gathered)
-  StepResult result;
+  StepResult result;                // of the last step
+  std::vector<StepResult> results;  // of every step (settled at the end when deferred)
   int gradients_left = 0;  // parameters still holding a gradient after the last step
 };
 
@@ -109,9 +113,12 @@ std::vector<RankRun> train(int world, const TrainStepOptions& options, const For
     threads.emplace_back([&, r] {
       Toy m;
       TrainStep step(m, *comms[static_cast<size_t>(r)], *comms[static_cast<size_t>(r)], options);
+      std::vector<StepResult>& results = out[static_cast<size_t>(r)].results;
       for (int s = 0; s < steps; ++s)
-        out[static_cast<size_t>(r)].result =
-            step.run(kMicroBatches, kMicroBatches * kRows, [&](int64_t k) { return forward(r, m, k); }, 1e-2f);
+        results.push_back(
+            step.run(kMicroBatches, kMicroBatches * kRows, [&](int64_t k) { return forward(r, m, k); }, 1e-2f));
+      if (step.defers()) results = step.settle();
+      out[static_cast<size_t>(r)].result = results.back();
       out[static_cast<size_t>(r)].params = values(m);
       out[static_cast<size_t>(r)].state =
           optimizer_values(step.sharded() ? step.sharded()->gather_state() : step.optimizer()->state());
@@ -359,6 +366,105 @@ TEST(TrainStep, TheFusedStepLeavesTodaysParametersAndStateOneRankBitForBitZeroOn
   }
 }
 
+// ZeRO-1 as it was before its norm and update moved to the device (issue 51), the reference for
+// the fused one: TrainStep's weighted backwards, the arena's gradients reduce-scattered, the
+// shard's sum_squares read back and summed over the ranks on the host, the clip factor there,
+// then adamw_step on each parameter's part of the shard, and the values all-gathered. Returns
+// each rank's parameters and gathered state (as `train` does).
+std::vector<RankRun> todays_zero_one(float clip_norm, int steps) {
+  constexpr int kWorld = 2;
+  const auto comms = kernels::cpu::thread_communicators(kWorld);
+  std::vector<RankRun> out(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank)
+    threads.emplace_back([&, rank] {
+      kernels::Communicator& comm = *comms[static_cast<size_t>(rank)];
+      Toy m;
+      const ParameterArena& arena = m.flatten_parameters(kWorld);
+      const int64_t shard = arena.size() / kWorld, begin = shard * rank;
+      std::vector<float> g(static_cast<size_t>(shard)), mo(static_cast<size_t>(arena.size())), ve(mo.size());
+      struct Slot {
+        std::string name;
+        Tensor* p;
+        size_t range;
+        int64_t step = 0;
+      };
+      std::vector<Slot> slots;
+      for (const auto& [name, p] : m.named_parameters())
+        slots.push_back({name, p, static_cast<size_t>(arena.range_of(*p))});
+      for (int s = 0; s < steps; ++s) {
+        for (int64_t k = 0; k < kMicroBatches; ++k) {
+          const std::optional<MicroBatchLoss> l = shared_batch(rank, m, k);
+          const float share = static_cast<float>(l->counted) / static_cast<float>(kMicroBatches * kRows);
+          l->loss.backward(Tensor::full(Shape{}, share));
+        }
+        std::vector<double> mask;
+        for (const Slot& slot : slots) mask.push_back(slot.p->grad().defined() ? 1.0 : 0.0);
+        comm.all_reduce_host(mask.data(), static_cast<int64_t>(mask.size()), kernels::ReduceOp::max);
+        for (const Slot& slot : slots) arena.settle_grad(slot.range);
+        comm.reduce_scatter_sum(arena.grads().data<float>(), g.data(), shard);
+        double sum = kernels::cpu::sum_squares(g.data(), shard);
+        comm.all_reduce_host(&sum, 1, kernels::ReduceOp::sum);
+        const float factor = clip_norm > 0 ? clip_factor(std::sqrt(sum), clip_norm) : 1.0f;
+        float* vals = arena.values().data<float>();
+        for (size_t i = 0; i < slots.size(); ++i) {
+          if (mask[i] == 0.0) continue;
+          Slot& slot = slots[i];
+          ++slot.step;
+          const int64_t off = arena.ranges()[slot.range].offset, n = slot.p->numel();
+          const int64_t lo = std::max(off, begin), hi = std::min(off + n, begin + shard);
+          if (lo >= hi) continue;
+          kernels::cpu::AdamWHyper h = adamw_hyper(AdamWOptions{}, decays_unless_bias_or_norm(slot.name), slot.step);
+          h.lr = 1e-2f;
+          h.grad_scale = factor;
+          kernels::cpu::adamw_step(vals + lo, g.data() + (lo - begin), mo.data() + lo, ve.data() + lo, hi - lo, h);
+        }
+        comm.all_gather(vals + begin, vals, shard);
+        m.zero_grad();
+      }
+      comm.all_gather(mo.data() + begin, mo.data(), shard);
+      comm.all_gather(ve.data() + begin, ve.data(), shard);
+      AdamWState st;
+      for (const Slot& slot : slots) {
+        const int64_t off = arena.ranges()[slot.range].offset, n = slot.p->numel();
+        const auto part = [&](const std::vector<float>& v) {
+          Tensor t = Tensor::zeros(slot.p->shape());
+          std::copy(v.begin() + off, v.begin() + off + n, t.data<float>());
+          return t;
+        };
+        st.params[slot.name] = {part(mo), part(ve), slot.step};
+      }
+      out[static_cast<size_t>(rank)].params = values(m);
+      out[static_cast<size_t>(rank)].state = optimizer_values(st);
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// ZeRO-1's norm and update on the device (sum_squares_into, an all-gather of the ranks' sums,
+// adamw_fused_update over the shard's ranges) give today's ZeRO-1 parameters and moments bit for
+// bit, immediate or deferred: the same shard sums, added in the same rank order, the same clip
+// factor and the same per-element arithmetic with the same scalars.
+TEST(TrainStep, ZeroOnesFusedUpdateIsTodaysZeroOneBitForBit) {
+  for (const float clip : {0.0f, 0.05f}) {
+    const auto today = todays_zero_one(clip, 4);
+    for (const TrainStepOptions::Defer defer : {TrainStepOptions::Defer::no, TrainStepOptions::Defer::yes}) {
+      TrainStepOptions o;
+      o.clip_norm = clip;
+      o.shard_optimizer = true;
+      o.defer_results = defer;
+      const auto fused = train(2, o, shared_batch, 4);
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_TRUE(same_bits(fused[static_cast<size_t>(r)].params, today[static_cast<size_t>(r)].params))
+            << "rank " << r << " clip " << clip;
+        EXPECT_TRUE(same_bits(fused[static_cast<size_t>(r)].state, today[static_cast<size_t>(r)].state))
+            << "rank " << r << " clip " << clip;
+      }
+      for (const StepResult& step : fused[0].results) EXPECT_TRUE(step.applied());
+    }
+  }
+}
+
 TEST(TrainStep, DeferredResultsAreTheImmediateOnesReadLater) {
   const LossChange none = [](int, int64_t, const Tensor& loss) { return loss; };
   expect_deferred_equals_immediate(none, 3, 0.0f);
@@ -415,6 +521,50 @@ TEST(TrainStep, MoreDeferredStepsThanRecordsAreSettledInOrder) {
     return step == 66 ? mul(loss, Tensor::full(Shape{}, std::numeric_limits<float>::quiet_NaN())) : loss;
   };
   expect_deferred_equals_immediate(nan_at_step_66, 70, 1.0f);  // past the 64 records
+}
+
+// Several ranks defer too (issue 51): each rank's record is all-gathered where the step runs
+// and added there in rank order, the host agreeing only on tokens and the gradient mask. The
+// results settle() gives on each rank, the parameters and the optimizer state are the immediate
+// step's bit for bit, plain and ZeRO-1, with a NaN loss on one rank only (every rank skips that
+// step: ZeRO-1's update skips itself on the device).
+TEST(TrainStep, DeferredStepsOnTwoRanksAreTheImmediateOnesReadLater) {
+  const auto forward = [] {
+    auto steps = std::make_shared<std::array<int, 2>>(std::array<int, 2>{-1, -1});  // each rank's own
+    return Forward([steps](int rank, Toy& m, int64_t k) {
+      int& step = (*steps)[static_cast<size_t>(rank)];
+      if (k == 0) ++step;
+      std::optional<MicroBatchLoss> l = shared_batch(rank, m, k);
+      if (rank == 1 && step == 1 && k == 1)
+        l->loss = mul(l->loss, Tensor::full(Shape{}, std::numeric_limits<float>::quiet_NaN()));
+      return l;
+    });
+  };
+  for (const bool shard : {false, true}) {
+    for (const float clip : {0.0f, 0.05f}) {
+      TrainStepOptions at_once, later;
+      at_once.clip_norm = later.clip_norm = clip;
+      at_once.shard_optimizer = later.shard_optimizer = shard;
+      at_once.defer_results = TrainStepOptions::Defer::no;
+      later.defer_results = TrainStepOptions::Defer::yes;
+      const auto a = train(2, at_once, forward(), 4), b = train(2, later, forward(), 4);
+      for (int r = 0; r < 2; ++r) {
+        const RankRun &x = a[static_cast<size_t>(r)], &y = b[static_cast<size_t>(r)];
+        ASSERT_EQ(y.results.size(), 4u);
+        for (size_t i = 0; i < 4; ++i) {
+          EXPECT_EQ(y.results[i].outcome, x.results[i].outcome) << "rank " << r << " step " << i;
+          EXPECT_EQ(y.results[i].grad_norm, x.results[i].grad_norm) << "rank " << r << " step " << i;
+          if (!x.results[i].applied()) continue;  // a bad step's sums mean nothing
+          EXPECT_EQ(y.results[i].tokens, x.results[i].tokens) << "rank " << r << " step " << i;
+          EXPECT_EQ(y.results[i].loss_sum, x.results[i].loss_sum) << "rank " << r << " step " << i;
+          EXPECT_EQ(y.results[i].nll_sum, x.results[i].nll_sum) << "rank " << r << " step " << i;
+        }
+        EXPECT_EQ(x.results[1].outcome, StepOutcome::nonfinite_loss);
+        EXPECT_TRUE(same_bits(y.params, x.params)) << "rank " << r << " clip " << clip << " ZeRO-1 " << shard;
+        EXPECT_TRUE(same_bits(y.state, x.state)) << "rank " << r << " clip " << clip << " ZeRO-1 " << shard;
+      }
+    }
+  }
 }
 
 TEST(TrainStep, ARankWithEmptySharesStillJoinsTheStep) {
