@@ -18,11 +18,13 @@
 //     masked chunk product and the state S), products and S accumulate in f32. Each rounding is
 //     2^-9 relative; out and den come within a few 1e-3 of their size, the gradients within
 //     what bf16 roundings of the inputs move them (tests/cuda/conformance_linear_attention_bf16_test.cpp).
-//   - The causal form with identity, elu1 or relu, d and e multiples of 8 up to 128 and 16-byte
-//     aligned buffers runs chunk-parallel (kernels/cuda/linear_attention_chunked_bf16.cu): per-chunk
-//     states in the workspace (B, H, ceil(N / 64) of them, linear in N), every chunk's outputs
-//     and gradients at once, on mma.sync. linear_attention_bf16_set_chunk_parallel(false) sends
-//     every call to the scan kernels below instead (tests, benches).
+//   - Every form (causal, bidirectional, cross-attention) with identity, elu1 or relu, d and e
+//     multiples of 8 up to 128 and 16-byte aligned buffers runs chunk-parallel
+//     (kernels/cuda/linear_attention_chunked_bf16.cu): per-chunk states in the workspace (B, H,
+//     ceil(max(n_q, n_k) / 64) of them, linear in N), every chunk's outputs and gradients at
+//     once, on mma.sync; the causal form reads each chunk's prefix of the states, the others
+//     their total. linear_attention_bf16_set_chunk_parallel(false) sends every call to the scan
+//     kernels below instead (tests, benches).
 //   - Small B * H (fewer blocks than twice the SMs): the sequence is split across blocks as in
 //     the f32 kernels, and linear_attention_set_sequence_split (kernels/cuda_kernels.h) forces
 //     the segment count of both (clamped to the chunks of 64 rows). The split depends on the

@@ -1,4 +1,4 @@
-// Chunk-parallel causal linear attention in bf16 (kernels/cuda/linear_attention_chunked_bf16.cuh),
+// Chunk-parallel linear attention in bf16 (kernels/cuda/linear_attention_chunked_bf16.cuh),
 // the structure of flash-linear-attention's chunk kernels (ops/common/chunk_h.py, chunk_o.py)
 // with tarn's normaliser carried as a vector beside the state. Chunks of C = 64 rows; phi is
 // the feature map applied on load; V' = [v | 1] is never formed: its ones column is the vector
@@ -21,6 +21,13 @@
 //              then phi' chained in from the raw q and k, and padded keys' dk, dv zero.
 // The states are the only thing kept between launches: (B*H, chunks) of them, linear in N; the
 // backward recomputes them from q, k, v, out, den and dout instead of the forward keeping them.
+//
+// Bidirectional (encoder) and cross-attention, the same launches without the mask: launch 1
+// over the key chunks (forward; backward also over the query chunks), launch 2 sums them all
+// into one state per slice (total_kernel) that every query chunk reads, and launch 3 drops
+// the intra-chunk scores (P, D): out = phi(Q) S / (phi(Q) . z + eps), dphi(Q) = G_v S^T +
+// g_n z^T, dphi(K) = V dS^T + 1 dz^T, dV = phi(K) dS. Query and key chunks are counted apart
+// (n_q and n_k may differ); the gradients' grid covers the more of them.
 //
 // Each chunk kernel: 4 warps, warp w owns rows 16 w .. 16 w + 15 of the chunk (queries for
 // out and dq, keys for dk and dv). Operands go global -> shared with cp.async (16 bytes a
@@ -61,7 +68,7 @@ struct Args {
   float* local;  // (slices, chunks, kDim (kDim + 1)): h_c then z_c
   bf16 *state, *dstate;  // (slices, chunks, kDim, kDim)
   float *z, *dz;  // (slices, chunks, kDim)
-  int64_t n, heads, chunks;
+  int64_t n, n_k, heads, chunks;  // n: query rows, n_k: key rows (n in the causal form)
   int d, e;
   FeatureMap fm;
   float eps;
@@ -76,7 +83,7 @@ struct Shape {
 };
 
 __device__ __forceinline__ const float* padding_of(const Args& a, int64_t slice) {
-  return a.pad ? a.pad + (slice / a.heads) * a.n : nullptr;
+  return a.pad ? a.pad + (slice / a.heads) * a.n_k : nullptr;
 }
 
 // Rows row0 .. row0 + kC - 1 of the slice's (n, cols) row-major matrix g to shared s (kC x ld),
@@ -124,15 +131,15 @@ __device__ __forceinline__ bf16* row_buffer(unsigned char* smem, int i) {
 // The chunk's q, k, v rows into row buffers 0, 1, 2 (cp.async, not waited for), and, once the
 // caller has waited and synchronised, phi on q and on k (padded keys zero).
 template <int kDim>
-__device__ void load_chunk_qkv(unsigned char* smem, const Args& a, int64_t at, int64_t row0) {
-  load_rows<kDim>(row_buffer<kDim>(smem, 0), a.q + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(row_buffer<kDim>(smem, 1), a.k + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(row_buffer<kDim>(smem, 2), a.v + at * a.e, row0, a.n, a.e);
+__device__ void load_chunk_qkv(unsigned char* smem, const Args& a, int64_t slice, int64_t row0) {
+  load_rows<kDim>(row_buffer<kDim>(smem, 0), a.q + slice * a.n * a.d, row0, a.n, a.d);
+  load_rows<kDim>(row_buffer<kDim>(smem, 1), a.k + slice * a.n_k * a.d, row0, a.n_k, a.d);
+  load_rows<kDim>(row_buffer<kDim>(smem, 2), a.v + slice * a.n_k * a.e, row0, a.n_k, a.e);
 }
 template <int kDim>
 __device__ void map_chunk_qk(unsigned char* smem, const Args& a, int64_t slice, int64_t row0) {
   apply_feature_map<kDim>(row_buffer<kDim>(smem, 0), a.fm, row0, a.n, a.d, nullptr);
-  apply_feature_map<kDim>(row_buffer<kDim>(smem, 1), a.fm, row0, a.n, a.d, padding_of(a, slice));
+  apply_feature_map<kDim>(row_buffer<kDim>(smem, 1), a.fm, row0, a.n_k, a.d, padding_of(a, slice));
 }
 
 // G_v = dO / (den + eps) in place of dO (shared, bf16), and g_n = -(dO . out) / (den + eps)
@@ -272,15 +279,15 @@ __global__ void __launch_bounds__(kThreads) local_state_kernel(Args a) {
   bf16* os = reinterpret_cast<bf16*>(smem + 2 * S::rows_bytes);  // backward: out rows
   float* weights = reinterpret_cast<float*>(smem + (kGrad ? 3 : 2) * S::rows_bytes);
   const int64_t slice = blockIdx.y, chunk = blockIdx.x, row0 = chunk * kC;
-  const int64_t at = slice * a.n;
-  load_rows<kDim>(xs, (kGrad ? a.q : a.k) + at * a.d, row0, a.n, a.d);
-  load_rows<kDim>(ws, (kGrad ? a.dout : a.v) + at * a.e, row0, a.n, a.e);
-  if (kGrad) load_rows<kDim>(os, a.out + at * a.e, row0, a.n, a.e);
+  const int64_t rows = kGrad ? a.n : a.n_k, at = slice * rows;  // queries or keys
+  load_rows<kDim>(xs, (kGrad ? a.q : a.k) + at * a.d, row0, rows, a.d);
+  load_rows<kDim>(ws, (kGrad ? a.dout : a.v) + at * a.e, row0, rows, a.e);
+  if (kGrad) load_rows<kDim>(os, a.out + at * a.e, row0, rows, a.e);
   async::wait_all();
   __syncthreads();
-  apply_feature_map<kDim>(xs, a.fm, row0, a.n, a.d, kGrad ? nullptr : padding_of(a, slice));
+  apply_feature_map<kDim>(xs, a.fm, row0, rows, a.d, kGrad ? nullptr : padding_of(a, slice));
   if (kGrad)
-    gradient_rows<kDim>(ws, os, weights, a.den + at, row0, a.n, a.e, a.eps);
+    gradient_rows<kDim>(ws, os, weights, a.den + at, row0, rows, a.e, a.eps);
   else
     for (int r = threadIdx.x; r < kC; r += kThreads) weights[r] = 1.0f;
   __syncthreads();
@@ -311,8 +318,8 @@ __global__ void __launch_bounds__(kThreads) local_state_kernel(Args a) {
   }
 }
 
-// Launch 2: per state element, the exclusive prefix (forward) or suffix (reverse) over chunks
-// of the local states: the state in bf16, the vector in f32.
+// Launch 2 (causal): per state element, the exclusive prefix (forward) or suffix (reverse) over
+// chunks of the local states: the state in bf16, the vector in f32.
 template <bool kReverse>
 __global__ void prefix_kernel(const float* local, bf16* state, float* z, int64_t slices, int64_t chunks, int dim) {
   const int64_t per = static_cast<int64_t>(dim) * (dim + 1), square = static_cast<int64_t>(dim) * dim;
@@ -332,9 +339,33 @@ __global__ void prefix_kernel(const float* local, bf16* state, float* z, int64_t
   }
 }
 
+// Launch 2 (bidirectional and cross-attention): per state element, the sum of the first `count`
+// chunks' local states, into the slice's first slot (the state every query reads).
+__global__ void total_kernel(const float* local, bf16* state, float* z, int64_t slices, int64_t chunks, int64_t count,
+                             int dim) {
+  const int64_t per = static_cast<int64_t>(dim) * (dim + 1), square = static_cast<int64_t>(dim) * dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < slices * per;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slice = i / per, el = i % per;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < count; ++c) sum += local[(slice * chunks + c) * per + el];
+    if (el < square)
+      state[slice * chunks * square + el] = mma::to_bf16(sum);
+    else
+      z[slice * chunks * dim + (el - square)] = sum;
+  }
+}
+
+// The state slot a chunk's queries read: its own prefix (causal) or the slice's total.
+template <bool kCausal>
+__device__ __forceinline__ int64_t state_slot(const Args& a, int64_t slice, int64_t chunk) {
+  return slice * a.chunks + (kCausal ? chunk : 0);
+}
+
 // ---------------------------------------------------------------------------------------------
-// Launch 3, forward: out and den of one chunk.
-template <int kDim>
+// Launch 3, forward: out and den of one chunk of queries. Without the causal mask there are no
+// scores: every query reads the total state.
+template <int kDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   TARN_DYNAMIC_SHARED(unsigned char, smem);
   using S = Shape<kDim>;
@@ -344,8 +375,11 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   bf16* ss = row_buffer<kDim>(smem, 3);
   float* zs = reinterpret_cast<float*>(smem + 3 * S::rows_bytes + S::state_bytes);
   const int64_t slice = blockIdx.y, chunk = blockIdx.x, row0 = chunk * kC, at = slice * a.n;
-  const int64_t sc = slice * a.chunks + chunk;
-  load_chunk_qkv<kDim>(smem, a, at, row0);
+  const int64_t sc = state_slot<kCausal>(a, slice, chunk);
+  if (kCausal)
+    load_chunk_qkv<kDim>(smem, a, slice, row0);
+  else
+    load_rows<kDim>(qs, a.q + at * a.d, row0, a.n, a.d);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
   // z as the state's bf16 (num's phi(Q) S multiplies bf16 S: den must weigh alike, or out stops
   // being a weighted mean of v and the backward's (dO . v_j - dO . out) loses its cancellation).
@@ -359,17 +393,19 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   wm::FragA qa[kDim / 16];
   load_row_fragments<kDim>(qa, qs, w);
   wm::FragC p[8];
-  chunk_scores<kDim, true>(p, qa, ks, w);
-  mask_diagonal<true>(p, w);
-  // den: the masked scores' row sums plus phi(q) . z, for rows g and g + 8 of the warp's 16,
-  // summing the scores as P V will multiply them: rounded to bf16.
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int el = 0; el < 4; ++el) p[t].r[el] = round_bf16(p[t].r[el]);
   float den[2] = {0.0f, 0.0f};
+  if constexpr (kCausal) {
+    chunk_scores<kDim, true>(p, qa, ks, w);
+    mask_diagonal<true>(p, w);
+    // den: the masked scores' row sums plus phi(q) . z, for rows g and g + 8 of the warp's 16,
+    // summing the scores as P V will multiply them: rounded to bf16.
 #pragma unroll
-  for (int t = 0; t < 8; ++t) den[0] += p[t].r[0] + p[t].r[1], den[1] += p[t].r[2] + p[t].r[3];
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int el = 0; el < 4; ++el) p[t].r[el] = round_bf16(p[t].r[el]);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) den[0] += p[t].r[0] + p[t].r[1], den[1] += p[t].r[2] + p[t].r[3];
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bf16* qrow = qs + (16 * w + wm::c_row(lane, 2 * half)) * S::ld;
@@ -378,7 +414,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
   }
   wm::FragC o[kDim / 8];
   zero_tiles<kDim>(o);
-  scores_times<kDim, true>(o, p, vs, w);
+  if constexpr (kCausal) scores_times<kDim, true>(o, p, vs, w);
 #pragma unroll
   for (int ks2 = 0; ks2 < kDim / 16; ++ks2) multiply_add_tiles<kDim, true>(o, qa[ks2], ss, 16 * ks2);
 
@@ -397,8 +433,10 @@ __global__ void __launch_bounds__(kThreads) output_kernel(Args a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Launch 3, backward: dq, dk and dv of one chunk (each skipped when null).
-template <int kDim>
+// Launch 3, backward: dq of one chunk of queries and dk, dv of one chunk of keys (each skipped
+// when null; without the causal mask, chunk c's queries and keys are unrelated rows, and a
+// chunk past the end of one sequence finds zero rows there and writes nothing).
+template <int kDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   TARN_DYNAMIC_SHARED(unsigned char, smem);
   using S = Shape<kDim>;
@@ -413,9 +451,9 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   float* dzs = zs + kDim;
   float* gn = dzs + kDim;
   const int64_t slice = blockIdx.y, chunk = blockIdx.x, row0 = chunk * kC, at = slice * a.n;
-  const int64_t sc = slice * a.chunks + chunk;
+  const int64_t at_k = slice * a.n_k, sc = state_slot<kCausal>(a, slice, chunk);
   const float* row_pad = padding_of(a, slice);
-  load_chunk_qkv<kDim>(smem, a, at, row0);
+  load_chunk_qkv<kDim>(smem, a, slice, row0);
   load_rows<kDim>(gs, a.dout + at * a.e, row0, a.n, a.e);
   load_rows<kDim>(os, a.out + at * a.e, row0, a.n, a.e);
   load_state<kDim>(ss, a.state + sc * kDim * kDim);
@@ -432,24 +470,26 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   const int w = threadIdx.x / device::kWarp, lane = wm::lane_id();
   const int64_t base = row0 + 16 * w;
   const float gn0 = gn[16 * w + wm::c_row(lane, 0)], gn1 = gn[16 * w + wm::c_row(lane, 2)];  // rows g, g + 8
-  wm::FragC p[8];
+  [[maybe_unused]] wm::FragC p[8];  // the scores, causal only
   wm::FragC acc[kDim / 8];
 
   if (a.dq) {  // dphi(Q) = D phi(K) + G_v S^T + g_n z^T, rows: the warp's queries
     wm::FragA ga[kDim / 16];
     load_row_fragments<kDim>(ga, gs, w);
-    chunk_scores<kDim, true>(p, ga, vs, w);
-#pragma unroll
-    for (int pp = 0; pp < kWarps; ++pp) {
-      if (pp > w) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += el < 2 ? gn0 : gn1;
-    }
-    mask_diagonal<true>(p, w);
     zero_tiles<kDim>(acc);
-    scores_times<kDim, true>(acc, p, ks, w);
+    if constexpr (kCausal) {
+      chunk_scores<kDim, true>(p, ga, vs, w);
+#pragma unroll
+      for (int pp = 0; pp < kWarps; ++pp) {
+        if (pp > w) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += el < 2 ? gn0 : gn1;
+      }
+      mask_diagonal<true>(p, w);
+      scores_times<kDim, true>(acc, p, ks, w);
+    }
 #pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, false>(acc, ga[kk], ss, 16 * kk);
     const bf16* q_raw = a.q + at * a.d;
@@ -461,33 +501,37 @@ __global__ void __launch_bounds__(kThreads) gradient_kernel(Args a) {
   if (a.dv) {  // dV = P^T G_v + phi(K) dS, rows: the warp's keys
     wm::FragA ka[kDim / 16];
     load_row_fragments<kDim>(ka, ks, w);
-    chunk_scores<kDim, false>(p, ka, qs, w);
-    mask_diagonal<false>(p, w);
     zero_tiles<kDim>(acc);
-    scores_times<kDim, false>(acc, p, gs, w);
+    if constexpr (kCausal) {
+      chunk_scores<kDim, false>(p, ka, qs, w);
+      mask_diagonal<false>(p, w);
+      scores_times<kDim, false>(acc, p, gs, w);
+    }
 #pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, true>(acc, ka[kk], dss, 16 * kk);
-    store_tiles<kDim>(a.dv + at * a.e, acc, row0, a.n, a.e, w, [](int64_t, int, float x) { return x; });
+    store_tiles<kDim>(a.dv + at_k * a.e, acc, row0, a.n_k, a.e, w, [](int64_t, int, float x) { return x; });
   }
   if (a.dk) {  // dphi(K) = D^T phi(Q) + V dS^T + 1 dz^T, rows: the warp's keys
     wm::FragA va[kDim / 16];
     load_row_fragments<kDim>(va, vs, w);
-    chunk_scores<kDim, false>(p, va, gs, w);
-#pragma unroll
-    for (int pp = 0; pp < kWarps; ++pp) {
-      if (pp < w) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += gn[16 * pp + 8 * h + wm::c_col(lane, el)];
-    }
-    mask_diagonal<false>(p, w);
     zero_tiles<kDim>(acc);
-    scores_times<kDim, false>(acc, p, qs, w);
+    if constexpr (kCausal) {
+      chunk_scores<kDim, false>(p, va, gs, w);
+#pragma unroll
+      for (int pp = 0; pp < kWarps; ++pp) {
+        if (pp < w) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int el = 0; el < 4; ++el) p[2 * pp + h].r[el] += gn[16 * pp + 8 * h + wm::c_col(lane, el)];
+      }
+      mask_diagonal<false>(p, w);
+      scores_times<kDim, false>(acc, p, qs, w);
+    }
 #pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk) multiply_add_tiles<kDim, false>(acc, va[kk], dss, 16 * kk);
-    const bf16* k_raw = a.k + at * a.d;
-    store_tiles<kDim>(a.dk + at * a.d, acc, row0, a.n, a.d, w, [&](int64_t row, int col, float x) {
+    const bf16* k_raw = a.k + at_k * a.d;
+    store_tiles<kDim>(a.dk + at_k * a.d, acc, row0, a.n_k, a.d, w, [&](int64_t row, int col, float x) {
       if (row_pad && row_pad[row] != 0.0f) return 0.0f;
       return (x + dzs[col]) * fmap::dphi_elementwise(a.fm, mma::to_float(k_raw[row * a.d + col]));
     });
@@ -504,15 +548,20 @@ int dim_for(const cpu::LinearAttentionDims& dims) {
 
 struct Layout {
   int dim;
-  int64_t slices, chunks;
+  bool causal;
+  int64_t slices, chunks;          // chunks: slots per slice, the more of query and key chunks
+  int64_t query_chunks, key_chunks;
   size_t local, state, dstate, z, dz, total;  // offsets in floats
 };
 
-Layout layout_of(const cpu::LinearAttentionDims& dims) {
+Layout layout_of(const cpu::LinearAttentionDims& dims, bool causal) {
   Layout l{};
   l.dim = dim_for(dims);
+  l.causal = causal;
   l.slices = dims.batch * dims.heads;
-  l.chunks = (dims.n_q + kC - 1) / kC;
+  l.query_chunks = (dims.n_q + kC - 1) / kC;
+  l.key_chunks = (dims.n_k + kC - 1) / kC;
+  l.chunks = std::max(l.query_chunks, l.key_chunks);
   const size_t units = static_cast<size_t>(l.slices * l.chunks), dim = static_cast<size_t>(l.dim);
   const size_t state_floats = units * dim * dim / 2;  // bf16
   l.local = 0;
@@ -534,6 +583,7 @@ Args args_of(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionCon
   a.z = workspace + l.z;
   a.dz = workspace + l.dz;
   a.n = dims.n_q;
+  a.n_k = dims.n_k;
   a.heads = dims.heads;
   a.chunks = l.chunks;
   a.d = static_cast<int>(dims.d);
@@ -543,44 +593,70 @@ Args args_of(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionCon
   return a;
 }
 
+// `chunks` blocks per slice.
 template <typename Kernel>
-void launch_chunks(Kernel kernel, const Layout& l, size_t smem, const Args& a) {
+void launch_chunks(Kernel kernel, const Layout& l, int64_t chunks, size_t smem, const Args& a) {
+  if (chunks == 0) return;
   device::allow_dynamic_smem(kernel, smem);
-  tarn::launch(kernel, dim3(static_cast<unsigned>(l.chunks), static_cast<unsigned>(l.slices)), dim3(kThreads), smem,
+  tarn::launch(kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(l.slices)), dim3(kThreads), smem,
                nullptr, a);
 }
 
+// The local states of the key chunks (forward) or of the query chunks (kGrad), then what the
+// queries read of them: their prefix (causal; the gradients' suffix) or their total.
 template <int kDim, bool kGrad>
-void local_states(const Layout& l, const Args& a) {
+void states(const Layout& l, const Args& a) {
   using S = Shape<kDim>;
-  launch_chunks(local_state_kernel<kDim, kGrad>, l, (kGrad ? 3 : 2) * S::rows_bytes + sizeof(float) * kC, a);
-}
-
-template <bool kReverse>
-void prefix(const Layout& l, const float* local, bf16* state, float* z) {
+  const int64_t chunks = kGrad ? l.query_chunks : l.key_chunks;
+  launch_chunks(local_state_kernel<kDim, kGrad>, l, chunks, (kGrad ? 3 : 2) * S::rows_bytes + sizeof(float) * kC, a);
+  bf16* state = kGrad ? a.dstate : a.state;
+  float* z = kGrad ? a.dz : a.z;
   const int64_t n = l.slices * l.dim * (l.dim + 1);
-  tarn::launch(prefix_kernel<kReverse>, device::grid_for(n), device::kBlock, 0, nullptr, local, state, z, l.slices,
-               l.chunks, l.dim);
+  if (!l.causal)
+    tarn::launch(total_kernel, device::grid_for(n), device::kBlock, 0, nullptr, a.local, state, z, l.slices, l.chunks,
+                 chunks, l.dim);
+  else
+    tarn::launch(kGrad ? prefix_kernel<true> : prefix_kernel<false>, device::grid_for(n), device::kBlock, 0, nullptr,
+                 a.local, state, z, l.slices, l.chunks, l.dim);
 }
 
-template <int kDim>
+template <int kDim, bool kCausal>
 void run_forward(const Layout& l, const Args& a) {
   using S = Shape<kDim>;
-  local_states<kDim, false>(l, a);
-  prefix<false>(l, a.local, a.state, a.z);
-  launch_chunks(output_kernel<kDim>, l, 3 * S::rows_bytes + S::state_bytes + sizeof(float) * kDim, a);
+  states<kDim, false>(l, a);
+  launch_chunks(output_kernel<kDim, kCausal>, l, l.query_chunks,
+                3 * S::rows_bytes + S::state_bytes + sizeof(float) * kDim, a);
 }
 
-template <int kDim>
+template <int kDim, bool kCausal>
 void run_backward(const Layout& l, const Args& a) {
   using S = Shape<kDim>;
-  local_states<kDim, false>(l, a);
-  prefix<false>(l, a.local, a.state, a.z);
-  local_states<kDim, true>(l, a);
-  prefix<true>(l, a.local, a.dstate, a.dz);
-  launch_chunks(gradient_kernel<kDim>, l,
+  states<kDim, false>(l, a);
+  states<kDim, true>(l, a);
+  launch_chunks(gradient_kernel<kDim, kCausal>, l, l.chunks,
                 5 * S::rows_bytes + 2 * S::state_bytes + sizeof(float) * (2 * kDim + kC), a);
 }
+
+// run(l, a) for the layout's width and form.
+template <template <int, bool> class Run>
+void dispatch(const Layout& l, const Args& a) {
+  switch (l.dim * 2 + (l.causal ? 1 : 0)) {
+    case 64: Run<32, false>::go(l, a); break;
+    case 65: Run<32, true>::go(l, a); break;
+    case 128: Run<64, false>::go(l, a); break;
+    case 129: Run<64, true>::go(l, a); break;
+    case 256: Run<128, false>::go(l, a); break;
+    default: Run<128, true>::go(l, a); break;
+  }
+}
+template <int kDim, bool kCausal>
+struct Forward {
+  static void go(const Layout& l, const Args& a) { run_forward<kDim, kCausal>(l, a); }
+};
+template <int kDim, bool kCausal>
+struct Backward {
+  static void go(const Layout& l, const Args& a) { run_backward<kDim, kCausal>(l, a); }
+};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -595,7 +671,7 @@ void set_enabled(bool on) { enabled().store(on); }
 
 bool supported(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionConfig& cfg,
                std::initializer_list<const void*> pointers) {
-  if (!enabled().load() || !cfg.causal || !fmap::is_elementwise(cfg.feature_map)) return false;
+  if (!enabled().load() || !fmap::is_elementwise(cfg.feature_map)) return false;
   if (dims.d % 8 != 0 || dims.e % 8 != 0 || dims.d > kMaxDim || dims.e > kMaxDim) return false;
   if (dims.batch * dims.heads > device::kMaxGridY) return false;
   for (const void* p : pointers)
@@ -603,29 +679,26 @@ bool supported(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionC
   return true;
 }
 
-size_t workspace_floats(const cpu::LinearAttentionDims& dims) { return layout_of(dims).total; }
+// (The same for both forms: the slots are the more of query and key chunks either way.)
+size_t workspace_floats(const cpu::LinearAttentionDims& dims) { return layout_of(dims, true).total; }
 
 void forward(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionConfig& cfg, const ::tarn::bf16* q,
              const ::tarn::bf16* k, const ::tarn::bf16* v, ::tarn::bf16* out, float* den, float* workspace) {
-  const Layout l = layout_of(dims);
-  if (l.slices == 0 || l.chunks == 0) return;
+  const Layout l = layout_of(dims, cfg.causal);
+  if (l.slices == 0 || l.query_chunks == 0) return;
   Args a = args_of(dims, cfg, l, workspace);
   a.q = reinterpret_cast<const bf16*>(q);
   a.k = reinterpret_cast<const bf16*>(k);
   a.v = reinterpret_cast<const bf16*>(v);
   a.out_w = reinterpret_cast<bf16*>(out);
   a.den_w = den;
-  switch (l.dim) {
-    case 32: run_forward<32>(l, a); break;
-    case 64: run_forward<64>(l, a); break;
-    default: run_forward<128>(l, a); break;
-  }
+  dispatch<Forward>(l, a);
 }
 
 void backward(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionConfig& cfg, const ::tarn::bf16* q,
               const ::tarn::bf16* k, const ::tarn::bf16* v, const ::tarn::bf16* out, const float* den,
               const ::tarn::bf16* dout, ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace) {
-  const Layout l = layout_of(dims);
+  const Layout l = layout_of(dims, cfg.causal);
   if (l.slices == 0 || l.chunks == 0) return;
   Args a = args_of(dims, cfg, l, workspace);
   a.q = reinterpret_cast<const bf16*>(q);
@@ -637,11 +710,7 @@ void backward(const cpu::LinearAttentionDims& dims, const cpu::LinearAttentionCo
   a.dq = reinterpret_cast<bf16*>(dq);
   a.dk = reinterpret_cast<bf16*>(dk);
   a.dv = reinterpret_cast<bf16*>(dv);
-  switch (l.dim) {
-    case 32: run_backward<32>(l, a); break;
-    case 64: run_backward<64>(l, a); break;
-    default: run_backward<128>(l, a); break;
-  }
+  dispatch<Backward>(l, a);
 }
 
 }  // namespace chunked_bf16

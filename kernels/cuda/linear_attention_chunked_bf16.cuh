@@ -1,7 +1,7 @@
 #pragma once
-// The chunk-parallel causal linear attention in bf16 (kernels/cuda/linear_attention_chunked_bf16.cu),
-// which linear_attention_bf16.cu runs for the causal form with an elementwise feature map when
-// the shapes allow it (chunked_bf16_supported). Inside the CUDA namespace only: the public entry
+// The chunk-parallel linear attention in bf16 (kernels/cuda/linear_attention_chunked_bf16.cu),
+// which linear_attention_bf16.cu runs for every form (causal, bidirectional, cross-attention)
+// with an elementwise feature map when the shapes allow it (chunked_bf16::supported). Inside the CUDA namespace only: the public entry
 // points stay those of kernels/cuda_linear_attention_bf16.h.
 #include <cstddef>
 #include <initializer_list>
@@ -13,7 +13,8 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace chunked_bf16 {
 
-// Whether the chunk-parallel kernels take this call: causal, identity / elu1 / relu, d and e
+// Whether the chunk-parallel kernels take this call: identity / elu1 / relu (causal,
+// bidirectional or cross-attention), d and e
 // multiples of 8 up to 128, and q, k, v (and, for backward, out, dout and the gradients)
 // 16-byte aligned, and set_enabled has not turned them off. `pointers` are those of the call
 // (the workspace among them).

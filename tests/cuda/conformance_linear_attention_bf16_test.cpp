@@ -206,7 +206,7 @@ class LinearAttentionBf16Conformance : public Conformance {
 
 constexpr int64_t kLengths[] = {1, 63, 64, 65};
 
-// Sends causal calls to the scan kernels instead of the chunk-parallel ones for the scope.
+// Sends calls to the scan kernels instead of the chunk-parallel ones for the scope.
 class ScanKernelsOnly {
  public:
   explicit ScanKernelsOnly(Target target) : target_(target) { Set(false); }
@@ -245,6 +245,24 @@ TEST_P(LinearAttentionBf16Conformance, ChunkParallelMatchesCpuOverManyChunksAndW
   const int64_t widths[][2] = {{8, 16}, {24, 40}, {64, 128}, {128, 128}, {96, 8}};
   for (const auto& de : widths) Check({2, 2, 130, 130, de[0], de[1]}, true, true, FeatureMap::elu1, seed += 4);
   for (FeatureMap fm : {FeatureMap::identity, FeatureMap::relu}) Check({3, 1, 129, 129, 64, 32}, true, true, fm, seed += 4);
+}
+
+// The bidirectional and cross-attention forms chunk-parallel: one total state over many key
+// chunks, query and key counts apart (more of either), widths padded, padding in every slice.
+TEST_P(LinearAttentionBf16Conformance, ChunkParallelBidirectionalAndCrossMatchCpu) {
+  uint32_t seed = 190;
+  Check({1, 1, 1000, 1000, 64, 64}, false, true, FeatureMap::elu1, seed += 4);
+  Check({2, 2, 130, 300, 24, 40}, false, true, FeatureMap::relu, seed += 4);
+  Check({2, 1, 300, 70, 64, 128}, false, true, FeatureMap::identity, seed += 4);
+}
+
+// The scan kernels, which still take the shapes the chunk-parallel ones do not, on the
+// bidirectional and cross forms.
+TEST_P(LinearAttentionBf16Conformance, NonCausalScanKernelsMatchCpuWithChunkParallelOff) {
+  const ScanKernelsOnly scan(target());
+  uint32_t seed = 160;
+  Check({2, 1, 65, 65, 64, 32}, false, true, FeatureMap::elu1, seed += 4);
+  Check({2, 1, 63, 200, 128, 32}, false, true, FeatureMap::elu1, seed += 4);
 }
 
 TEST_P(LinearAttentionBf16Conformance, ChunkParallelBackwardWritesOnlyTheGradientsAskedFor) {
