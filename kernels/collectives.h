@@ -75,6 +75,19 @@ class Communicator {
     return std::make_unique<CompletedCollective>();
   }
 
+  // reduce_scatter_sum and all_gather, the same bits, started now. NCCL queues them on its
+  // stream and returns: wait() orders the device's later work after them, so the host waits for
+  // nothing. The others complete them before returning (their blocking calls). Nobody touches
+  // send or recv until wait() returns (on the device: before the work launched after it).
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv, int64_t n) {
+    reduce_scatter_sum(send, recv, n);
+    return std::make_unique<CompletedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_all_gather(const float* send, float* recv, int64_t n) {
+    all_gather(send, recv, n);
+    return std::make_unique<CompletedCollective>();
+  }
+
   // Control values in host memory, whatever the communicator's device: token counts, flags,
   // loss sums, checksums. Sums add in rank order in double, so every rank gets the same bits.
   virtual void all_reduce_host(double* data, int64_t n, ReduceOp op) = 0;

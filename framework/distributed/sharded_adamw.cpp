@@ -124,13 +124,14 @@ void ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip
     ranges_uploaded_ = true;
   }
   auto start = Clock::now();
-  comm_.reduce_scatter_sum(arena_.grads().device_f32(), grad_shard_.device_f32(), shard_);
+  comm_.start_reduce_scatter_sum(arena_.grads().device_f32(), grad_shard_.device_f32(), shard_)->wait();
   // This shard's sum of squares (as sum_squares over the shard: padding and gaps are zeros),
   // then every rank's, in place: rank r's double is floats [2r, 2r + 2) of sums_.
   auto* sums = reinterpret_cast<double*>(sums_.device_f32());
   k.sum_squares_into(grad_shard_.device_f32(), shard_, sums + comm_.rank());
   constexpr int64_t kFloatsPerDouble = sizeof(double) / sizeof(float);
-  comm_.all_gather(reinterpret_cast<const float*>(sums + comm_.rank()), sums_.device_f32(), kFloatsPerDouble);
+  comm_.start_all_gather(reinterpret_cast<const float*>(sums + comm_.rank()), sums_.device_f32(), kFloatsPerDouble)
+      ->wait();
   last_comm_s_ = since(start);
 
   options_.lr = lr;
@@ -151,7 +152,7 @@ void ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip
   // Every rank's range (updated or not) to every rank, into the arena the parameters are views of.
   start = Clock::now();
   const Tensor mine = arena_.values().narrow0(shard_begin_, shard_begin_ + shard_);
-  comm_.all_gather(mine.device_f32(), arena_.values().device_f32(), shard_);
+  comm_.start_all_gather(mine.device_f32(), arena_.values().device_f32(), shard_)->wait();
   last_comm_s_ += since(start);
 }
 

@@ -145,7 +145,7 @@ StepResult TrainStep::run(int64_t count, int64_t global_counted,
       control_.all_reduce_host(control.data(), static_cast<int64_t>(control.size()), kernels::ReduceOp::sum);
       r.tokens = static_cast<int64_t>(control[0]);
       grad_mask.assign(control.begin() + 1, control.end());
-      gradients_.all_gather(reinterpret_cast<const float*>(rec), gathered_.device_f32(), kRecordFloats);
+      gradients_.start_all_gather(reinterpret_cast<const float*>(rec), gathered_.device_f32(), kRecordFloats)->wait();
       k.step_record_agree(rec, reinterpret_cast<const kernels::cpu::StepRecord*>(gathered_.device_f32()),
                           control_.world());
     }

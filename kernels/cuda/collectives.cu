@@ -142,6 +142,22 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<StreamPending>(stream_, device_);
   }
 
+  // The training step's device collectives (the step records, ZeRO-1's shards and norm sums):
+  // queued, and the default stream's later kernels ordered after them, with no host wait.
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    TARN_ASSERT(n >= 0, "reduce_scatter_sum: negative length ", n, " on rank ", rank_);
+    after_default_stream();
+    TARN_NCCL_CALL(ncclReduceScatter(send, recv, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_));
+    return std::make_unique<StreamPending>(stream_, device_);
+  }
+
+  std::unique_ptr<PendingCollective> start_all_gather(const float* send, float* recv, int64_t n) override {
+    TARN_ASSERT(n >= 0, "all_gather: negative length ", n, " on rank ", rank_);
+    after_default_stream();
+    TARN_NCCL_CALL(ncclAllGather(send, recv, static_cast<size_t>(n), ncclFloat32, comm_, stream_));
+    return std::make_unique<StreamPending>(stream_, device_);
+  }
+
  private:
   // stream_'s next work starts after everything launched so far on the legacy default stream
   // (the kernels that wrote the inputs).
