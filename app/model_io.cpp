@@ -21,6 +21,6 @@ Tensor forward_batch(const BartForConditionalGeneration& model, const Batch& b, 
 StagedInputs::StagedInputs(const Batch& b, int32_t pad_id, Device device)
     : src_padding(padding_from_mask(b.src_mask)),
       targets(seq2seq_targets(b.tgt_labels, pad_id)),
-      staged(device, {&b.src_ids, &b.tgt_input_ids, &targets}, {&src_padding}) {}
+      staged(device, {&b.src_ids, &b.tgt_input_ids, &targets}, {&src_padding}, {b.rows}) {}
 
 }  // namespace tarn::app

@@ -13,7 +13,13 @@
 // it comes back to a pinned buffer whose copy (kPinnedSlots micro-batches ago) is still queued.
 // The vectors must stay alive and unchanged while it lives. On the CPU it does nothing.
 //
-//   StagedBatch staged(device, {&src, &tgt_in, &labels}, {&src_pad, &tgt_pad});
+// A mask whose row count is given (mask_rows, aligned with masks; 0 = not given) and whose rows
+// are right-padded (each row real positions, then padding) goes up as its rows' lengths, one
+// int32 a row, and a kernel builds the mask and its complement on the device from them
+// (padding_from_lengths, kernels/layout.h): B values in the copy instead of 2 x B x N floats,
+// the same bits. Any other mask goes up as its flags.
+//
+//   StagedBatch staged(device, {&src, &tgt_in, &labels}, {&src_pad}, {rows});
 //   Tensor loss = seq2seq_loss(model.forward(src, ..., src_pad, tgt_in, ...), labels, ...);
 #include <cstdint>
 #include <vector>
@@ -27,7 +33,7 @@ class StagedBatch {
   static constexpr int kPinnedSlots = 4;
 
   StagedBatch(Device device, const std::vector<const std::vector<int32_t>*>& ids,
-              const std::vector<const std::vector<uint8_t>*>& masks);
+              const std::vector<const std::vector<uint8_t>*>& masks, const std::vector<int64_t>& mask_rows = {});
   ~StagedBatch();
   StagedBatch(const StagedBatch&) = delete;
   StagedBatch& operator=(const StagedBatch&) = delete;
@@ -41,6 +47,8 @@ class StagedBatch {
   // (mask.size(),) f32 on the device: 1 = padding, or with keep 1 = real token; undefined when
   // not staged here.
   Tensor mask(const std::vector<uint8_t>& host, bool keep, Device device) const;
+  // Masks of this batch built on the device from their lengths (the others went up as flags).
+  int64_t masks_from_lengths() const { return from_lengths_; }
 
  private:
   struct Entry {
@@ -51,6 +59,7 @@ class StagedBatch {
   Device device_;
   Tensor staged_;  // everything staged, one f32 buffer on device_
   std::vector<Entry> ids_, masks_;  // a mask's keep complement follows its flags
+  int64_t from_lengths_ = 0;
   bool active_ = false;
   const StagedBatch* outer_ = nullptr;
 };

@@ -63,6 +63,7 @@ namespace tarn::kernels {
   X(cast_from_bf16)                                                                                  \
   X(copy_rows)                                                                                       \
   X(permute)                                                                                         \
+  X(padding_from_lengths)                                                                            \
   X(adamw_step)                                                                                      \
   X(sum_squares)                                                                                     \
   X(scale_inplace)                                                                                   \

@@ -14,6 +14,11 @@ constexpr int kMaxLayoutDims = 8;
 // run below the axis).
 void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t len);
 
+// Padding masks from the lengths of `rows` right-padded rows of `cols` positions (issue 51: a
+// batch's masks are built on the device from B lengths instead of going up as B x cols floats
+// twice): mask[r * cols + c] = 1 (padding) where c >= lengths[r], else 0, and keep = 1 - mask.
+void padding_from_lengths(const int32_t* lengths, int64_t rows, int64_t cols, float* mask, float* keep);
+
 // dst = src with its axes permuted: dst axis k is src axis order[k]. `shape` is src's (ndim
 // extents). When the last axis moves, the copy goes through 32 x 32 tiles so that both reads
 // and writes use whole cache lines.

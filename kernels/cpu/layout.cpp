@@ -24,6 +24,15 @@ int64_t source_offset(int64_t r, const int64_t* extent, const int64_t* stride, i
 
 }  // namespace
 
+void padding_from_lengths(const int32_t* lengths, int64_t rows, int64_t cols, float* mask, float* keep) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const bool pad = c >= lengths[r];
+      mask[r * cols + c] = pad ? 1.0f : 0.0f;
+      keep[r * cols + c] = pad ? 0.0f : 1.0f;
+    }
+}
+
 void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t len) {
   if (rows == 1) return copy(dst, src, len);  // one long run: parallel inside copy()
 #pragma omp parallel for if (rows * len > kParallelGrain) schedule(static)

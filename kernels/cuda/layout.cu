@@ -7,6 +7,8 @@
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
 
+using device::global_index;
+using device::global_stride;
 using device::kBlock;
 using device::kMaxGridY;
 
@@ -20,6 +22,16 @@ __global__ void copy_rows_kernel(const float* src, int64_t src_stride, float* ds
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= len) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) dst[r * dst_stride + i] = src[r * src_stride + i];
+}
+
+// One thread per position of the rows x cols masks.
+__global__ void padding_from_lengths_kernel(const int32_t* lengths, int64_t rows, int64_t cols, float* mask,
+                                            float* keep) {
+  for (int64_t i = global_index(); i < rows * cols; i += global_stride()) {
+    const bool pad = i % cols >= lengths[i / cols];
+    mask[i] = pad ? 1.0f : 0.0f;
+    keep[i] = pad ? 0.0f : 1.0f;
+  }
 }
 
 // Merged output axes (kernels/layout.h), by value in the kernel parameters.
@@ -80,6 +92,12 @@ void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_str
   const dim3 grid(static_cast<unsigned>((len + kBlock - 1) / kBlock),
                   static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
   tarn::launch(copy_rows_kernel, grid, kBlock, 0, nullptr, src, src_stride, dst, dst_stride, rows, len);
+}
+
+void padding_from_lengths(const int32_t* lengths, int64_t rows, int64_t cols, float* mask, float* keep) {
+  if (rows <= 0 || cols <= 0) return;
+  tarn::launch(padding_from_lengths_kernel, device::grid_for(rows * cols), kBlock, 0, nullptr, lengths, rows, cols,
+               mask, keep);
 }
 
 void permute(const float* src, float* dst, const int64_t* shape, const int* order, int ndim) {

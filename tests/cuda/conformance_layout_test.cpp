@@ -1,4 +1,4 @@
-// CUDA layout copies (copy_rows, permute) against the CPU kernels: pure data movement, so the
+// CUDA layout copies (copy_rows, permute, padding_from_lengths) against the CPU kernels: pure data movement, so the
 // results must be the CPU's bits. Shapes are no multiple of the 32 x 32 transpose tile.
 #include <gtest/gtest.h>
 
@@ -23,6 +23,25 @@ TEST_P(LayoutConformance, CopyRowsIsConcatAndSlice) {
   auto dst = dev(std::vector<float>(rows * 211, -7.0f));
   TARN_ON(target(), copy_rows, dsrc.get() + 5, 129, dst.get() + 7, 211, rows, len);
   EXPECT_TRUE(BitwiseEqual(dst.host(), want));
+}
+
+// Padding masks from row lengths (framework/staging.h builds a batch's masks with it): the CPU's
+// bits, and the CPU's are the flags a row of `length` tokens then pads gives.
+TEST_P(LayoutConformance, PaddingFromLengthsMatchesCpuAndTheFlags) {
+  const int64_t rows = 5, cols = 300;  // more positions than a block's threads
+  const std::vector<int32_t> lengths = {300, 0, 1, 257, 299};
+  std::vector<float> mask(rows * cols, -7.0f), keep(rows * cols, -7.0f);
+  kernels::cpu::padding_from_lengths(lengths.data(), rows, cols, mask.data(), keep.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(mask[r * cols + c], c >= lengths[r] ? 1.0f : 0.0f) << r << " " << c;
+      ASSERT_EQ(keep[r * cols + c], 1.0f - mask[r * cols + c]) << r << " " << c;
+    }
+  auto dlengths = dev(lengths);
+  auto dmask = dev(std::vector<float>(rows * cols, -7.0f)), dkeep = dev(std::vector<float>(rows * cols, -7.0f));
+  TARN_ON(target(), padding_from_lengths, dlengths.get(), rows, cols, dmask.get(), dkeep.get());
+  EXPECT_TRUE(BitwiseEqual(dmask.host(), mask));
+  EXPECT_TRUE(BitwiseEqual(dkeep.host(), keep));
 }
 
 TEST_P(LayoutConformance, PermuteMatchesCpuWhetherOrNotTheInnermostAxisMoves) {

@@ -55,8 +55,11 @@ struct DeviceRun {
   // As the trainer's forward: the NLL stays in the loss's totals.
   std::optional<MicroBatchLoss> forward(int64_t) {
     std::optional<StagedBatch> staged;
-    if (stage) staged.emplace(testing::emulated_cuda(), std::vector<const std::vector<int32_t>*>{&src, &tgt_in, &targets},
-                              std::vector<const std::vector<uint8_t>*>{&pad});
+    if (stage) {  // the padding as its two rows' lengths, the mask built on the device
+      staged.emplace(testing::emulated_cuda(), std::vector<const std::vector<int32_t>*>{&src, &tgt_in, &targets},
+                     std::vector<const std::vector<uint8_t>*>{&pad}, std::vector<int64_t>{src_shape[0]});
+      EXPECT_EQ(staged->masks_from_lengths(), 1);
+    }
     MicroBatchLoss m;
     m.loss = seq2seq_loss(model.forward(src, src_shape, pad, tgt_in, tgt_shape), stage ? targets : labels,
                           model.config().pad_token_id,
@@ -128,6 +131,38 @@ TEST(StepOnCuda, AStagedStepQueuesOneCopyPerMicroBatchAndWaitsForNothing) {
   for (size_t i = 0; i < ps.size(); ++i) {
     const std::vector<float> x = ps[i].second->to_vector(), y = pp[i].second->to_vector();
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << ps[i].first;
+  }
+}
+
+// A right-padded mask goes up as its rows' lengths and is built on the device
+// (padding_from_lengths): the mask and its complement are the bits the host would have sent;
+// a mask with padding before a real position goes up as flags, also the same bits. Either way
+// the batch is one queued copy and no wait.
+TEST(StagedBatchOnCuda, MasksFromLengthsAreTheBitsOfTheFlags) {
+  const Device dev = testing::emulated_cuda();
+  const std::vector<int32_t> ids = testing::random_ids(12, 48, 7);
+  // 3 rows of 4: lengths 4, 1, 0.
+  const PaddingMask right_padded = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  PaddingMask holed = right_padded;
+  holed[6] = 0;  // row 1: real, pad, real, pad
+  for (const PaddingMask* mask : std::vector<const PaddingMask*>{&right_padded, &holed}) {
+    emu::reset_host_waits();
+    StagedBatch staged(dev, {&ids}, {mask}, {3});
+    const emu::HostWaits w = emu::host_waits();
+    EXPECT_EQ(w.async_copies_to_device, 1u);
+    EXPECT_EQ(w.copies_to_device, 0u);
+    EXPECT_EQ(staged.masks_from_lengths(), mask == &right_padded ? 1 : 0);
+    std::vector<float> flags, keep;
+    for (uint8_t m : *mask) {
+      flags.push_back(m ? 1.0f : 0.0f);
+      keep.push_back(m ? 0.0f : 1.0f);
+    }
+    const std::vector<float> got_flags = staged.mask(*mask, false, dev).to_vector();
+    const std::vector<float> got_keep = staged.mask(*mask, true, dev).to_vector();
+    EXPECT_EQ(std::memcmp(got_flags.data(), flags.data(), flags.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(got_keep.data(), keep.data(), keep.size() * sizeof(float)), 0);
+    const std::vector<float> got_ids = staged.ids(ids, dev).to_vector();
+    EXPECT_EQ(std::memcmp(got_ids.data(), ids.data(), ids.size() * sizeof(int32_t)), 0);
   }
 }
 
