@@ -141,9 +141,12 @@ TEST(ResumeCheck, EveryKeyOfTheModelSectionIsRefusedUnlessListedAsOneThatMayChan
       EXPECT_TRUE(names(c.refused)) << f->path << "=" << value << " changes the model and was not refused";
     }
   }
-  // Self-attention has no aligned decay: 0 is its only valid value.
-  EXPECT_EQ(unchangeable, (std::vector<std::string>{"model.attention.encoder_self.align_decay",
-                                                    "model.attention.decoder_self.align_decay"}));
+  // Self-attention has no aligned decay: 0 is its only valid value, so align_gate (which gates
+  // the decayed read) cannot be set there; nor in tiny's cross-attention, which has no decay.
+  EXPECT_EQ(unchangeable, (std::vector<std::string>{
+                              "model.attention.encoder_self.align_decay", "model.attention.encoder_self.align_gate",
+                              "model.attention.decoder_self.align_decay", "model.attention.decoder_self.align_gate",
+                              "model.attention.cross.align_gate"}));
   EXPECT_EQ(allowed, (std::vector<std::string>{"model.preset", "model.dropout", "model.attention_dropout",
                                                "model.activation_dropout", "model.init_from", "model.init_std",
                                                "model.attention.encoder_self.chunk",
