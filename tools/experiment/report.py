@@ -1013,17 +1013,20 @@ def tasks_section(in_dir, plots, link):
     if not tasks:
         return section_not_run("Alignments other than the diagonal", f"{root}/<task>/<setting>/seed<k>")
     settings = ordered_settings(sorted({s for runs in tasks.values() for s in runs}))
-    header = ["task", "step"] + [f"{s} valid ppl (× softmax)" for s in settings] + ["seeds"]
+    header = ["task", "step"] + [f"{s} valid ppl (× softmax); test ppl (×)" for s in settings] + ["seeds"]
     body, facts = [], []
     for task, runs in tasks.items():
         ref = reference_setting(runs)
         ref_ppl = mean_or_none(map(final_valid_ppl, runs[ref])) if ref else None
+        ref_test = mean_or_none(test_ppls(runs[ref])) if ref else None
         steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
         cells = []
         for s in settings:
             ppl = mean_or_none(map(final_valid_ppl, runs.get(s, [])))
+            test = mean_or_none(test_ppls(runs.get(s, [])))
             cells.append("—" if ppl is None else
-                         f"{mean_range(present(map(final_valid_ppl, runs[s])))} ({fmt_ratio(ppl, ref_ppl)})")
+                         f"{mean_range(present(map(final_valid_ppl, runs[s])))} ({fmt_ratio(ppl, ref_ppl)}); "
+                         f"{mean_range(test_ppls(runs[s]))} ({fmt_ratio(test, ref_test)})")
         seeds = sorted({len(v) for v in runs.values()})
         body.append([f"{task}: {task_text(task)}", "/".join(str(x) for x in steps)] + cells +
                     ["/".join(map(str, seeds))])
@@ -1032,8 +1035,8 @@ def tasks_section(in_dir, plots, link):
     intro = ("Sequence-to-sequence pairs from the same glosses (`tools/experiment/tasks.py`), source and "
              "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
              "long sources 2,048-token batches and 1,024 positions. The final validation ppl is each run's "
-             "last validation record, all settings of a task at the same step; × softmax is the ratio "
-             "of the means. " + shared_note(root)).strip()
+             "last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
+             "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means. " + shared_note(root)).strip()
     out = [intro] + [link(p) for p in plots] + [md_table(header, body)]
     return facts, "\n\n".join(out)
 
