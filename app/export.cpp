@@ -34,10 +34,8 @@ json::Value attention_json(const AttentionConfig& a) {
       o.set("taylor_dim", json::Value::number(a.taylor_dim));
     }
     o.set("eps", json::Value::number(a.eps));
-    // modeling_tarn_bart.py has no gate yet: an export would compute another model.
-    TARN_CHECK(!a.is_gated_aligned(), "export: align_gate (gated aligned cross-attention) is not exported to "
-               "HuggingFace yet (modeling_tarn_bart.py has no gate); export a model without it");
     if (a.is_aligned()) o.set("align_decay", json::Value::number(a.align_decay));
+    if (a.is_gated_aligned()) o.set("align_gate", json::Value::boolean(true));
   }
   if (a.has_delta_block()) {
     o.set("conv_size", json::Value::number(a.conv_size));

@@ -6,7 +6,8 @@ attention is anything but softmax everywhere. config.json names this file in its
 
 then computes what tarn trained, every attention kind of docs/design.md (section 2, and the
 export's format in section 8), written from that page: softmax; linear with the feature maps
-elu1, relu, exp, identity, favor, taylor, hedgehog; aligned cross-attention (align_decay); the
+elu1, relu, exp, identity, favor, taylor, hedgehog; aligned cross-attention (align_decay, and
+align_gate's mix of it with the plain read); the
 gated delta rule (delta, gated); hybrid (a softmax window with a linear, delta or gated global
 part); a list per layer (tarn.<stack>.layers). `generate()` decodes through a cache: softmax
 keeps keys and values, linear attention its state S and normaliser z, the delta rule its state
@@ -183,6 +184,8 @@ class TarnAttention(nn.Module):
         self.k_proj, self.v_proj, self.q_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
         if self.kind == "hybrid":
             self.hybrid_gate = nn.Linear(d, heads)
+        if self.cross and self.kind == "linear" and cfg.get("align_gate", False):
+            self.align_gate = nn.Linear(d, heads)  # mixes the decayed read with the plain one
         self.fmap = cfg.get("feature_map", "elu1") if self.glob == "linear" else None
         if self.fmap == "taylor":
             r, order = cfg["taylor_dim"], cfg["taylor_order"]
@@ -262,10 +265,10 @@ class TarnAttention(nn.Module):
             return torch.exp(z) / math.sqrt(w.shape[0])
         raise ValueError(f"tarn config: feature map {fmap!r} is not known to this file")
 
-    def linear_part(self, q, k, v, qpos, kpos, kmask):
+    def linear_part(self, q, k, v, qpos, kpos, kmask, decayed=True):
         a = self.features(q, "q") @ self.features(k, "k").transpose(-1, -2)
         a = a * self.visible(qpos, kpos, 0, kmask)
-        gamma = self.cfg.get("align_decay", 0.0)
+        gamma = self.cfg.get("align_decay", 0.0) if decayed else 0.0
         if self.cross and self.kind == "linear" and gamma > 0:  # aligned cross-attention, head h decays |i - j|
             decays = [1.0] + [max(1e-3, gamma ** (2 ** (h - 1))) for h in range(1, self.heads)]
             dist = (qpos[:, None] - kpos[None, :]).abs().to(a.dtype)
@@ -359,7 +362,12 @@ class TarnAttention(nn.Module):
                     glob = (fq @ s_new) / ((fq * z_new[:, :, None, :]).sum(-1, keepdim=True) + self.cfg["eps"])
                 cache["S"], cache["z"] = s_new, z_new
             else:
-                glob = self.linear_part(q, k, v, qpos, torch.arange(k.shape[2], device=dev), kmask)
+                kpos = torch.arange(k.shape[2], device=dev)
+                glob = self.linear_part(q, k, v, qpos, kpos, kmask)
+                if hasattr(self, "align_gate"):  # g aligned + (1 - g) plain, per head and position
+                    plain = self.linear_part(q, k, v, qpos, kpos, kmask, decayed=False)
+                    g = torch.sigmoid(self.align_gate(x)).transpose(1, 2)[..., None]  # (B, H, N, 1)
+                    glob = plain + g * (glob - plain)
         else:
             glob = self.delta_part(x, m, qp, kp, vp, xmask, mmask, cache)
         if self.kind == "linear":

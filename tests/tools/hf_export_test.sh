@@ -60,6 +60,7 @@ case $group in
        "delta-taylor|{kind: delta}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8}"
        "delta-cross|{kind: delta, conv_size: 2}|{kind: gated}|{kind: delta}"
        "aligned|{kind: gated}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6}"
+       "aligned-gate|{kind: delta}|{kind: gated}|{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6, align_gate: true}"
        "hybrid|{kind: hybrid, global: delta, window: 4, chunk: 4}|{kind: hybrid, global: delta, window: 4}|{kind: hybrid, window: 4, feature_map: taylor, taylor_dim: 8}"
        "per-layer|{layers: [softmax, {kind: hybrid, window: 2}]}|{kind: hybrid, global: gated, window: 3}|{layers: [linear, {kind: hybrid, window: 6}]}"
      ) ;;

@@ -53,6 +53,7 @@ settings=(
   "delta-taylor|{kind: delta}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8}"
   "delta-cross|{kind: delta, conv_size: 2}|{kind: gated}|{kind: delta}"
   "aligned|{kind: delta}|{kind: delta}|{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6}"
+  "aligned-gate|{kind: delta}|{kind: gated}|{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6, align_gate: true}"
   "taylor4|{kind: linear, feature_map: taylor, taylor_order: 4, taylor_dim: 4}|{kind: softmax}|{kind: gated}"
   "hybrid|{kind: hybrid, global: delta, window: 4, chunk: 4}|{kind: hybrid, global: delta, window: 4}|{kind: hybrid, window: 4, feature_map: taylor, taylor_dim: 8}"
   "hybrid-linear|{layers: [softmax, {kind: hybrid, window: 2}]}|{kind: hybrid, global: gated, window: 3}|{layers: [linear, {kind: hybrid, window: 6}]}"

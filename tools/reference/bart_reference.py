@@ -157,9 +157,9 @@ class Attention:
             return np.exp(z) / math.sqrt(w.shape[0])
         raise SystemExit(f"bart_reference: feature map {fmap} is not written here")
 
-    def linear_part(self, q, k, v):
+    def linear_part(self, q, k, v, decayed=True):
         a = self.kernel(q, k) * self.visible(q.shape[1], k.shape[1], 0)
-        gamma = self.cfg.get("align_decay", 0.0)
+        gamma = self.cfg.get("align_decay", 0.0) if decayed else 0.0
         if gamma > 0:  # aligned cross-attention: head h weighs |i - j| by its decay
             heads, n, m = a.shape
             decays = [1.0] + [max(1e-3, gamma ** (2 ** (h - 1))) for h in range(1, heads)]
@@ -201,6 +201,10 @@ class Attention:
             ctx = self.softmax_part(q, k, v, 0)
         elif kind == "linear":
             ctx = self.linear_part(q, k, v)
+            if self.cfg.get("align_gate", False):  # g aligned + (1 - g) plain, per head and position
+                plain = self.linear_part(q, k, v, decayed=False)
+                g = sigmoid(self.linear(x, "align_gate")).T[:, :, None]  # (H, N, 1)
+                ctx = plain + g * (ctx - plain)
         elif kind == "hybrid":
             local = self.softmax_part(q, k, v, self.cfg["window"])
             if self.cfg.get("global", "linear") == "linear":
