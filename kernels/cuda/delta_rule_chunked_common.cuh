@@ -1,8 +1,9 @@
 #pragma once
 // What the chunked delta-rule kernels in f32 (kernels/cuda/delta_rule_chunked.cu) and in bf16
-// (kernels/cuda/delta_rule_chunked_bf16.cu) share: how the backward numbers a slice's
-// sub-chunks and lays out its workspace, and the decay's gradient, which both compute in f32 on
-// the CUDA cores from the same G = dL/dD.
+// (kernels/cuda/delta_rule_chunked_bf16.cu) share: how they number a slice's sub-chunks, and
+// the decay's gradient, which both compute in f32 on the CUDA cores from the same G = dL/dD.
+// (The f32 backward's workspace layout is here too; the bf16 file keeps its own, with each
+// sub-chunk's factors.)
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -24,7 +25,7 @@ __host__ __device__ inline SubChunks sub_chunks(const cpu::DeltaRuleDims& dims, 
   return s;
 }
 
-// The backward's workspace, per slice: the state before each sub-chunk (slots states; the first
+// The f32 backward's workspace, per slice: the state before each sub-chunk (slots states; the first
 // sub-chunk of a chunk starts from its checkpoint instead, so its slot is unused), then the
 // gradient of the state after each (slots states).
 struct Workspace {
