@@ -7,6 +7,7 @@
 
 #include "framework/autograd.h"
 #include "app/session.h"
+#include "layers/attention/registry.h"
 
 namespace tarn::app {
 namespace {
@@ -178,25 +179,6 @@ std::vector<int32_t> beam_search(const BartForConditionalGeneration& model, cons
   return best_tokens;
 }
 
-// Bytes of one decoder attention's state per hypothesis after `tokens` keys of width d. Hybrid
-// self-attention keeps the last `window` keys; hybrid cross-attention (`cross`) keeps every
-// source key, whose window moves with the target position. In doubles: no size wraps.
-double attention_state_bytes(const AttentionConfig& a, int64_t heads, int64_t d, int64_t tokens, bool cross = false) {
-  const double f = 4.0;
-  if (a.is_softmax()) return 2 * f * static_cast<double>(tokens) * static_cast<double>(d);  // keys and values
-  const int64_t head_dim = d / std::max<int64_t>(1, heads);
-  const double head = static_cast<double>(head_dim), features = static_cast<double>(a.feature_count(head_dim));
-  double state = a.has_delta_block() ? f * static_cast<double>(heads) * head * head     // S
-                                     : f * static_cast<double>(heads) * features * (head + 1);  // S and z
-  // Self-attention's delta block keeps the last conv_size - 1 projections of q, k and v (the
-  // convolutions' tails), and each step convolves a window of conv_size rows into as many.
-  if (a.has_delta_block() && !cross)
-    state += f * static_cast<double>(d) * (3 * (static_cast<double>(a.conv_size) - 1) + 2 * static_cast<double>(a.conv_size));
-  if (!a.is_hybrid()) return state;
-  // Hybrid: the global part's state and the keys and values its window may read.
-  return state + 2 * f * static_cast<double>(cross ? tokens : std::min(tokens, a.window)) * static_cast<double>(d);
-}
-
 }  // namespace
 
 std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& tokens, int n) {
@@ -216,12 +198,10 @@ double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_l
   const int64_t heads = c.decoder_attention_heads;
   const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
   double states = 0;  // per hypothesis, each decoder layer with its own attention
-  for (int64_t l = 0; l < c.decoder_layers; ++l) {
-    // A softmax cache (and hybrid's window) grows by concatenation: the old and the new cache live at once.
-    const AttentionConfig& self = c.decoder_self_attention_of(l);
-    states += (self.is_softmax() || self.is_hybrid() ? 2.0 : 1.0) * attention_state_bytes(self, heads, c.d_model, steps) +
-              attention_state_bytes(c.cross_attention_of(l), heads, c.d_model, source_len, /*cross=*/true);
-  }
+  const AttentionSizes self{d, static_cast<double>(heads), false}, cross{d, static_cast<double>(heads), true};
+  for (int64_t l = 0; l < c.decoder_layers; ++l)  // as each layer's kind counts its state
+    states += attention_decode_state_bytes(c.decoder_self_attention_of(l), self, static_cast<double>(steps)) +
+              attention_decode_state_bytes(c.cross_attention_of(l), cross, static_cast<double>(source_len));
   const double logits = r * static_cast<double>(c.vocab_size) * (4.0 + 4.0 + 8.0);  // device, host, log-probs
   return encoder + r * states + logits;
 }

@@ -233,7 +233,7 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
                                                                     : data.max_source_len);
     const double target = static_cast<double>(data.max_target_len);
     auto pairs = [&](const AttentionConfig& a, double heads, double keys) {
-      // Hybrid's window under attention dropout takes the dense path too (layers/attention.cpp).
+      // Hybrid's window under attention dropout takes the dense path too (layers/attention/softmax.cpp).
       return a.is_softmax() || a.is_hybrid() ? 8.0 * heads * micro_batch * keys : 0.0;
     };
     const double enc_heads = static_cast<double>(c.encoder_attention_heads);

@@ -2,7 +2,7 @@
 // One attention stack's settings, from the recipe to the kernels (docs/design.md sections 2, 3
 // and 6). The recipe's loader parses the YAML straight into this type (framework/config/
 // recipe.cpp), so every value is parsed and checked once, where the file and line are known;
-// the model (layers/config.h, layers/attention.h) and the ops read these fields and never a
+// the model (layers/config.h, the kinds in layers/attention/) and the ops read these fields and never a
 // string. No YAML here.
 #include <cstdint>
 #include <limits>
@@ -15,12 +15,12 @@ namespace tarn {
 
 // softmax: exact attention, O(N^2) in length. linear: feature-map attention (Katharopoulos et
 // al.), a sum of phi(k) v^T. delta: the gated delta rule (Gated DeltaNet), a state that
-// overwrites what it stores under a key and decays (layers/attention.h, docs/design.md). gated:
+// overwrites what it stores under a key and decays (layers/attention/delta.h, docs/design.md). gated:
 // the same layer without the delta rule's erase, S_t = alpha_t S_{t-1} + beta_t k_t v_t^T
 // (Mamba-2's per-head scalar decay). hybrid: softmax over a sliding window of `window` keys plus
 // a global part over the whole sequence (`global`: linear attention on the same q, k, v, or the
 // delta or gated layer), mixed per head and position by a learned gate (in cross-attention the
-// window is around the target position and the global part linear; layers/attention.h).
+// window is around the target position and the global part linear; layers/attention/hybrid.h).
 enum class AttentionKind { softmax, linear, delta, gated, hybrid };
 const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated", "hybrid"
 
@@ -45,7 +45,7 @@ struct AttentionConfig {
   int64_t taylor_dim = 16;
   // Linear cross-attention: target position i weighs source position j by gamma_h^|i - j|, head
   // 0 with gamma_0 = 1 (the whole source), head h >= 1 with gamma_h = align_decay^(2^(h - 1))
-  // (each head's reach half the last's), at least kMinHeadDecay; 0 = off (layers/attention.h,
+  // (each head's reach half the last's), at least kMinHeadDecay; 0 = off (layers/attention/aligned.h,
   // docs/design.md).
   double align_decay = 0;
   static constexpr double kMinHeadDecay = 1e-3;

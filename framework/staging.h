@@ -6,7 +6,7 @@
 // id vectors and the padding masks it is given into pinned memory (one of a ring of
 // kPinnedSlots buffers), queues one cudaMemcpyAsync, and, while it lives on this thread, the
 // ops find their device copies by the host vector they are handed (ops_internal::ids_on,
-// layers/attention.cpp's padding_tensor and key_keep): every attention that takes the same
+// layers/attention/common.cpp's padding_tensor and key_keep): every attention that takes the same
 // mask shares one device tensor, built once per batch. A vector it was not given (or a copy of
 // one) is uploaded as before, so staging changes where the bytes come from, never the result.
 // The host fills the next micro-batch while the device still runs this one; it waits only when

@@ -22,7 +22,7 @@ namespace tarn::kernels::cpu {
 
 // taylor (Based's second-order Taylor map of exp(q.k)) and hedgehog (Hedgehog's learned
 // softmax map) have learned projections, so the layer computes them from differentiable ops
-// (layers/attention.h); no kernel applies them.
+// (layers/attention/feature_map.h); no kernel applies them.
 enum class FeatureMap : uint8_t { elu1, relu, exp, favor, identity, taylor, hedgehog };
 
 // "elu1", "relu", "exp", "favor", "identity", "taylor", "hedgehog": the recipe's names. Inline, so that code which

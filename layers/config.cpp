@@ -6,6 +6,7 @@
 
 #include "framework/model_presets.h"
 #include "kernels/check.h"
+#include "layers/attention/registry.h"
 
 namespace tarn {
 
@@ -143,36 +144,20 @@ std::string BartConfig::str() const {
   return os.str();
 }
 
-// Matches the modules' registration (layers/bart.cpp, layers/attention.cpp,
+// Matches the modules' registration (layers/bart.cpp, layers/attention.cpp, layers/attention/,
 // layers/delta_rule_block.cpp): token embedding V x d (the output layer shares it), learned
 // positions (max_positions + 2) x d per stack (HuggingFace's offset of 2), a LayerNorm on each
 // stack's embeddings; per layer, attention projections 4 (d^2 + d) per attention, 2d per
-// LayerNorm, and the feed-forward d f + f + f d + d; on top, each attention's own parameters,
-// layer by layer as resolved (per-layer lists included): the delta rule's block (delta, gated,
-// hybrid over them: beta, alpha and gate projections, decay rates, conv_size taps of q, k and v
-// (cross-attention: k and v), the output norm), hybrid's gate, Taylor's r x head_dim projection,
-// Hedgehog's two H x head_dim x head_dim maps; and FAVOR+'s m x head_dim projection as a buffer.
+// LayerNorm, and the feed-forward d f + f + f d + d; on top, each attention's own parameters and
+// buffers, layer by layer as resolved (per-layer lists included), as its kind counts them
+// (layers/attention/registry.h: AttentionKindEntry::parameters and buffer_values).
 // Every size is a double: a schema-maximal value (conv_size 2^63 - 1) cannot wrap.
 double BartConfig::attention_parameters(const AttentionConfig& a, double d_model, double heads, bool cross) {
-  const double d = d_model, h = std::max(1.0, heads), head_dim = d / h;
-  double p = 0;
-  if (a.has_delta_block()) {
-    const double convs = cross ? 2.0 : 3.0;
-    p += 2 * (d * h + h) + (d * d + d) + 2 * h + convs * static_cast<double>(a.conv_size) * d + head_dim;
-  }
-  if (a.is_hybrid()) p += d * h + h;
-  if (a.is_gated_aligned()) p += d * h + h;  // align_gate
-  if (a.uses_feature_map()) {
-    if (a.feature_map == kernels::cpu::FeatureMap::taylor) p += head_dim * static_cast<double>(a.taylor_dim);
-    if (a.feature_map == kernels::cpu::FeatureMap::hedgehog) p += 2 * h * head_dim * head_dim;
-  }
-  return p;
+  return ::tarn::attention_parameters(a, AttentionSizes{d_model, heads, cross});
 }
 
 double BartConfig::attention_buffer_values(const AttentionConfig& a, double d_model, double heads) {
-  if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::favor) return 0.0;
-  const double head_dim = d_model / std::max(1.0, heads);
-  return static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim))) * head_dim;
+  return ::tarn::attention_buffer_values(a, AttentionSizes{d_model, heads, false});
 }
 
 void BartConfig::for_each_attention(

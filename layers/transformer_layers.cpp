@@ -82,7 +82,7 @@ Tensor DecoderLayer::step(const Tensor& x, DecoderLayerCache& cache) const {
   NoGradGuard no_grad;
   Tensor h = self_attn_layer_norm.forward(add(x, self_attn.step_self(x, cache.self_attn)));
   // step_self has counted this position: it is length - 1.
-  h = encoder_attn_layer_norm.forward(add(h, encoder_attn.step_cross(h, cache.encoder_attn, cache.self_attn.length - 1)));
+  h = encoder_attn_layer_norm.forward(add(h, encoder_attn.step_cross(h, cache.encoder_attn, cache.self_attn.length() - 1)));
   Tensor f = fc2.forward(gelu(fc1.forward(h)));
   return final_layer_norm.forward(add(h, f));
 }

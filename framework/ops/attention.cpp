@@ -123,7 +123,7 @@ Tensor feature_map(const Tensor& x, FeatureMap kind, FeatureRole role, const Ten
   const int64_t rows = d ? x.numel() / d : 0;
   if (kind == FeatureMap::identity) warn_identity_once();
   TARN_ASSERT(!kernels::cpu::feature_map_is_learned(kind), "feature_map: ", kernels::cpu::feature_map_name(kind),
-              " has a learned projection; the attention layer computes it (layers/attention.h)");
+              " has a learned projection; the attention layer computes it (layers/attention/feature_map.h)");
   if (!x.device().is_cpu() && kind != FeatureMap::favor)
     return ops_internal::feature_map_off_host(x, kind, role, projection);
   if (kind != FeatureMap::favor) {

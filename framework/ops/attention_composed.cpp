@@ -33,7 +33,7 @@ Tensor feature_map_off_host(const Tensor& x, FeatureMap kind, FeatureRole role, 
     case FeatureMap::taylor:
     case FeatureMap::hedgehog:
       TARN_ASSERT(false, "feature_map_off_host: ", kernels::cpu::feature_map_name(kind),
-                  " is computed by the layer (layers/attention.h)");
+                  " is computed by the layer (layers/attention/feature_map.h)");
   }
   const Tensor w = projection.defined() ? projection.to(Device::cpu()) : Tensor();
   return to_device(feature_map(to_device(x, Device::cpu()), kind, role, w), x.device());

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "framework/autograd.h"
+#include "layers/attention/delta.h"
+#include "layers/attention/hybrid.h"
+#include "layers/attention/linear.h"
 #include "tests/layers/bart_reference.h"
 #include "tests/layers/layers_test_util.h"
 
@@ -70,11 +73,11 @@ TEST(BartDecoding, LinearSelfAttentionStateDoesNotGrowWithLength) {
   const Batch b = make_batch(c, 2, 5, 12, 3);
   const Tensor enc = model.encode(b.src, {b.batch, b.s_len}, b.src_pad);
   DecodingState st = model.start_decoding(enc, b.src_pad);
-  const Shape before = st.layers[0].self_attn.state.shape();
+  const Shape before = st.layers[0].self_attn.as<LinearState>().s.shape();
   for (int t = 0; t < 12; ++t) model.decode_step(st, {5, 6});
-  EXPECT_EQ(st.layers[0].self_attn.state.shape(), before);
+  EXPECT_EQ(st.layers[0].self_attn.as<LinearState>().s.shape(), before);
   EXPECT_EQ(before, Shape({2, 4, 16, 17}));  // (B, H, f, dh + 1)
-  EXPECT_FALSE(st.layers[0].self_attn.key.defined());
+  EXPECT_EQ(dynamic_cast<const KeyValueState*>(&st.layers[0].self_attn.state()), nullptr);  // no keys kept
 }
 
 TEST(BartDecoding, DeltaAndGatedStatesDoNotGrowWithLength) {
@@ -87,17 +90,18 @@ TEST(BartDecoding, DeltaAndGatedStatesDoNotGrowWithLength) {
     const Batch b = make_batch(c, 2, 5, 12, 3);
     const Tensor enc = model.encode(b.src, {b.batch, b.s_len}, b.src_pad);
     DecodingState st = model.start_decoding(enc, b.src_pad);
-    const AttentionCache& self = st.layers[0].self_attn;
+    const DeltaState& self = st.layers[0].self_attn.as<DeltaState>();
+    const DeltaState& cross = st.layers[0].encoder_attn.as<DeltaState>();
     const std::vector<Shape> before = {self.state.shape(), self.q_tail.shape(), self.k_tail.shape(),
-                                       self.v_tail.shape(), st.layers[0].encoder_attn.state.shape()};
+                                       self.v_tail.shape(), cross.state.shape()};
     for (int t = 0; t < 12; ++t) model.decode_step(st, {5, 6});
     const std::vector<Shape> after = {self.state.shape(), self.q_tail.shape(), self.k_tail.shape(),
-                                      self.v_tail.shape(), st.layers[0].encoder_attn.state.shape()};
+                                      self.v_tail.shape(), cross.state.shape()};
     EXPECT_EQ(after, before);
     EXPECT_EQ(before[0], Shape({2, 4, 16, 16}));  // (B, H, dh, dh)
     EXPECT_EQ(before[1], Shape({2, 3, 64}));      // (B, conv_size - 1, D)
     EXPECT_EQ(before[4], Shape({2, 4, 16, 16}));  // cross-attention: one state per source
-    EXPECT_FALSE(self.key.defined());
+    EXPECT_EQ(dynamic_cast<const KeyValueState*>(&st.layers[0].self_attn.state()), nullptr);  // no keys kept
   }
 }
 
@@ -116,14 +120,20 @@ TEST(BartDecoding, HybridStatesStayWithinTheWindow) {
     model.eval();
     const Batch b = make_batch(c, 2, 5, 12, 3);
     DecodingState st = model.start_decoding(model.encode(b.src, {b.batch, b.s_len}, b.src_pad), b.src_pad);
-    const AttentionCache& self = st.layers[0].self_attn;
-    const Shape state = self.state.shape();
+    const HybridState& self = st.layers[0].self_attn.as<HybridState>();
+    // The global part's state: S (delta) or S' (linear); the convolutions' tails over delta only.
+    auto global_state = [&] {
+      return global == AttentionKind::delta ? dynamic_cast<const DeltaState&>(*self.global).state
+                                            : dynamic_cast<const LinearState&>(*self.global).s;
+    };
+    const Shape state = global_state().shape();
     EXPECT_EQ(state, global == AttentionKind::delta ? Shape({2, 4, 16, 16}) : Shape({2, 4, 16, 17}));
-    EXPECT_EQ(self.q_tail.defined(), global == AttentionKind::delta);
+    const auto* delta = dynamic_cast<const DeltaState*>(self.global.get());
+    EXPECT_EQ(delta != nullptr && delta->q_tail.defined(), global == AttentionKind::delta);
     for (int t = 0; t < 12; ++t) {
       model.decode_step(st, {5, 6});
-      EXPECT_EQ(self.key.size(2), std::min(t + 1, 3)) << "position " << t;
-      EXPECT_EQ(self.state.shape(), state);
+      EXPECT_EQ(self.local.key.size(2), std::min(t + 1, 3)) << "position " << t;
+      EXPECT_EQ(global_state().shape(), state);
     }
   }
 }

@@ -133,7 +133,7 @@ class BartReference {
   // φ of the rows of one head (n rows of dh, taken from x (n, D) at column offset col):
   // (n, f). Stabilisers as framework/ops/attention.h: exp subtracts each row's max; favor
   // queries their row max, favor keys the max over the whole (batch, head) slice, or nothing
-  // in causal self-attention (layers/attention.h).
+  // in causal self-attention (layers/attention/feature_map.h).
   Mat features(const Mat& x, int64_t n, int64_t col, int64_t dh, const AttentionConfig& cfg, bool key, bool causal,
                const std::string& name) const {
     const int64_t d = c_.d_model;
@@ -235,7 +235,7 @@ class BartReference {
     return t;
   }
 
-  // Delta (and, without the erase, gated) attention on one batch row (layers/delta_rule_block.h, layers/attention.h), the
+  // Delta (and, without the erase, gated) attention on one batch row (layers/delta_rule_block.h, layers/attention/delta.h), the
   // recurrence written as kernels/delta_rule.h states it: S_t = alpha_t (I - beta_t k_t k_t^T)
   // S_{t-1} + beta_t k_t v_t^T.
   Mat delta_attention(const Mat& xq, const Mat& xkv, const std::string& name, int64_t heads, bool causal, bool cross,

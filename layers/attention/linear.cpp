@@ -1,0 +1,80 @@
+#include "layers/attention/linear.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/ops/attention.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/matmul.h"
+#include "layers/attention/common.h"
+
+namespace tarn {
+
+double LinearAttention::decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double) {
+  const double head = std::floor(s.head_dim());
+  return 4.0 * std::max(1.0, s.heads) * static_cast<double>(a.feature_count(static_cast<int64_t>(head))) * (head + 1);
+}
+
+LinearAttention::LinearAttention(AttentionSite& site) : site_(site), features_(site) {}
+
+Tensor LinearAttention::forward(const AttentionInputs& in) const {
+  const AttentionShape& s = site_.shape();
+  return merge_heads(context(split_heads(in.q, s), split_heads(in.k, s), split_heads(in.v, s), in.padding()));
+}
+
+Tensor LinearAttention::context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const {
+  const AttentionConfig& config = site_.config();
+  LinearAttentionOptions opt;
+  opt.causal = site_.shape().causal;
+  opt.key_padding_mask = padding_tensor(pad, q.size(0), k.size(2), q.device());
+  opt.eps = static_cast<float>(config.eps);
+  opt.chunk = static_cast<int>(config.chunk);
+  opt.fused_feature_map = features_.fused_map();
+  opt.precision = site_.precision();  // bf16 kernels where the device has them (framework/ops/attention.h)
+  if (features_.materialises()) return linear_attention(features_.query_features(q), features_.key_features(k), v, opt);
+  return linear_attention(q, k, v, opt);  // φ applied inside the kernel
+}
+
+std::unique_ptr<DecodeState> LinearAttention::start_self(int64_t batch) const {
+  const AttentionShape& s = site_.shape();
+  auto state = std::make_unique<LinearState>();
+  state->s = LinearAttentionState::zeros(batch, s.heads, features_.feature_dim(), s.head_dim).s.to(site_.device());
+  return state;
+}
+
+Tensor LinearAttention::step_self(const AttentionInputs& in, DecodeState& state) const {
+  const AttentionShape& s = site_.shape();
+  const Tensor q = split_heads(in.q, s), k = split_heads(in.k, s), v = split_heads(in.v, s);  // (B, H, 1, dh)
+  // S' += φ(k)ᵀ [v | 1]; out = φ(q) S' normalised (docs/design.md section 2, recurrent mode).
+  LinearAttentionState st{static_cast<LinearState&>(state).s, state.length};
+  LinearAttentionStepOptions opt;
+  opt.eps = static_cast<float>(site_.config().eps);
+  opt.fused_feature_map = features_.fused_map();
+  const bool features = features_.materialises();
+  return merge_heads(linear_attention_step(st, features ? features_.query_features(q) : q,
+                                           features ? features_.key_features(k) : k, v, opt)
+                         .view({q.size(0), s.heads, 1, s.head_dim}));
+}
+
+Tensor LinearAttention::summary(const Tensor& k, const Tensor& v, const PaddingMask& pad) const {
+  Tensor b = features_.key_features(k);
+  if (!pad.empty()) b = mul(b, key_keep(k.size(0), k.size(2), pad, b.device()));
+  return matmul(b, append_ones(v), true, false);
+}
+
+Tensor LinearAttention::read(const Tensor& q, const Tensor& summary) const {
+  return normalise(matmul(features_.query_features(q), summary), static_cast<float>(site_.config().eps));
+}
+
+std::unique_ptr<DecodeState> LinearAttention::precompute_cross(const AttentionInputs& in) const {
+  const AttentionShape& s = site_.shape();
+  auto state = std::make_unique<LinearState>();
+  state->s = summary(split_heads(in.k, s), split_heads(in.v, s), in.padding());
+  return state;
+}
+
+Tensor LinearAttention::step_cross(const AttentionInputs& in, const DecodeState& state, int64_t) const {
+  return merge_heads(read(split_heads(in.q, site_.shape()), static_cast<const LinearState&>(state).s));
+}
+
+}  // namespace tarn

@@ -1,0 +1,44 @@
+#pragma once
+// The attention kinds by name (docs/design.md, "Adding an attention kind"). The built-in kinds
+// are listed once, in registry.cpp; a program or test adds its own with register_attention_kind
+// before it builds a model, and a recipe then names it like any other.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/attention/kind.h"
+
+namespace tarn {
+
+struct AttentionKindEntry {
+  std::string name;  // the recipe's `kind`
+  // Builds the kind's layer for one module; called once per module, in the model's
+  // construction order.
+  std::function<std::unique_ptr<AttentionKindLayer>(AttentionSite&)> make;
+  // Estimates from the settings alone (null: none). The trained parameters of one module beyond
+  // its four projections, and its buffers' values (FAVOR+'s projection).
+  std::function<double(const AttentionConfig&, const AttentionSizes&)> parameters, buffer_values;
+  // Decoding: a lower bound on the bytes of one decoder module's state per hypothesis after
+  // `tokens` positions (self-attention) or for a source of `tokens` (cross), counting what a
+  // step holds at once (a cache that grows by concatenation lives twice while it grows).
+  std::function<double(const AttentionConfig&, const AttentionSizes&, double tokens)> decode_state_bytes;
+};
+
+// Adds `entry`, or replaces the entry of the same name.
+void register_attention_kind(AttentionKindEntry entry);
+// The entry named `name`; throws tarn::Error listing the known kinds when there is none.
+const AttentionKindEntry& attention_kind_entry(const std::string& name);
+std::vector<std::string> attention_kind_names();
+
+// The entry of the kind `a` names.
+const AttentionKindEntry& attention_kind_entry(const AttentionConfig& a);
+// The estimates of the kind `a` names (0 where the kind gives none).
+double attention_parameters(const AttentionConfig& a, const AttentionSizes& sizes);
+double attention_buffer_values(const AttentionConfig& a, const AttentionSizes& sizes);
+double attention_decode_state_bytes(const AttentionConfig& a, const AttentionSizes& sizes, double tokens);
+
+// The layer of the kind `site.config()` names.
+std::unique_ptr<AttentionKindLayer> make_attention_kind_layer(AttentionSite& site);
+
+}  // namespace tarn
