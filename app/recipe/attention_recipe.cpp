@@ -23,7 +23,8 @@ struct StackField {
   const char* description;
 };
 constexpr StackField kAttentionStacks[] = {
-    {"encoder_self", &AttentionStacksRecipe::encoder_self, false, false, false, "encoder self-attention (bidirectional)"},
+    {"encoder_self", &AttentionStacksRecipe::encoder_self, false, false, false,
+     "encoder self-attention (bidirectional)"},
     {"decoder_self", &AttentionStacksRecipe::decoder_self, true, true, false, "decoder self-attention (causal)"},
     {"cross", &AttentionStacksRecipe::cross, true, false, true, "decoder-to-encoder attention"},
 };
@@ -169,8 +170,8 @@ void check_combination(const AttentionConfig& a, bool cross, const Report& error
   if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::taylor) return;
   const int64_t features = kernels::cpu::taylor_feature_count(a.taylor_dim, static_cast<int>(a.taylor_order));
   if (features > kernels::cpu::kMaxTaylorFeatures)
-    error("taylor_dim", str_cat(a.taylor_dim, " at taylor_order ", a.taylor_order, " gives ", features, " features, above the ",
-                                kernels::cpu::kMaxTaylorFeatures, " the kernels take"));
+    error("taylor_dim", str_cat(a.taylor_dim, " at taylor_order ", a.taylor_order, " gives ", features,
+                                " features, above the ", kernels::cpu::kMaxTaylorFeatures, " the kernels take"));
 }
 
 // Warnings for keys given to a stack that its kind (or, in a hybrid, its global part) ignores:
@@ -202,7 +203,8 @@ void warn_ignored_keys(const std::string& prefix, const AttentionStackRecipe& a,
     for (const char* key : {"taylor_order", "taylor_dim"}) warn_if_given(key, "ignored: feature_map is not taylor");
   }
   if (a.feature_map != kernels::cpu::FeatureMap::favor) {
-    for (const char* key : {"favor_features", "favor_redraw_every"}) warn_if_given(key, "ignored: feature_map is not favor");
+    for (const char* key : {"favor_features", "favor_redraw_every"})
+      warn_if_given(key, "ignored: feature_map is not favor");
   }
 }
 

@@ -113,7 +113,8 @@ void declare_data(SectionBuilder<DataRecipe> data) {
   data.string(&DataRecipe::test, "test", "test corpus (tarn eval); \"\" = none");
   auto tokenizer = data.section(&DataRecipe::tokenizer, "tokenizer", "SentencePiece: give either model or train");
   declare_tokenizer(tokenizer);
-  declare_tokenizer_training(tokenizer.section(&TokenizerRecipe::train, "train", "how to train the tokenizer on data.train"));
+  declare_tokenizer_training(
+      tokenizer.section(&TokenizerRecipe::train, "train", "how to train the tokenizer on data.train"));
   data.integer(&DataRecipe::max_source_len, "max_source_len", "longest source in tokens (</s> included)").min(2);
   data.integer(&DataRecipe::max_target_len, "max_target_len", "longest target in tokens (</s> included)").min(2);
   data.integer(&DataRecipe::pack_tokens, "pack_tokens",

@@ -73,7 +73,8 @@ void declare_regularisation_and_init(SectionBuilder<ModelRecipe> model) {
 void declare_model(SectionBuilder<ModelRecipe> model) {
   declare_sizes(model);
   declare_regularisation_and_init(model);
-  declare_attention(model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)"));
+  declare_attention(
+      model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)"));
 }
 
 void resolve_model(ModelRecipe& model, Loader& loader) {
