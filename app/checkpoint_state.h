@@ -15,11 +15,11 @@
 
 #include "data/batch.h"
 #include "data/tokenizer.h"
-#include "framework/config/recipe.h"
 #include "framework/io/checkpoint_dir.h"
 #include "framework/optim/adamw.h"
 #include "layers/bart.h"
 #include "app/progress.h"
+#include "app/recipe/recipe.h"
 
 namespace tarn::app {
 

@@ -2,7 +2,7 @@
 // The optimizer a recipe asks for, in the types framework/train/ takes: the training step's
 // options (AdamW, clipping, ZeRO-1, the gradient buckets and their overlap with the backward)
 // and the learning-rate schedule.
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/train/step.h"
 

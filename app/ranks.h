@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 #include "framework/device.h"
 #include "framework/train/step.h"
 #include "kernels/collectives.h"

@@ -115,7 +115,7 @@ ResumeComparison compare_for_resume(const Recipe& checkpoint, const Recipe& reci
   TARN_ASSERT(attention != nullptr, "the recipe schema has no model.attention section");
   for (const auto& section : attention->children) {
     if (section->is_leaf()) continue;
-    // Every section of model.attention is an attention stack (framework/config/recipe.cpp).
+    // Every section of model.attention is an attention stack (app/recipe/attention_recipe.cpp).
     auto* sa = static_cast<AttentionStackRecipe*>(section->locate(&a));
     auto* sb = static_cast<AttentionStackRecipe*>(section->locate(&b));
     if (sa->per_layer.empty() && sb->per_layer.empty()) continue;  // compared below, key by key

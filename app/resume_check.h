@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "app/recipe/recipe.h"
 #include "data/tokenizer.h"
 #include "framework/config/config_error.h"
-#include "framework/config/recipe.h"
 #include "framework/io/checkpoint_dir.h"
 
 namespace tarn::app {

@@ -16,7 +16,7 @@
 
 #include "data/batcher.h"
 #include "data/tokenizer.h"
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 #include "framework/io/run_lock.h"
 #include "framework/train/step.h"
 #include "kernels/collectives.h"

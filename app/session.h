@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "app/recipe/recipe.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "framework/config/recipe.h"
 #include "framework/device.h"
 #include "framework/precision.h"
 #include "layers/config.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "framework/allocator.h"
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 #include "framework/device.h"
 #include "framework/log/tensorboard.h"
 #include "framework/train/step.h"

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "app/recipe/recipe.h"
 #include "data/tokenizer.h"
-#include "framework/config/recipe.h"
 #include "framework/io/checkpoint_dir.h"
 #include "layers/bart.h"
 

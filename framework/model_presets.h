@@ -1,5 +1,5 @@
 #pragma once
-// The named model sizes: one table for the recipe (model.preset, framework/config/recipe.cpp)
+// The named model sizes: one table for the recipe (model.preset, app/recipe/model_recipe.cpp)
 // and the model (BartConfig::preset, layers/config.cpp). tiny: tests (seconds on a CPU); small:
 // the CPU default; base: BART-base (Lewis et al. 2020: 6+6 layers, d_model 768, 12 heads, FFN
 // 3072). vocab_size is the preset's own default; a recipe takes its tokenizer's.

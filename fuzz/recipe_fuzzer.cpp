@@ -1,6 +1,7 @@
-// Fuzzes the recipe loader (framework/config): parse_recipe over arbitrary text, the entry
-// point load_recipe reads files through. Input: the YAML text, optionally followed by NUL and
-// --set overrides separated by NULs ("optimizer.lr=3e-4\0training.max_steps=10").
+// Fuzzes the recipe loader (app/recipe, over framework/config's schema engine): parse_recipe
+// over arbitrary text, the entry point load_recipe reads files through. Input: the YAML text,
+// optionally followed by NUL and --set overrides separated by NULs
+// ("optimizer.lr=3e-4\0training.max_steps=10").
 //
 // Expected outcomes: a Recipe, or tarn::Error (ConfigError) naming the problem. Anything else
 // (a crash, a sanitizer report, another exception, a hang) is a finding. A recipe that loads
@@ -11,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 #include "kernels/check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "framework/config/recipe.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
 #include "framework/io/safetensors.h"
@@ -16,6 +15,7 @@
 #include "app/checkpoint_state.h"
 #include "app/evaluate.h"
 #include "app/hf_import.h"
+#include "app/recipe/recipe.h"
 #include "app/session.h"
 #include "app/trainer.h"
 

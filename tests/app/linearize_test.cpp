@@ -7,13 +7,13 @@
 #include <map>
 
 #include "data/batcher.h"
-#include "framework/config/recipe.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/state_dict.h"
 #include "tests/app/app_test_util.h"
 #include "app/checkpoint_state.h"
 #include "app/hf_import.h"
 #include "app/init_from.h"
+#include "app/recipe/recipe.h"
 #include "app/session.h"
 #include "app/trainer.h"
 

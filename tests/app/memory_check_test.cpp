@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "app/generate.h"
+#include "app/recipe/recipe.h"
 #include "app/session.h"
 #include "app/trainer.h"
 #include "data/tokenizer.h"
 #include "framework/allocator.h"
 #include "framework/config/config_error.h"
-#include "framework/config/recipe.h"
 #include "framework/config/schema.h"
 #include "tests/app/app_test_util.h"
 

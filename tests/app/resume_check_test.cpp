@@ -10,10 +10,10 @@
 #include <optional>
 #include <sstream>
 
+#include "app/recipe/recipe.h"
 #include "app/resume_check.h"
 #include "app/trainer.h"
 #include "data/tokenizer.h"
-#include "framework/config/recipe.h"
 #include "framework/config/schema.h"
 #include "framework/config/yaml_scalar.h"
 #include "framework/io/checkpoint_dir.h"

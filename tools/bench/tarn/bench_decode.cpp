@@ -10,13 +10,13 @@
 
 #include "framework/allocator.h"
 #include "framework/autograd.h"
-#include "framework/config/recipe.h"
 #include "framework/log/log.h"
 #include "framework/rng.h"
 #include "kernels/check.h"
 #include "layers/bart.h"
 #include "tools/bench/tarn/bench_common.h"
 #include "app/generate.h"
+#include "app/recipe/recipe.h"
 #include "app/session.h"
 #include "app/trained_model.h"
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "framework/allocator.h"
-#include "framework/config/recipe.h"
 #include "framework/log/log.h"
 #include "framework/ops/nn.h"
 #include "framework/staging.h"
@@ -19,6 +18,7 @@
 #include "kernels/collectives.h"
 #include "layers/bart.h"
 #include "tools/bench/tarn/bench_common.h"
+#include "app/recipe/recipe.h"
 #include "app/session.h"
 
 namespace tarn::app {

@@ -1,14 +1,14 @@
 // The recipe schema: shipped recipes, defaults and presets, overrides, the to_yaml round trip,
 // warnings, help output and file checks. Malformed recipes are in malformed_recipes_test.cpp.
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <sys/stat.h>
 
-#include "config_test_util.h"
 #include "framework/config/schema.h"
+#include "tests/config/config_test_util.h"
 
 namespace tarn {
 namespace {
@@ -580,6 +580,39 @@ TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {
       std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: softmax, align_decay: 0.9}\n", "w.yaml");
   ASSERT_EQ(warned.warnings.size(), 1u);
   EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.align_decay: ignored: kind is softmax");
+}
+
+// A per-layer entry follows the rules of a stack's settings (app/recipe/attention_recipe.cpp
+// checks both with the same code), each at the entry's line: before, an entry's gate without
+// its decay and its Taylor map too wide for the kernels passed the recipe and failed only when
+// the model was built (BartConfig::validate), without a line.
+TEST(RecipeAttention, PerLayerEntriesFollowTheStacksRules) {
+  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+           {"    cross: {layers: [linear, {kind: linear, align_gate: true}, linear, linear]}\n",
+            "bad.yaml:5: model.attention.cross.layers[1].align_gate: needs align_decay > 0"},
+           {"    cross: {layers: [linear, linear, linear, {kind: linear, feature_map: taylor, taylor_order: 4, "
+            "taylor_dim: 17}]}\n",
+            "bad.yaml:5: model.attention.cross.layers[3].taylor_dim: 17 at taylor_order 4 gives 5985 features, above "
+            "the 5120"},
+           {"    cross: {layers: [linear, linear, linear, {kind: hybrid, global: delta}]}\n",
+            "bad.yaml:5: model.attention.cross.layers[3].global: hybrid cross-attention takes global: linear"}}) {
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
+      ADD_FAILURE() << attention << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  // The stack's own gate, given beside `layers`, is its entries' default: those that set their
+  // own decay take it.
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n"
+                                    "    cross: {align_decay: 0.9, align_gate: true, layers: [linear, linear, linear, "
+                                    "{kind: linear, align_decay: 0.5}]}\n",
+                                "t.yaml");
+  ASSERT_EQ(r.model.attention.cross.per_layer.size(), 4u);
+  EXPECT_TRUE(r.model.attention.cross.per_layer[3].align_gate);
+  EXPECT_DOUBLE_EQ(r.model.attention.cross.per_layer[3].align_decay, 0.5);
 }
 
 TEST(RecipeWarnings, IdentityFeatureMapIsAllowedWithAWarning) {

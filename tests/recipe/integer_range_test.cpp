@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "app/recipe/recipe.h"
 #include "framework/config/config_error.h"
-#include "framework/config/recipe.h"
 #include "framework/config/schema.h"
 
 namespace tarn {

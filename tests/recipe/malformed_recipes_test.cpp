@@ -1,4 +1,4 @@
-// Every file of tests/config/malformed/ is a recipe with one mistake. Its header says what the
+// Every file of tests/recipe/malformed/ is a recipe with one mistake. Its header says what the
 // first error must be and, optionally, which overrides to apply:
 //   # expect: 5: optimizer.lr: expected a positive number, got "fast"
 //   # set: training.max_steps=100
@@ -10,8 +10,8 @@
 #include <cctype>
 #include <sstream>
 
-#include "config_test_util.h"
-#include "framework/config/recipe.h"
+#include "app/recipe/recipe.h"
+#include "tests/config/config_test_util.h"
 
 namespace tarn {
 namespace {
@@ -48,7 +48,7 @@ Case read_case(const std::string& path) {
 }
 
 TEST(MalformedRecipes, CorpusHasAtLeastThirtyCasesEachWithAnExpectation) {
-  const auto files = yaml_files("tests/config/malformed");
+  const auto files = yaml_files("tests/recipe/malformed");
   EXPECT_GE(files.size(), kMinMalformedRecipes);
   for (const std::string& f : files) EXPECT_FALSE(read_case(f).expect.empty()) << f << " has no '# expect: ' line";
 }
@@ -64,7 +64,7 @@ TEST_P(MalformedRecipe, IsRejectedWithTheExpectedMessageAndLine) {
   EXPECT_EQ(issues.front().str(), c.expect) << "all issues:\n" << ConfigError(issues).what();
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, MalformedRecipe, ::testing::ValuesIn(yaml_files("tests/config/malformed")),
+INSTANTIATE_TEST_SUITE_P(Files, MalformedRecipe, ::testing::ValuesIn(yaml_files("tests/recipe/malformed")),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param.substr(info.param.find_last_of('/') + 1);
                            name = name.substr(0, name.find('.'));
