@@ -148,6 +148,17 @@ std::string read_tokenizer(const std::string& dir, std::string* source) {
   return {};
 }
 
+// The special ids a config names (config.json, generation_config.json) must be tarn's fixed ones
+// or null; config.json must name pad_token_id.
+void check_special_ids(const HfConfig& c, bool pad_may_be_null) {
+  c.id_is("bos_token_id", kBosId, true);
+  c.id_is("pad_token_id", kPadId, pad_may_be_null);
+  c.id_is("eos_token_id", kEosId, true);
+  c.id_is("decoder_start_token_id", kEosId, true);
+  c.id_is("forced_eos_token_id", kEosId, true);
+  c.id_is("forced_bos_token_id", kBosId, true);
+}
+
 std::string yaml_string(const std::string& s) { return json::quote(s); }  // JSON strings are YAML
 
 }  // namespace
@@ -191,12 +202,7 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   if (!cfg.boolean("is_encoder_decoder", true)) cfg.refuse("is_encoder_decoder", "BART is an encoder-decoder");
   for (const char* drop : {"encoder_layerdrop", "decoder_layerdrop"})
     if (cfg.number(drop, 0.0) != 0.0) cfg.refuse(drop, "tarn has no LayerDrop: only 0 trains as the model did");
-  cfg.id_is("bos_token_id", kBosId, true);
-  cfg.id_is("pad_token_id", kPadId, false);
-  cfg.id_is("eos_token_id", kEosId, true);
-  cfg.id_is("decoder_start_token_id", kEosId, true);
-  cfg.id_is("forced_eos_token_id", kEosId, true);
-  cfg.id_is("forced_bos_token_id", kBosId, true);
+  check_special_ids(cfg, /*pad_may_be_null=*/false);
   if (const int64_t eh = cfg.integer("encoder_attention_heads"), dh = cfg.integer("decoder_attention_heads"); eh != dh)
     cfg.refuse("decoder_attention_heads", str_cat("tarn has one head count for every stack (model.heads); "
                                                   "encoder_attention_heads is ", eh));
@@ -214,13 +220,7 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   }
   // generation_config.json (transformers >= 4.26 moves the generation defaults there).
   if (const std::string gpath = hf_dir + "/generation_config.json"; exists(gpath)) {
-    const HfConfig g(gpath);
-    g.id_is("decoder_start_token_id", kEosId, true);
-    g.id_is("forced_bos_token_id", kBosId, true);
-    g.id_is("forced_eos_token_id", kEosId, true);
-    g.id_is("bos_token_id", kBosId, true);
-    g.id_is("eos_token_id", kEosId, true);
-    g.id_is("pad_token_id", kPadId, true);
+    check_special_ids(HfConfig(gpath), /*pad_may_be_null=*/true);
     const json::Json root = json::parse(read_file(gpath), gpath);
     for (const auto& [key, value] : json::members(root, gpath))
       if (key != "_from_model_config" && key != "transformers_version" && key.find("token_id") == std::string::npos)

@@ -308,12 +308,18 @@ ByteLevelBpe ByteLevelBpe::from_tokenizer_json(std::string_view text, const std:
   return t;
 }
 
-std::string ByteLevelBpe::vocab_json() const {
+namespace {
+
+// vocab.json's object, which tokenizer.json's model also holds: token -> id, in id order.
+json::Json vocab_object(const std::vector<std::string>& id_to_token) {
   json::Json v = json::Json::object();
-  for (size_t id = 0; id < id_to_token_.size(); ++id)
-    v[id_to_token_[id]] = static_cast<int64_t>(id);
-  return json::dump(v) + "\n";
+  for (size_t id = 0; id < id_to_token.size(); ++id) v[id_to_token[id]] = static_cast<int64_t>(id);
+  return v;
 }
+
+}  // namespace
+
+std::string ByteLevelBpe::vocab_json() const { return json::dump(vocab_object(id_to_token_)) + "\n"; }
 
 std::string ByteLevelBpe::merges_txt() const {
   std::string s = "#version: 0.2\n";
@@ -322,65 +328,51 @@ std::string ByteLevelBpe::merges_txt() const {
 }
 
 std::string ByteLevelBpe::to_tokenizer_json() const {
-  json::Json root = json::Json::object();
-  root["version"] = "1.0";
-  root["truncation"] = nullptr;
-  root["padding"] = nullptr;
+  using json::Json;
   std::vector<Special> by_id = specials_;
   std::sort(by_id.begin(), by_id.end(), [](const Special& a, const Special& b) { return a.id < b.id; });
-  json::Json added = json::Json::array();
-  for (const Special& s : by_id) {
-    json::Json a = json::Json::object();
-    a["id"] = static_cast<int64_t>(s.id);
-    a["content"] = s.content;
-    a["single_word"] = false;
-    a["lstrip"] = s.lstrip;
-    a["rstrip"] = s.rstrip;
-    a["normalized"] = false;
-    a["special"] = true;
-    added.push_back(a);
-  }
-  root["added_tokens"] = added;
-  root["normalizer"] = nullptr;
-  json::Json pre = json::Json::object();
-  pre["type"] = "ByteLevel";
-  pre["add_prefix_space"] = false;
-  pre["trim_offsets"] = true;
-  pre["use_regex"] = true;
-  root["pre_tokenizer"] = pre;
-  json::Json post = json::Json::object();
-  post["type"] = "RobertaProcessing";
+  Json added = Json::array();
+  for (const Special& s : by_id)
+    added.push_back(Json::object({{"id", static_cast<int64_t>(s.id)},
+                                  {"content", s.content},
+                                  {"single_word", false},
+                                  {"lstrip", s.lstrip},
+                                  {"rstrip", s.rstrip},
+                                  {"normalized", false},
+                                  {"special", true}}));
+  // The pre-tokenizer and the decoder: ByteLevel, the space before the text added by the decoder only.
+  auto byte_level = [](bool add_prefix_space) {
+    return Json::object(
+        {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}});
+  };
   auto pair = [&](const char* tok, int32_t fallback) {
     const int32_t id = token_to_id(tok);
-    return json::Json::array({json::Json(tok), json::Json(static_cast<int64_t>(id >= 0 ? id : fallback))});
+    return Json::array({tok, static_cast<int64_t>(id >= 0 ? id : fallback)});
   };
-  post["sep"] = pair("</s>", 2);
-  post["cls"] = pair("<s>", 0);
-  post["trim_offsets"] = true;
-  post["add_prefix_space"] = false;
-  root["post_processor"] = post;
-  json::Json dec = json::Json::object();
-  dec["type"] = "ByteLevel";
-  dec["add_prefix_space"] = true;
-  dec["trim_offsets"] = true;
-  dec["use_regex"] = true;
-  root["decoder"] = dec;
-  json::Json model = json::Json::object();
-  model["type"] = "BPE";
-  model["dropout"] = nullptr;
-  model["unk_token"] = nullptr;
-  model["continuing_subword_prefix"] = "";
-  model["end_of_word_suffix"] = "";
-  model["fuse_unk"] = false;
-  model["byte_fallback"] = false;
-  json::Json vocab = json::Json::object();
-  for (size_t id = 0; id < id_to_token_.size(); ++id)
-    vocab[id_to_token_[id]] = static_cast<int64_t>(id);
-  model["vocab"] = vocab;
-  json::Json merges = json::Json::array();
-  for (const auto& [a, b] : merges_) merges.push_back(json::Json(a + " " + b));
-  model["merges"] = merges;
-  root["model"] = model;
+  Json merges = Json::array();
+  for (const auto& [a, b] : merges_) merges.push_back(a + " " + b);
+  const Json root = Json::object(
+      {{"version", "1.0"},
+       {"truncation", nullptr},
+       {"padding", nullptr},
+       {"added_tokens", added},
+       {"normalizer", nullptr},
+       {"pre_tokenizer", byte_level(false)},
+       {"post_processor", Json::object({{"type", "RobertaProcessing"},
+                                        {"sep", pair("</s>", 2)},
+                                        {"cls", pair("<s>", 0)},
+                                        {"trim_offsets", true},
+                                        {"add_prefix_space", false}})},
+       {"decoder", byte_level(true)},
+       {"model", Json::object({{"type", "BPE"},
+                               {"dropout", nullptr},
+                               {"unk_token", nullptr},
+                               {"continuing_subword_prefix", ""},
+                               {"end_of_word_suffix", ""},
+                               {"fuse_unk", false},
+                               {"byte_fallback", false},
+                               {"vocab", vocab_object(id_to_token_)},
+                               {"merges", merges}})}});
   return json::dump(root) + "\n";
 }
 

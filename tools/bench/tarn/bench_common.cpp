@@ -77,6 +77,10 @@ CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std:
   return app;
 }
 
+void add_recipe_device_flag(CLI::App& app, std::string& device, const std::string& description) {
+  app.add_option("--device", device, description)->type_name("D")->default_str("the recipe's training.device");
+}
+
 Device bench_device(const std::string& name) {
   Device device;
   try {
