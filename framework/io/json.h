@@ -31,7 +31,9 @@ constexpr int kMaxDepth = 64;
 // header, so offsets are file offsets).
 Json parse(std::string_view text, std::string_view source, size_t base_offset = 0);
 
-// Serialises compactly (indent < 0) or pretty-printed with `indent` spaces per level.
+// Serialises compactly (indent < 0) or pretty-printed with `indent` spaces per level. Files are
+// written with this, not Json::dump(), whose numbers differ (nlohmann writes 3.0 and 0.0001
+// where tarn's files have 3 and 1e-04); Json::dump() is for messages quoting a value.
 std::string dump(const Json& v, int indent = -1);
 
 // A JSON string literal with quotes; escapes ", \, and control characters. `s` must be UTF-8.
