@@ -38,7 +38,7 @@ void save_training_checkpoint(const std::string& run_dir, const Recipe& recipe, 
   // The moments may alias the live optimizer (state_view): written before the next step().
   const FlatOptimizerState opt = flatten_adamw_state(optimizer_state);
   w.write_safetensors(kOptimizerFile, opt.tensors, opt.metadata);
-  w.write_file(kProgressFile, progress_json(progress).dump(2) + "\n");
+  w.write_file(kProgressFile, json::dump(progress_json(progress), 2) + "\n");
   w.write_file(kRecipeFile, to_yaml(recipe));
   w.write_file(kTokenizerFile, read_file(tokenizer.path()));
   w.set_info("step", std::to_string(progress.step));

@@ -10,6 +10,7 @@
 #include "framework/io/safetensors.h"
 #include "framework/io/state_dict.h"
 #include "framework/log/log.h"
+#include "layers/attention/registry.h"
 #include "layers/bart.h"
 #include "app/checkpoint_state.h"
 #include "app/session.h"
@@ -18,39 +19,16 @@
 namespace tarn::app {
 namespace {
 
-json::Value attention_json(const AttentionConfig& a) {
-  json::Value o = json::Value::object();
-  o.set("kind", json::Value::string(attention_kind_name(a.kind)));
-  if (a.is_hybrid()) {
-    o.set("window", json::Value::number(a.window));
-    o.set("global", json::Value::string(attention_kind_name(a.global)));
-  }
-  if (a.uses_feature_map()) {
-    o.set("feature_map", json::Value::string(kernels::cpu::feature_map_name(a.feature_map)));
-    o.set("chunk", json::Value::number(a.chunk));
-    o.set("favor_features", json::Value::number(a.favor_features));
-    if (a.feature_map == kernels::cpu::FeatureMap::taylor) {
-      o.set("taylor_order", json::Value::number(a.taylor_order));
-      o.set("taylor_dim", json::Value::number(a.taylor_dim));
-    }
-    o.set("eps", json::Value::number(a.eps));
-    if (a.is_aligned()) o.set("align_decay", json::Value::number(a.align_decay));
-    if (a.is_gated_aligned()) o.set("align_gate", json::Value::boolean(true));
-  }
-  if (a.has_delta_block()) {
-    o.set("conv_size", json::Value::number(a.conv_size));
-    o.set("chunk", json::Value::number(a.chunk));
-  }
-  return o;
-}
+// {"kind": ..., settings...}, as the kind writes them (layers/attention/registry.h).
+json::Json attention_json(const AttentionConfig& a) { return attention_export_settings(a); }
 
 // A stack's settings, with "layers": one object per layer when the recipe chose them per layer.
-json::Value stack_json(const AttentionStackRecipe& stack) {
-  json::Value o = attention_json(stack);
+json::Json stack_json(const AttentionStackRecipe& stack) {
+  json::Json o = attention_json(stack);
   if (stack.per_layer.empty()) return o;
-  std::vector<json::Value> layers;
+  std::vector<json::Json> layers;
   for (const AttentionConfig& a : stack.per_layer) layers.push_back(attention_json(a));
-  o.set("layers", json::Value::array(layers));
+  o["layers"] = layers;
   return o;
 }
 
@@ -80,59 +58,58 @@ bool softmax_only(const Recipe& r) {
 // `tokenizer`: the file the export's tokenizer is in (spm.model, or an imported model's
 // tokenizer.json).
 std::string config_json(const BartConfig& c, const Recipe& r, const std::string& tokenizer) {
-  using json::Value;
-  Value o = Value::object();
+  json::Json o = json::Json::object();
   if (softmax_only(r)) {
-    o.set("architectures", Value::array({Value::string("BartForConditionalGeneration")}));
-    o.set("model_type", Value::string("bart"));
+    o["architectures"] = json::Json::array({json::Json("BartForConditionalGeneration")});
+    o["model_type"] = "bart";
   } else {
-    o.set("architectures", Value::array({Value::string("TarnBartForConditionalGeneration")}));
-    o.set("model_type", Value::string("tarn_bart"));
-    Value m = Value::object();
-    m.set("AutoConfig", Value::string("modeling_tarn_bart.TarnBartConfig"));
-    m.set("AutoModelForSeq2SeqLM", Value::string("modeling_tarn_bart.TarnBartForConditionalGeneration"));
-    o.set("auto_map", m);
-    o.set("problem_type", Value::string(kNotPlainBart));
+    o["architectures"] = json::Json::array({json::Json("TarnBartForConditionalGeneration")});
+    o["model_type"] = "tarn_bart";
+    json::Json m = json::Json::object();
+    m["AutoConfig"] = "modeling_tarn_bart.TarnBartConfig";
+    m["AutoModelForSeq2SeqLM"] = "modeling_tarn_bart.TarnBartForConditionalGeneration";
+    o["auto_map"] = m;
+    o["problem_type"] = kNotPlainBart;
   }
-  o.set("vocab_size", Value::number(c.vocab_size));
-  o.set("d_model", Value::number(c.d_model));
-  o.set("encoder_layers", Value::number(c.encoder_layers));
-  o.set("decoder_layers", Value::number(c.decoder_layers));
-  o.set("encoder_attention_heads", Value::number(c.encoder_attention_heads));
-  o.set("decoder_attention_heads", Value::number(c.decoder_attention_heads));
-  o.set("encoder_ffn_dim", Value::number(c.encoder_ffn_dim));
-  o.set("decoder_ffn_dim", Value::number(c.decoder_ffn_dim));
-  o.set("max_position_embeddings", Value::number(c.max_position_embeddings));
-  o.set("activation_function", Value::string("gelu"));
-  o.set("dropout", Value::number(static_cast<double>(c.dropout)));
-  o.set("attention_dropout", Value::number(static_cast<double>(c.attention_dropout)));
-  o.set("activation_dropout", Value::number(static_cast<double>(c.activation_dropout)));
-  o.set("classifier_dropout", Value::number(0.0));
-  o.set("init_std", Value::number(static_cast<double>(c.init_std)));
-  o.set("encoder_layerdrop", Value::number(0.0));
-  o.set("decoder_layerdrop", Value::number(0.0));
-  o.set("scale_embedding", Value::boolean(c.scale_embedding));
-  o.set("use_cache", Value::boolean(true));
-  o.set("is_encoder_decoder", Value::boolean(true));
-  o.set("tie_word_embeddings", Value::boolean(true));
-  o.set("bos_token_id", Value::number(static_cast<int64_t>(c.bos_token_id)));
-  o.set("pad_token_id", Value::number(static_cast<int64_t>(c.pad_token_id)));
-  o.set("eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
-  o.set("decoder_start_token_id", Value::number(static_cast<int64_t>(c.decoder_start_token_id)));
-  o.set("forced_eos_token_id", Value::number(static_cast<int64_t>(c.eos_token_id)));
+  o["vocab_size"] = c.vocab_size;
+  o["d_model"] = c.d_model;
+  o["encoder_layers"] = c.encoder_layers;
+  o["decoder_layers"] = c.decoder_layers;
+  o["encoder_attention_heads"] = c.encoder_attention_heads;
+  o["decoder_attention_heads"] = c.decoder_attention_heads;
+  o["encoder_ffn_dim"] = c.encoder_ffn_dim;
+  o["decoder_ffn_dim"] = c.decoder_ffn_dim;
+  o["max_position_embeddings"] = c.max_position_embeddings;
+  o["activation_function"] = "gelu";
+  o["dropout"] = static_cast<double>(c.dropout);
+  o["attention_dropout"] = static_cast<double>(c.attention_dropout);
+  o["activation_dropout"] = static_cast<double>(c.activation_dropout);
+  o["classifier_dropout"] = 0.0;
+  o["init_std"] = static_cast<double>(c.init_std);
+  o["encoder_layerdrop"] = 0.0;
+  o["decoder_layerdrop"] = 0.0;
+  o["scale_embedding"] = c.scale_embedding;
+  o["use_cache"] = true;
+  o["is_encoder_decoder"] = true;
+  o["tie_word_embeddings"] = true;
+  o["bos_token_id"] = static_cast<int64_t>(c.bos_token_id);
+  o["pad_token_id"] = static_cast<int64_t>(c.pad_token_id);
+  o["eos_token_id"] = static_cast<int64_t>(c.eos_token_id);
+  o["decoder_start_token_id"] = static_cast<int64_t>(c.decoder_start_token_id);
+  o["forced_eos_token_id"] = static_cast<int64_t>(c.eos_token_id);
   // data.bos (an imported BART): HF's tokenizer starts targets with <s>, and generation forces it.
-  if (r.data.bos) o.set("forced_bos_token_id", Value::number(static_cast<int64_t>(c.bos_token_id)));
-  o.set("torch_dtype", Value::string("float32"));
-  Value t = Value::object();
-  t.set("encoder_self_attention", stack_json(r.model.attention.encoder_self));
-  t.set("decoder_self_attention", stack_json(r.model.attention.decoder_self));
-  t.set("cross_attention", stack_json(r.model.attention.cross));
-  t.set("layer_norm_eps", Value::number(static_cast<double>(c.layer_norm_eps)));
-  t.set("tokenizer", Value::string(tokenizer));
-  t.set("max_source_len", Value::number(r.data.max_source_len));
-  t.set("max_target_len", Value::number(r.data.max_target_len));
-  o.set("tarn", t);
-  return o.dump(2) + "\n";
+  if (r.data.bos) o["forced_bos_token_id"] = static_cast<int64_t>(c.bos_token_id);
+  o["torch_dtype"] = "float32";
+  json::Json t = json::Json::object();
+  t["encoder_self_attention"] = stack_json(r.model.attention.encoder_self);
+  t["decoder_self_attention"] = stack_json(r.model.attention.decoder_self);
+  t["cross_attention"] = stack_json(r.model.attention.cross);
+  t["layer_norm_eps"] = static_cast<double>(c.layer_norm_eps);
+  t["tokenizer"] = tokenizer;
+  t["max_source_len"] = r.data.max_source_len;
+  t["max_target_len"] = r.data.max_target_len;
+  o["tarn"] = t;
+  return json::dump(o, 2) + "\n";
 }
 
 }  // namespace

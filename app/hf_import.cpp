@@ -65,45 +65,45 @@ class HfConfig {
   HfConfig(const std::string& path) : path_(path), root_(json::parse(read_file(path), path)) {
     TARN_CHECK(root_.is_object(), path_, ": expected a JSON object");
   }
-  const json::Value* find(const std::string& key) const { return root_.find(key); }
+  const json::Json* find(const std::string& key) const { return json::find(root_, key); }
   [[noreturn]] void refuse(const std::string& key, const std::string& why) const {
-    const json::Value* v = find(key);
+    const json::Json* v = find(key);
     throw Error(str_cat(path_, ": ", key, " = ", v ? v->dump() : std::string("(absent)"), ": ", why));
   }
   int64_t integer(const std::string& key) const {
-    const json::Value* v = find(key);
+    const json::Json* v = find(key);
     if (!v) refuse(key, "missing (tarn needs it to build the model)");
-    if (!v->is_number() || v->number_text().find_first_not_of("0123456789") != std::string::npos)
+    if (!v->is_number_unsigned())
       refuse(key, "expected a non-negative integer");
-    return static_cast<int64_t>(v->as_u64(key));
+    return static_cast<int64_t>(json::as_u64(*v, key));
   }
   double number(const std::string& key, double absent) const {
-    const json::Value* v = find(key);
+    const json::Json* v = find(key);
     if (!v || v->is_null()) return absent;
     if (!v->is_number()) refuse(key, "expected a number");
-    return v->as_double(key);
+    return json::as_double(*v, key);
   }
   bool boolean(const std::string& key, bool absent) const {
-    const json::Value* v = find(key);
+    const json::Json* v = find(key);
     if (!v || v->is_null()) return absent;
-    if (!v->is_bool()) refuse(key, "expected true or false");
-    return v->as_bool(key);
+    if (!v->is_boolean()) refuse(key, "expected true or false");
+    return json::as_bool(*v, key);
   }
   // An id field that must be `want` (tarn's fixed special ids) or, when `null_ok`, absent/null.
   void id_is(const std::string& key, int64_t want, bool null_ok) const {
-    const json::Value* v = find(key);
+    const json::Json* v = find(key);
     if (!v || v->is_null()) {
       if (!null_ok) refuse(key, str_cat("tarn's BART needs ", want));
       return;
     }
-    if (!v->is_number() || v->number_text() != std::to_string(want))
+    if (!json::is_integer(*v, static_cast<uint64_t>(want)))
       refuse(key, str_cat("tarn's special ids are fixed (<s>=0, <pad>=1, </s>=2, <unk>=3, docs/design.md section 3); "
                           "it needs ",
                           want));
   }
   std::vector<std::string> unknown_and_not_applied(std::vector<std::string>& not_applied) const {
     std::vector<std::string> unknown;
-    for (const auto& [key, value] : root_.members(path_)) {
+    for (const auto& [key, value] : json::members(root_, path_)) {
       if (kRead.count(key)) continue;
       if (kNotApplied.count(key)) {
         if (key != "architectures" && key != "model_type" && key != "transformers_version" &&
@@ -119,7 +119,7 @@ class HfConfig {
 
  private:
   std::string path_;
-  json::Value root_;
+  json::Json root_;
 };
 
 bool same_values(const Tensor& a, const Tensor& b) {
@@ -148,7 +148,18 @@ std::string read_tokenizer(const std::string& dir, std::string* source) {
   return {};
 }
 
-std::string yaml_string(const std::string& s) { return json::Value::string(s).dump(); }  // JSON strings are YAML
+// The special ids a config names (config.json, generation_config.json) must be tarn's fixed ones
+// or null; config.json must name pad_token_id.
+void check_special_ids(const HfConfig& c, bool pad_may_be_null) {
+  c.id_is("bos_token_id", kBosId, true);
+  c.id_is("pad_token_id", kPadId, pad_may_be_null);
+  c.id_is("eos_token_id", kEosId, true);
+  c.id_is("decoder_start_token_id", kEosId, true);
+  c.id_is("forced_eos_token_id", kEosId, true);
+  c.id_is("forced_bos_token_id", kBosId, true);
+}
+
+std::string yaml_string(const std::string& s) { return json::quote(s); }  // JSON strings are YAML
 
 }  // namespace
 
@@ -165,16 +176,16 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
 
   // What the model computes: refused unless tarn computes the same.
   {
-    const json::Value* mt = cfg.find("model_type");
-    if (!mt || !mt->is_string() || mt->as_string("model_type") != "bart")
+    const json::Json* mt = cfg.find("model_type");
+    if (!mt || !mt->is_string() || json::as_string(*mt, "model_type") != "bart")
       cfg.refuse("model_type", "tarn imports BART (model_type \"bart\") only");
   }
-  if (const json::Value* a = cfg.find("architectures"); a && a->is_array())
-    for (const json::Value& name : a->items("architectures"))
-      if (!name.is_string() || name.as_string("architectures").rfind("Bart", 0) != 0)
+  if (const json::Json* a = cfg.find("architectures"); a && a->is_array())
+    for (const json::Json& name : json::items(*a, "architectures"))
+      if (!name.is_string() || json::as_string(name, "architectures").rfind("Bart", 0) != 0)
         cfg.refuse("architectures", "not a BART architecture");
-  if (const json::Value* act = cfg.find("activation_function");
-      act && !(act->is_string() && act->as_string("activation_function") == "gelu"))
+  if (const json::Json* act = cfg.find("activation_function");
+      act && !(act->is_string() && json::as_string(*act, "activation_function") == "gelu"))
     cfg.refuse("activation_function", "tarn's feed-forward uses the exact (erf) GELU, HF's \"gelu\"");
   if (cfg.boolean("normalize_before", false))
     cfg.refuse("normalize_before", "tarn's BART is post-LayerNorm (docs/design.md section 3)");
@@ -186,24 +197,19 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
                "tarn's BART always has LayerNorm on the embeddings");
   if (cfg.boolean("static_position_embeddings", false))
     cfg.refuse("static_position_embeddings", "tarn learns its positional embeddings (offset 2)");
-  if (const json::Value* e = cfg.find("extra_pos_embeddings"); e && !(e->is_number() && e->number_text() == "2"))
+  if (const json::Json* e = cfg.find("extra_pos_embeddings"); e && !json::is_integer(*e, 2))
     cfg.refuse("extra_pos_embeddings", "tarn's positions are offset by 2, as BART's");
   if (!cfg.boolean("is_encoder_decoder", true)) cfg.refuse("is_encoder_decoder", "BART is an encoder-decoder");
   for (const char* drop : {"encoder_layerdrop", "decoder_layerdrop"})
     if (cfg.number(drop, 0.0) != 0.0) cfg.refuse(drop, "tarn has no LayerDrop: only 0 trains as the model did");
-  cfg.id_is("bos_token_id", kBosId, true);
-  cfg.id_is("pad_token_id", kPadId, false);
-  cfg.id_is("eos_token_id", kEosId, true);
-  cfg.id_is("decoder_start_token_id", kEosId, true);
-  cfg.id_is("forced_eos_token_id", kEosId, true);
-  cfg.id_is("forced_bos_token_id", kBosId, true);
+  check_special_ids(cfg, /*pad_may_be_null=*/false);
   if (const int64_t eh = cfg.integer("encoder_attention_heads"), dh = cfg.integer("decoder_attention_heads"); eh != dh)
     cfg.refuse("decoder_attention_heads", str_cat("tarn has one head count for every stack (model.heads); "
                                                   "encoder_attention_heads is ", eh));
   if (const int64_t ef = cfg.integer("encoder_ffn_dim"), df = cfg.integer("decoder_ffn_dim"); ef != df)
     cfg.refuse("decoder_ffn_dim", str_cat("tarn has one feed-forward size (model.ffn_dim); encoder_ffn_dim is ", ef));
-  if (const json::Value* nl = cfg.find("num_hidden_layers");
-      nl && !(nl->is_number() && nl->number_text() == std::to_string(cfg.integer("encoder_layers"))))
+  if (const json::Json* nl = cfg.find("num_hidden_layers");
+      nl && !json::is_integer(*nl, static_cast<uint64_t>(cfg.integer("encoder_layers"))))
     cfg.refuse("num_hidden_layers", "HF derives it from encoder_layers; they differ");
   const std::vector<std::string> unknown = cfg.unknown_and_not_applied(r.not_applied);
   if (!unknown.empty()) {
@@ -214,15 +220,9 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   }
   // generation_config.json (transformers >= 4.26 moves the generation defaults there).
   if (const std::string gpath = hf_dir + "/generation_config.json"; exists(gpath)) {
-    const HfConfig g(gpath);
-    g.id_is("decoder_start_token_id", kEosId, true);
-    g.id_is("forced_bos_token_id", kBosId, true);
-    g.id_is("forced_eos_token_id", kEosId, true);
-    g.id_is("bos_token_id", kBosId, true);
-    g.id_is("eos_token_id", kEosId, true);
-    g.id_is("pad_token_id", kPadId, true);
-    const json::Value root = json::parse(read_file(gpath), gpath);
-    for (const auto& [key, value] : root.members(gpath))
+    check_special_ids(HfConfig(gpath), /*pad_may_be_null=*/true);
+    const json::Json root = json::parse(read_file(gpath), gpath);
+    for (const auto& [key, value] : json::members(root, gpath))
       if (key != "_from_model_config" && key != "transformers_version" && key.find("token_id") == std::string::npos)
         r.not_applied.push_back("generation_config.json " + key + "=" + value.dump());
   }
@@ -232,7 +232,7 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   const std::string tok_path = out_dir + "/tokenizer.json";
   write_file_atomic(tok_path, read_tokenizer(hf_dir, &r.tokenizer_source));
   const Tokenizer tok = Tokenizer::load(tok_path);
-  if (const json::Value* m = cfg.find("mask_token_id"); m && !m->is_null()) cfg.id_is("mask_token_id", tok.mask_id(), true);
+  if (const json::Json* m = cfg.find("mask_token_id"); m && !m->is_null()) cfg.id_is("mask_token_id", tok.mask_id(), true);
 
   // The recipe: every size from config.json, softmax attention everywhere, HF's data layout.
   const int64_t positions = cfg.integer("max_position_embeddings");

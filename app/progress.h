@@ -40,7 +40,7 @@ struct Progress {
   std::map<std::string, Favor> favor;
 };
 
-json::Value progress_json(const Progress& progress);
+json::Json progress_json(const Progress& progress);
 // Reads what progress_json wrote; throws tarn::Error naming `source` and the field on anything
 // missing, of the wrong kind or out of range.
 Progress parse_progress(std::string_view text, const std::string& source);

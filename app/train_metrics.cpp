@@ -19,7 +19,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Metrics are JSON numbers when finite; an infinite perplexity (or any other overflow) is null.
-json::Value metric(double v) { return std::isfinite(v) ? json::Value::number(v) : json::Value(); }
+json::Json metric(double v) { return std::isfinite(v) ? json::Json(v) : json::Json(); }
 
 }  // namespace
 
@@ -104,18 +104,18 @@ std::optional<double> TrainMetrics::log_interval(const Progress& progress, const
   if (!std::isnan(eta)) line += ", ETA " + log::duration(std::max(0.0, eta));
   log::progress("train", line);
 
-  json::Value m = json::Value::object();
-  m.set("kind", json::Value::string("train"));
-  m.set("step", json::Value::number(progress.step));
-  m.set("epoch", json::Value::number(progress.data.epoch));
-  m.set("loss", metric(loss));
-  m.set("nll", metric(nll));
-  m.set("ppl", metric(std::exp(nll)));
-  m.set("lr", json::Value::number(static_cast<double>(lr_)));
-  m.set("grad_norm", metric(grad_norm));
-  m.set("tokens_per_s", metric(tps));
-  m.set("tokens_seen", json::Value::number(progress.tokens_seen));
-  m.set("elapsed_s", json::Value::number(elapsed));
+  json::Json m = json::Json::object();
+  m["kind"] = "train";
+  m["step"] = progress.step;
+  m["epoch"] = progress.data.epoch;
+  m["loss"] = metric(loss);
+  m["nll"] = metric(nll);
+  m["ppl"] = metric(std::exp(nll));
+  m["lr"] = static_cast<double>(lr_);
+  m["grad_norm"] = metric(grad_norm);
+  m["tokens_per_s"] = metric(tps);
+  m["tokens_seen"] = progress.tokens_seen;
+  m["elapsed_s"] = elapsed;
   write(m);
   scalars(progress.step, {{"train/loss", loss},
                           {"train/nll", nll},
@@ -136,18 +136,18 @@ void TrainMetrics::log_validation(const Progress& progress, const ValidationRepo
             " batches, ", log::duration(v.seconds), ") | ", log::duration(elapsed), " | mem live peak ",
             log::mebibytes(mem.high_water_bytes), device.is_cpu() ? "" : " on " + device.str(), ", RSS peak ",
             log::mebibytes(v.resident.peak_bytes), v.best ? " | best so far" : "");
-  json::Value m = json::Value::object();
-  m.set("kind", json::Value::string("valid"));
-  m.set("step", json::Value::number(progress.step));
-  m.set("nll", metric(r.mean_nll()));
-  m.set("ppl", metric(r.perplexity()));
-  m.set("tokens", json::Value::number(r.tokens));
-  m.set("best", json::Value::boolean(v.best));
-  m.set("tokens_seen", json::Value::number(progress.tokens_seen));
-  m.set("elapsed_s", json::Value::number(elapsed));
-  m.set("memory_live_peak_bytes", json::Value::number(static_cast<double>(mem.high_water_bytes)));
-  m.set("memory_cached_bytes", json::Value::number(static_cast<double>(mem.cached_bytes)));
-  m.set("rss_peak_bytes", json::Value::number(static_cast<double>(v.resident.peak_bytes)));
+  json::Json m = json::Json::object();
+  m["kind"] = "valid";
+  m["step"] = progress.step;
+  m["nll"] = metric(r.mean_nll());
+  m["ppl"] = metric(r.perplexity());
+  m["tokens"] = r.tokens;
+  m["best"] = v.best;
+  m["tokens_seen"] = progress.tokens_seen;
+  m["elapsed_s"] = elapsed;
+  m["memory_live_peak_bytes"] = static_cast<double>(mem.high_water_bytes);
+  m["memory_cached_bytes"] = static_cast<double>(mem.cached_bytes);
+  m["rss_peak_bytes"] = static_cast<double>(v.resident.peak_bytes);
   write(m);
   scalars(progress.step, {{"valid/nll", r.mean_nll()},
                           {"valid/ppl", r.perplexity()},
@@ -161,9 +161,9 @@ void TrainMetrics::log_test(int64_t step, const EvalResult& r, const std::string
             " over ", log::thousands(r.tokens), " target tokens (", data, ")");
 }
 
-void TrainMetrics::write(const json::Value& line) {
+void TrainMetrics::write(const json::Json& line) {
   if (!file_) return;
-  *file_ << line.dump() << "\n";
+  *file_ << json::dump(line) << "\n";
   file_->flush();
 }
 

@@ -74,7 +74,7 @@ class TrainMetrics {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void write(const json::Value& line);
+  void write(const json::Json& line);
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
 
   struct Interval {  // what the progress line averages over

@@ -47,7 +47,7 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_library(TARN_SENTENCEPIECE_TRAIN sentencepiece_train REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # byte-level BPE's pre-tokenisation regex
 
-# nlohmann-json (nlohmann-json3-dev, header-only): the JSON grammar behind framework/io/json.h.
+# nlohmann-json (nlohmann-json3-dev, header-only): the JSON values and grammar behind framework/io/json.h.
 # zlib (zlib1g-dev): the CRC-32 of checkpoint files (framework/io/crc32.h).
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)

@@ -145,7 +145,7 @@ void ByteLevelBpe::build(std::unordered_map<std::string, int32_t> vocab,
                          const std::string& source) {
   int32_t size = 0;
   for (const auto& [tok, id] : vocab) {
-    TARN_CHECK(id >= 0, source, ": token ", json::Value::string(tok).dump(), " has the negative id ", id);
+    TARN_CHECK(id >= 0, source, ": token ", json::quote(tok), " has the negative id ", id);
     size = std::max(size, id + 1);
   }
   for (const Special& s : specials) {
@@ -191,10 +191,10 @@ void ByteLevelBpe::build(std::unordered_map<std::string, int32_t> vocab,
 
 ByteLevelBpe ByteLevelBpe::from_files(const std::string& vocab_json_path, const std::string& merges_path,
                                       std::vector<Special> specials) {
-  const json::Value v = json::parse(read_file(vocab_json_path), vocab_json_path);
+  const json::Json v = json::parse(read_file(vocab_json_path), vocab_json_path);
   std::unordered_map<std::string, int32_t> vocab;
-  for (const auto& [tok, id] : v.members(vocab_json_path)) {
-    const uint64_t n = id.as_u64(vocab_json_path + ": token " + json::Value::string(tok).dump());
+  for (const auto& [tok, id] : json::members(v, vocab_json_path)) {
+    const uint64_t n = json::as_u64(id, vocab_json_path + ": token " + json::quote(tok));
     TARN_CHECK(n < static_cast<uint64_t>(INT32_MAX), vocab_json_path, ": id ", n, " is too large");
     vocab[tok] = static_cast<int32_t>(n);
   }
@@ -228,75 +228,75 @@ ByteLevelBpe ByteLevelBpe::from_files(const std::string& vocab_json_path, const 
 }
 
 ByteLevelBpe ByteLevelBpe::from_tokenizer_json(std::string_view text, const std::string& source) {
-  const json::Value root = json::parse(text, source);
-  const json::Value* model = root.find("model");
+  const json::Json root = json::parse(text, source);
+  const json::Json* model = json::find(root, "model");
   TARN_CHECK(model && model->is_object(), source, ": no \"model\" object: not a tokenizers tokenizer.json");
-  auto field_is = [&](const json::Value* obj, const char* section, const char* key, auto&& ok, const char* want) {
-    const json::Value* f = obj ? obj->find(key) : nullptr;
+  auto field_is = [&](const json::Json* obj, const char* section, const char* key, auto&& ok, const char* want) {
+    const json::Json* f = obj ? json::find(*obj, key) : nullptr;
     TARN_CHECK(ok(f), source, ": ", section, key, " is ", f ? f->dump() : std::string("absent"), ": tarn reads ",
                want);
   };
-  auto null_or_empty = [](const json::Value* f) {
-    return !f || f->is_null() || (f->is_string() && f->as_string("").empty());
+  auto null_or_empty = [](const json::Json* f) {
+    return !f || f->is_null() || (f->is_string() && json::as_string(*f, "").empty());
   };
-  auto null_or_false = [](const json::Value* f) { return !f || f->is_null() || (f->is_bool() && !f->as_bool("")); };
-  field_is(model, "model.", "type", [](const json::Value* f) { return f && f->is_string() && f->as_string("") == "BPE"; },
+  auto null_or_false = [](const json::Json* f) { return !f || f->is_null() || (f->is_boolean() && !json::as_bool(*f, "")); };
+  field_is(model, "model.", "type", [](const json::Json* f) { return f && f->is_string() && json::as_string(*f, "") == "BPE"; },
            "byte-level BPE tokenizers only (GPT-2's, BART's, RoBERTa's)");
-  field_is(model, "model.", "dropout", [](const json::Value* f) { return !f || f->is_null(); }, "BPE without dropout");
+  field_is(model, "model.", "dropout", [](const json::Json* f) { return !f || f->is_null(); }, "BPE without dropout");
   field_is(model, "model.", "continuing_subword_prefix", null_or_empty, "BPE without subword prefixes");
   field_is(model, "model.", "end_of_word_suffix", null_or_empty, "BPE without word suffixes");
   field_is(model, "model.", "byte_fallback", null_or_false, "byte-level BPE, not byte fallback");
   field_is(model, "model.", "ignore_merges", null_or_false, "BPE that applies its merges to every word");
-  field_is(&root, "", "normalizer", [](const json::Value* f) { return !f || f->is_null(); },
+  field_is(&root, "", "normalizer", [](const json::Json* f) { return !f || f->is_null(); },
            "tokenizers without a normalizer");
-  const json::Value* pre = root.find("pre_tokenizer");
+  const json::Json* pre = json::find(root, "pre_tokenizer");
   field_is(pre, "pre_tokenizer.", "type",
-           [](const json::Value* f) { return f && f->is_string() && f->as_string("") == "ByteLevel"; },
+           [](const json::Json* f) { return f && f->is_string() && json::as_string(*f, "") == "ByteLevel"; },
            "a ByteLevel pre-tokenizer");
   field_is(pre, "pre_tokenizer.", "add_prefix_space", null_or_false, "add_prefix_space false (BART's)");
   field_is(pre, "pre_tokenizer.", "use_regex",
-           [](const json::Value* f) { return !f || f->is_null() || (f->is_bool() && f->as_bool("")); },
+           [](const json::Json* f) { return !f || f->is_null() || (f->is_boolean() && json::as_bool(*f, "")); },
            "GPT-2's pre-tokenisation regex (use_regex true)");
-  const json::Value* dec = root.find("decoder");
+  const json::Json* dec = json::find(root, "decoder");
   field_is(dec, "decoder.", "type",
-           [](const json::Value* f) { return f && f->is_string() && f->as_string("") == "ByteLevel"; },
+           [](const json::Json* f) { return f && f->is_string() && json::as_string(*f, "") == "ByteLevel"; },
            "a ByteLevel decoder");
 
   std::unordered_map<std::string, int32_t> vocab;
-  const json::Value* v = model->find("vocab");
+  const json::Json* v = json::find(*model, "vocab");
   TARN_CHECK(v && v->is_object(), source, ": model.vocab is not an object");
-  for (const auto& [tok, id] : v->members("model.vocab")) {
-    const uint64_t n = id.as_u64(source + ": model.vocab " + json::Value::string(tok).dump());
+  for (const auto& [tok, id] : json::members(*v, "model.vocab")) {
+    const uint64_t n = json::as_u64(id, source + ": model.vocab " + json::quote(tok));
     TARN_CHECK(n < static_cast<uint64_t>(INT32_MAX), source, ": model.vocab: id ", n, " is too large");
     vocab[tok] = static_cast<int32_t>(n);
   }
   std::vector<std::pair<std::string, std::string>> merges;
-  const json::Value* m = model->find("merges");
+  const json::Json* m = json::find(*model, "merges");
   TARN_CHECK(m && m->is_array(), source, ": model.merges is not an array");
-  for (const json::Value& item : m->items("model.merges")) {
+  for (const json::Json& item : json::items(*m, "model.merges")) {
     const std::string what = source + ": model.merges[" + std::to_string(merges.size()) + "]";
     if (item.is_string()) {  // "a b" (tokenizers before 0.20)
-      const std::string& s = item.as_string(what);
+      const std::string& s = json::as_string(item, what);
       const size_t sp = s.find(' ');
       TARN_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
                  what, ": expected \"a b\", got ", item.dump());
       merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else {  // ["a", "b"]
-      const auto& pair = item.items(what);
+      const auto& pair = json::items(item, what);
       TARN_CHECK(pair.size() == 2, what, ": expected two tokens, got ", item.dump());
-      merges.emplace_back(pair[0].as_string(what), pair[1].as_string(what));
+      merges.emplace_back(json::as_string(pair[0], what), json::as_string(pair[1], what));
     }
   }
   std::vector<Special> specials;
-  if (const json::Value* added = root.find("added_tokens"); added && !added->is_null()) {
-    for (const json::Value& a : added->items("added_tokens")) {
+  if (const json::Json* added = json::find(root, "added_tokens"); added && !added->is_null()) {
+    for (const json::Json& a : json::items(*added, "added_tokens")) {
       const std::string what = source + ": added_tokens[" + std::to_string(specials.size()) + "]";
       Special s;
-      s.content = a.find("content") ? a.find("content")->as_string(what + ".content") : std::string();
-      const uint64_t id = a.find("id") ? a.find("id")->as_u64(what + ".id") : UINT64_MAX;
+      s.content = json::find(a, "content") ? json::as_string(*json::find(a, "content"), what + ".content") : std::string();
+      const uint64_t id = json::find(a, "id") ? json::as_u64(*json::find(a, "id"), what + ".id") : UINT64_MAX;
       TARN_CHECK(id < static_cast<uint64_t>(INT32_MAX), what, ": no valid id");
       s.id = static_cast<int32_t>(id);
-      auto flag = [&](const char* key) { return a.find(key) && a.find(key)->as_bool(what + "." + key); };
+      auto flag = [&](const char* key) { return json::find(a, key) && json::as_bool(*json::find(a, key), what + "." + key); };
       s.lstrip = flag("lstrip");
       s.rstrip = flag("rstrip");
       TARN_CHECK(!flag("single_word"), what, " (", s.content, "): single_word true: tarn matches added tokens anywhere");
@@ -308,12 +308,18 @@ ByteLevelBpe ByteLevelBpe::from_tokenizer_json(std::string_view text, const std:
   return t;
 }
 
-std::string ByteLevelBpe::vocab_json() const {
-  json::Value v = json::Value::object();
-  for (size_t id = 0; id < id_to_token_.size(); ++id)
-    v.set(id_to_token_[id], json::Value::number(static_cast<int64_t>(id)));
-  return v.dump() + "\n";
+namespace {
+
+// vocab.json's object, which tokenizer.json's model also holds: token -> id, in id order.
+json::Json vocab_object(const std::vector<std::string>& id_to_token) {
+  json::Json v = json::Json::object();
+  for (size_t id = 0; id < id_to_token.size(); ++id) v[id_to_token[id]] = static_cast<int64_t>(id);
+  return v;
 }
+
+}  // namespace
+
+std::string ByteLevelBpe::vocab_json() const { return json::dump(vocab_object(id_to_token_)) + "\n"; }
 
 std::string ByteLevelBpe::merges_txt() const {
   std::string s = "#version: 0.2\n";
@@ -322,67 +328,52 @@ std::string ByteLevelBpe::merges_txt() const {
 }
 
 std::string ByteLevelBpe::to_tokenizer_json() const {
-  using json::Value;
-  Value root = Value::object();
-  root.set("version", Value::string("1.0"));
-  root.set("truncation", Value());
-  root.set("padding", Value());
+  using json::Json;
   std::vector<Special> by_id = specials_;
   std::sort(by_id.begin(), by_id.end(), [](const Special& a, const Special& b) { return a.id < b.id; });
-  Value added = Value::array();
-  for (const Special& s : by_id) {
-    Value a = Value::object();
-    a.set("id", Value::number(static_cast<int64_t>(s.id)));
-    a.set("content", Value::string(s.content));
-    a.set("single_word", Value::boolean(false));
-    a.set("lstrip", Value::boolean(s.lstrip));
-    a.set("rstrip", Value::boolean(s.rstrip));
-    a.set("normalized", Value::boolean(false));
-    a.set("special", Value::boolean(true));
-    added.push_back(a);
-  }
-  root.set("added_tokens", added);
-  root.set("normalizer", Value());
-  Value pre = Value::object();
-  pre.set("type", Value::string("ByteLevel"));
-  pre.set("add_prefix_space", Value::boolean(false));
-  pre.set("trim_offsets", Value::boolean(true));
-  pre.set("use_regex", Value::boolean(true));
-  root.set("pre_tokenizer", pre);
-  Value post = Value::object();
-  post.set("type", Value::string("RobertaProcessing"));
+  Json added = Json::array();
+  for (const Special& s : by_id)
+    added.push_back(Json::object({{"id", static_cast<int64_t>(s.id)},
+                                  {"content", s.content},
+                                  {"single_word", false},
+                                  {"lstrip", s.lstrip},
+                                  {"rstrip", s.rstrip},
+                                  {"normalized", false},
+                                  {"special", true}}));
+  // The pre-tokenizer and the decoder: ByteLevel, the space before the text added by the decoder only.
+  auto byte_level = [](bool add_prefix_space) {
+    return Json::object(
+        {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}});
+  };
   auto pair = [&](const char* tok, int32_t fallback) {
     const int32_t id = token_to_id(tok);
-    return Value::array({Value::string(tok), Value::number(static_cast<int64_t>(id >= 0 ? id : fallback))});
+    return Json::array({tok, static_cast<int64_t>(id >= 0 ? id : fallback)});
   };
-  post.set("sep", pair("</s>", 2));
-  post.set("cls", pair("<s>", 0));
-  post.set("trim_offsets", Value::boolean(true));
-  post.set("add_prefix_space", Value::boolean(false));
-  root.set("post_processor", post);
-  Value dec = Value::object();
-  dec.set("type", Value::string("ByteLevel"));
-  dec.set("add_prefix_space", Value::boolean(true));
-  dec.set("trim_offsets", Value::boolean(true));
-  dec.set("use_regex", Value::boolean(true));
-  root.set("decoder", dec);
-  Value model = Value::object();
-  model.set("type", Value::string("BPE"));
-  model.set("dropout", Value());
-  model.set("unk_token", Value());
-  model.set("continuing_subword_prefix", Value::string(""));
-  model.set("end_of_word_suffix", Value::string(""));
-  model.set("fuse_unk", Value::boolean(false));
-  model.set("byte_fallback", Value::boolean(false));
-  Value vocab = Value::object();
-  for (size_t id = 0; id < id_to_token_.size(); ++id)
-    vocab.set(id_to_token_[id], Value::number(static_cast<int64_t>(id)));
-  model.set("vocab", vocab);
-  Value merges = Value::array();
-  for (const auto& [a, b] : merges_) merges.push_back(Value::string(a + " " + b));
-  model.set("merges", merges);
-  root.set("model", model);
-  return root.dump() + "\n";
+  Json merges = Json::array();
+  for (const auto& [a, b] : merges_) merges.push_back(a + " " + b);
+  const Json root = Json::object(
+      {{"version", "1.0"},
+       {"truncation", nullptr},
+       {"padding", nullptr},
+       {"added_tokens", added},
+       {"normalizer", nullptr},
+       {"pre_tokenizer", byte_level(false)},
+       {"post_processor", Json::object({{"type", "RobertaProcessing"},
+                                        {"sep", pair("</s>", 2)},
+                                        {"cls", pair("<s>", 0)},
+                                        {"trim_offsets", true},
+                                        {"add_prefix_space", false}})},
+       {"decoder", byte_level(true)},
+       {"model", Json::object({{"type", "BPE"},
+                               {"dropout", nullptr},
+                               {"unk_token", nullptr},
+                               {"continuing_subword_prefix", ""},
+                               {"end_of_word_suffix", ""},
+                               {"fuse_unk", false},
+                               {"byte_fallback", false},
+                               {"vocab", vocab_object(id_to_token_)},
+                               {"merges", merges}})}});
+  return json::dump(root) + "\n";
 }
 
 int32_t ByteLevelBpe::token_to_id(const std::string& token) const {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/utf8.h"
+#include "framework/io/utf8.h"
 #include "kernels/check.h"
 
 namespace tarn {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <deque>
+#include <mutex>
 #include <sstream>
 
 #include "kernels/check.h"
@@ -9,18 +12,50 @@
 
 namespace tarn {
 
-const char* attention_kind_name(AttentionKind kind) {
-  switch (kind) {
-    case AttentionKind::softmax: return "softmax";
-    case AttentionKind::linear: return "linear";
-    case AttentionKind::delta: return "delta";
-    case AttentionKind::gated: return "gated";
-    case AttentionKind::hybrid: return "hybrid";
-  }
-  return "?";
+namespace {
+// The names interned by AttentionKind::named: a deque's elements never move, so each name's
+// pointer stays valid for the program's life.
+struct InternedKinds {
+  std::mutex mutex;
+  std::deque<std::string> names;
+};
+InternedKinds& interned() {
+  static InternedKinds k;
+  return k;
+}
+}  // namespace
+
+AttentionKind AttentionKind::named(const std::string& name) {
+  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid})
+    if (name == k.name()) return k;
+  InternedKinds& in = interned();
+  std::lock_guard<std::mutex> lock(in.mutex);
+  for (const std::string& n : in.names)
+    if (n == name) return AttentionKind(n.c_str());
+  in.names.push_back(name);
+  return AttentionKind(in.names.back().c_str());
+}
+
+std::vector<AttentionKind> AttentionKind::all() {
+  std::vector<AttentionKind> kinds = {softmax, linear, delta, gated, hybrid};
+  InternedKinds& in = interned();
+  std::lock_guard<std::mutex> lock(in.mutex);
+  for (const std::string& n : in.names) kinds.push_back(AttentionKind(n.c_str()));
+  return kinds;
+}
+
+bool AttentionKind::builtin() const {
+  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid})
+    if (std::strcmp(name_, k.name_) == 0) return true;
+  return false;
+}
+
+bool AttentionKind::operator==(const AttentionKind& o) const {
+  return name_ == o.name_ || std::strcmp(name_, o.name_) == 0;
 }
 
 std::string AttentionConfig::str() const {
+  if (!kind.builtin()) return kind.name();  // a registered kind: its name (layers/attention/registry.h)
   if (is_softmax()) return "softmax";
   if (is_gated_recurrence()) return std::string(attention_kind_name(kind)) + "(conv " + std::to_string(conv_size) + ")";
   if (is_hybrid() && has_delta_block())

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/feature_maps.h"
 #include "kernels/linear_attention.h"
@@ -21,8 +22,31 @@ namespace tarn {
 // a global part over the whole sequence (`global`: linear attention on the same q, k, v, or the
 // delta or gated layer), mixed per head and position by a learned gate (in cross-attention the
 // window is around the target position and the global part linear; layers/attention/hybrid.h).
-enum class AttentionKind { softmax, linear, delta, gated, hybrid };
-const char* attention_kind_name(AttentionKind kind);  // "softmax", "linear", "delta", "gated", "hybrid"
+// A kind is its name: the five above, or one a program registers (layers/attention/registry.h)
+// and a recipe then names like them. Built-in kinds are compile-time constants; named() interns
+// any other name, so a kind is one pointer and compares by name.
+class AttentionKind {
+ public:
+  static const AttentionKind softmax, linear, delta, gated, hybrid;
+  static AttentionKind named(const std::string& name);  // the built-in kind of that name, or an interned one
+  // The built-in kinds, then every other name interned so far, in that order (the recipe's
+  // choices for `kind`: layers/attention/registry.h interns each kind it registers).
+  static std::vector<AttentionKind> all();
+  const char* name() const { return name_; }
+  bool builtin() const;
+  bool operator==(const AttentionKind& o) const;
+  bool operator!=(const AttentionKind& o) const { return !(*this == o); }
+
+ private:
+  constexpr explicit AttentionKind(const char* name) : name_(name) {}
+  const char* name_;
+};
+inline constexpr AttentionKind AttentionKind::softmax{"softmax"};
+inline constexpr AttentionKind AttentionKind::linear{"linear"};
+inline constexpr AttentionKind AttentionKind::delta{"delta"};
+inline constexpr AttentionKind AttentionKind::gated{"gated"};
+inline constexpr AttentionKind AttentionKind::hybrid{"hybrid"};
+inline const char* attention_kind_name(AttentionKind kind) { return kind.name(); }
 
 struct AttentionConfig {
   using Kind = AttentionKind;

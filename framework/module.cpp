@@ -30,24 +30,22 @@ Tensor& Module::register_buffer(const std::string& name, Tensor& t) {
   return t;
 }
 
-std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) const {
-  std::vector<std::pair<std::string, Tensor*>> out;
-  for (const auto& [name, t] : params_) out.emplace_back(join(prefix, name), t);
+Module::Named Module::named(Named Module::*list, const std::string& prefix) const {
+  Named out;
+  for (const auto& [name, t] : this->*list) out.emplace_back(join(prefix, name), t);
   for (const auto& [name, m] : children_) {
-    auto sub = m->named_parameters(join(prefix, name));
+    Named sub = m->named(list, join(prefix, name));
     out.insert(out.end(), sub.begin(), sub.end());
   }
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) const {
+  return named(&Module::params_, prefix);
+}
+
 std::vector<std::pair<std::string, Tensor*>> Module::named_buffers(const std::string& prefix) const {
-  std::vector<std::pair<std::string, Tensor*>> out;
-  for (const auto& [name, t] : buffers_) out.emplace_back(join(prefix, name), t);
-  for (const auto& [name, m] : children_) {
-    auto sub = m->named_buffers(join(prefix, name));
-    out.insert(out.end(), sub.begin(), sub.end());
-  }
-  return out;
+  return named(&Module::buffers_, prefix);
 }
 
 std::vector<Tensor*> Module::parameters() const {

@@ -68,6 +68,11 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> named_buffers(const std::string& prefix = "") const;
 
  private:
+  using Named = std::vector<std::pair<std::string, Tensor*>>;
+  // The tensors of `list` (params_ or buffers_) here and, prefixed, in every child, in
+  // registration order.
+  Named named(Named Module::*list, const std::string& prefix) const;
+
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<const Tensor*> kept_;  // of params_, those registered with Init::kept_initial_value
   std::vector<std::pair<std::string, Tensor*>> buffers_;

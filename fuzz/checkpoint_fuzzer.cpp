@@ -37,7 +37,7 @@ Fixture make_fixture() {
   Fixture f{root + "/step_1", root + "/step_2"};
   for (const std::string& dir : {f.with_input_manifest, f.with_input_complete}) {
     tarn::CheckpointWriter w(dir);
-    w.write_file("progress.json", tarn::app::progress_json(tarn::testing::sample_progress()).dump(2) + "\n");
+    w.write_file("progress.json", tarn::json::dump(tarn::app::progress_json(tarn::testing::sample_progress()), 2) + "\n");
     w.write_file("notes.txt", "fuzz fixture\n");
     w.set_info("step", "1200");
     w.commit();
@@ -61,10 +61,10 @@ void open_with_manifest(const std::string& dir, const std::string& manifest) {
 
 void parse_progress_round_trip(const std::string& text) {
   const tarn::app::Progress p = tarn::app::parse_progress(text, "progress.json");
-  const std::string written = tarn::app::progress_json(p).dump(2);
+  const std::string written = tarn::json::dump(tarn::app::progress_json(p), 2);
   try {
     const tarn::app::Progress q = tarn::app::parse_progress(written, "progress.json (written back)");
-    if (tarn::app::progress_json(q).dump() != tarn::app::progress_json(p).dump()) {
+    if (tarn::json::dump(tarn::app::progress_json(q)) != tarn::json::dump(tarn::app::progress_json(p))) {
       std::fprintf(stderr, "progress.json round trip changed it:\n%s\n", written.c_str());
       std::abort();
     }

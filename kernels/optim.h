@@ -158,4 +158,23 @@ void step_record_agree(StepRecord* record, const StepRecord* gathered, int64_t w
 // The step's verdict: loss_bad = 1 unless loss_sum / global_counted <= diverged_loss. One thread.
 void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss);
 
+// The arithmetic of step_record_agree and step_record_judge, one definition for the CPU and the
+// CUDA kernel (one thread each).
+TARN_HOST_DEVICE void agree_step_records(StepRecord* record, const StepRecord* gathered, int64_t world) {
+  double loss = 0.0, nll = 0.0;
+  int32_t bad = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    loss += gathered[r].loss_sum;
+    nll += gathered[r].nll_sum;
+    bad |= gathered[r].loss_bad != 0 ? 1 : 0;
+  }
+  record->loss_sum = loss;
+  record->nll_sum = nll;
+  record->loss_bad = bad;
+}
+
+TARN_HOST_DEVICE void judge_step_record(StepRecord* record, int64_t global_counted, double diverged_loss) {
+  if (!(record->loss_sum / static_cast<double>(global_counted) <= diverged_loss)) record->loss_bad = 1;
+}
+
 }  // namespace tarn::kernels::cpu

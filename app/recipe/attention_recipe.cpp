@@ -47,16 +47,16 @@ constexpr const char* kAlignGateNeedsDecay = "needs align_decay > 0 (the decayed
 // in four groups, in schema order (the order of to_yaml, help and resume reports).
 template <class S>
 void declare_kind_and_feature_map(SectionBuilder<S> a, bool causal) {
+  // The built-in kinds, then those the program registered (layers/attention/registry.h).
+  std::vector<std::pair<std::string, AttentionKind>> kinds;
+  for (const AttentionKind& k : AttentionKind::all()) kinds.emplace_back(k.name(), k);
   a.template enumeration<AttentionKind>(&AttentionConfig::kind, "kind",
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
                 "O(N)), gated (delta without the erase: decayed linear attention, O(N)) or hybrid (softmax over a "
                 "sliding window plus linear attention, mixed by a learned gate, O(N window); in cross-attention the "
-                "window is around the target position, over linear attention only)",
-                {{"softmax", AttentionKind::softmax},
-                 {"linear", AttentionKind::linear},
-                 {"delta", AttentionKind::delta},
-                 {"gated", AttentionKind::gated},
-                 {"hybrid", AttentionKind::hybrid}});
+                "window is around the target position, over linear attention only), or a kind the program "
+                "registered",
+                kinds);
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
             "decoder self-attention is always causal");

@@ -1,6 +1,9 @@
 #include "app/recipe/recipe.h"
 
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "framework/config/schema.h"
 
@@ -96,8 +99,17 @@ ConfigOrigin Recipe::where(const std::string& key) const {
 }
 
 const config::Schema& recipe_schema() {
-  static const config::Schema schema = build_schema();
-  return schema;
+  // Rebuilt when a program registers an attention kind (its name becomes a `kind` choice). The
+  // schemas built before stay alive: a loader may still hold one.
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<const config::Schema>> built;
+  static size_t kinds = 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (built.empty() || kinds != AttentionKind::all().size()) {
+    kinds = AttentionKind::all().size();
+    built.push_back(std::make_unique<const config::Schema>(build_schema()));
+  }
+  return *built.back();
 }
 
 bool operator==(const Recipe& a, const Recipe& b) { return recipe_schema().equal(a, b); }

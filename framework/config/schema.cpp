@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "framework/config/yaml_scalar.h"
+#include "framework/edit_distance.h"
 
 namespace tarn::config {
 namespace {
@@ -134,7 +135,7 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   int best_distance = 0;
   const int limit = std::max(1, static_cast<int>(word.size()) / 3);
   for (const std::string& c : candidates) {
-    int d = edit_distance(word, c);
+    int d = static_cast<int>(edit_distance(word, c, /*adjacent_swaps=*/true));
     const bool extends = word.size() >= 4 && (c.rfind(word, 0) == 0 || word.rfind(c, 0) == 0);
     if (d > limit && !extends) continue;
     if (extends) d = std::min(d, limit);

@@ -31,7 +31,4 @@ std::string describe_value(const YAML::Node& node);
 std::string format_number(double value);   // shortest text that parses back to the same double
 std::string format_string(const std::string& s);  // plain when unambiguous, else double-quoted
 
-// Optimal-string-alignment edit distance (Damerau-Levenshtein without repeated edits).
-int edit_distance(const std::string& a, const std::string& b);
-
 }  // namespace tarn::config

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <map>
 
 #include "framework/backend.h"
@@ -15,12 +14,6 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 namespace {
-// `bytes` of `device` memory, as the storage of an f32 tensor: the table and the counters the
-// fused update reads and writes in place.
-Tensor storage_bytes(size_t bytes, Device device) {
-  return Tensor::zeros(Shape{static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, device);
-}
-
 std::vector<Tensor*> tensors_of(const std::vector<std::pair<std::string, Tensor*>>& named) {
   std::vector<Tensor*> out;
   for (const auto& [name, p] : named) out.push_back(p);
@@ -67,6 +60,7 @@ ShardedAdamW::ShardedAdamW(const ParameterArena& arena, const std::vector<std::p
   v_ = Tensor::zeros(Shape{shard_}, device);
   // The fused update's table: each slot's part of this shard, in shard coordinates (the
   // parameters' pointer is moved to the shard's start, so one offset serves all four buffers).
+  std::vector<kernels::cpu::AdamWRange> ranges;
   for (const Slot& slot : slots_) {
     kernels::cpu::AdamWRange r;
     const auto [begin, end] = local_range(slot);
@@ -75,11 +69,9 @@ ShardedAdamW::ShardedAdamW(const ParameterArena& arena, const std::vector<std::p
       r.numel = end - begin;
     }
     r.weight_decay = slot.decay ? options_.weight_decay : 0.0f;
-    ranges_.push_back(r);
+    ranges.push_back(r);
   }
-  blocks_ = kernels::cpu::adamw_fused_layout(ranges_.data(), static_cast<int64_t>(ranges_.size()));
-  device_ranges_ = storage_bytes(ranges_.size() * sizeof(kernels::cpu::AdamWRange), device);
-  device_counts_ = storage_bytes(sizeof(int64_t) + slots_.size() * sizeof(kernels::cpu::AdamWRangeState), device);
+  table_ = FusedAdamWTable(std::move(ranges), device);
   sums_ = storage_bytes(static_cast<size_t>(world) * sizeof(double), device);
   outcome_ = storage_bytes(sizeof(kernels::cpu::AdamWOutcome), device);
   push_steps();
@@ -112,17 +104,8 @@ void ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip
   for (size_t r : range_of_slot_) arena_.settle_grad(r);  // zeros where this rank has no gradient
   // Which parameters any rank has a gradient for is the host's to know; the table goes to the
   // device when that changes (once, in a run whose every parameter has one every step).
-  bool changed = !ranges_uploaded_;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const int32_t has = any_rank_has_grad[i] != 0.0 ? 1 : 0;
-    changed |= ranges_[i].has_grad != has;
-    ranges_[i].has_grad = has;
-  }
-  if (changed) {
-    k.copy_host_to_device(device_ranges_.device_f32(), ranges_.data(),
-                          ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev.index);
-    ranges_uploaded_ = true;
-  }
+  for (size_t i = 0; i < slots_.size(); ++i) table_.set_has_grad(i, any_rank_has_grad[i] != 0.0);
+  table_.upload();
   auto start = Clock::now();
   comm_.start_reduce_scatter_sum(arena_.grads().device_f32(), grad_shard_.device_f32(), shard_)->wait();
   // This shard's sum of squares (as sum_squares over the shard: padding and gaps are zeros),
@@ -135,18 +118,10 @@ void ShardedAdamW::step(const std::vector<double>& any_rank_has_grad, float clip
   last_comm_s_ = since(start);
 
   options_.lr = lr;
-  kernels::cpu::AdamWFusedHyper h;
-  h.lr = lr;
-  h.beta1 = options_.beta1;
-  h.beta2 = options_.beta2;
-  h.eps = options_.eps;
-  h.max_norm = clip_norm;
-  auto* applied = reinterpret_cast<int64_t*>(device_counts_.device_f32());
-  auto* state = reinterpret_cast<kernels::cpu::AdamWRangeState*>(applied + 1);
   // The shard's parameters start at shard_begin_ of the arena; the ranges' offsets are the shard's.
   k.adamw_fused_update(arena_.values().device_f32() + shard_begin_, grad_shard_.device_f32(), m_.device_f32(),
-                       v_.device_f32(), reinterpret_cast<const kernels::cpu::AdamWRange*>(device_ranges_.device_f32()),
-                       state, static_cast<int64_t>(ranges_.size()), blocks_, h, sums, comm_.world(), skip, applied,
+                       v_.device_f32(), table_.ranges(), table_.states(), table_.size(), table_.blocks(),
+                       fused_hyper(options_, lr, clip_norm), sums, comm_.world(), skip, table_.applied_steps(),
                        outcome);
   counts_on_device_ = true;
   // Every rank's range (updated or not) to every rank, into the arena the parameters are views of.
@@ -172,28 +147,16 @@ int64_t ShardedAdamW::step_count() const {
 
 void ShardedAdamW::pull_steps() const {
   if (!counts_on_device_) return;
-  const Device dev = arena_.device();
-  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float));
-  backend_for(dev).copy_device_to_host(host.data(), device_counts_.device_f32(), host.size(), dev.index);
-  std::memcpy(&step_count_, host.data(), sizeof step_count_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    kernels::cpu::AdamWRangeState st;
-    std::memcpy(&st, host.data() + sizeof(int64_t) + i * sizeof st, sizeof st);
-    slots_[i].step = st.step;
-  }
+  std::vector<int64_t> steps;
+  step_count_ = table_.read_counts(steps);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].step = steps[i];
   counts_on_device_ = false;
 }
 
 void ShardedAdamW::push_steps() {
-  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float), 0);
-  std::memcpy(host.data(), &step_count_, sizeof step_count_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    kernels::cpu::AdamWRangeState st;
-    st.step = slots_[i].step;
-    std::memcpy(host.data() + sizeof(int64_t) + i * sizeof st, &st, sizeof st);
-  }
-  const Device dev = arena_.device();
-  backend_for(dev).copy_host_to_device(device_counts_.device_f32(), host.data(), host.size(), dev.index);
+  std::vector<int64_t> steps;
+  for (const Slot& s : slots_) steps.push_back(s.step);
+  table_.write_counts(step_count_, steps);
   counts_on_device_ = false;
 }
 
@@ -214,9 +177,7 @@ AdamWState ShardedAdamW::gather_state() {
 }
 
 void ShardedAdamW::load_state(const AdamWState& st) {
-  std::vector<std::pair<std::string, const Tensor*>> params;
-  for (const Slot& s : slots_) params.emplace_back(s.name, s.param);
-  check_adamw_state(st, params);
+  check_adamw_state(st, slots_);
   for (Slot& s : slots_) {
     const AdamWParamState& p = st.params.at(s.name);
     s.step = p.step;

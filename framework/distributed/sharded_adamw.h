@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "framework/optim/adamw.h"
+#include "framework/optim/fused_adamw_table.h"
 #include "framework/parameter_arena.h"
 #include "framework/tensor.h"
 #include "kernels/collectives.h"
@@ -106,14 +107,12 @@ class ShardedAdamW {
   mutable int64_t step_count_ = 0;
   double last_comm_s_ = 0;
 
-  // The fused update's state (kernels/optim.h): a range per slot in shard coordinates (the part
-  // of the parameter this shard holds; empty ones count steps and update nothing), and in the
-  // arena's memory the table, the counts (one int64 of applied steps, then an AdamWRangeState
-  // per slot), every rank's sum of squares, and an outcome for the step that reads back.
-  std::vector<kernels::cpu::AdamWRange> ranges_;
-  int64_t blocks_ = 0;
-  Tensor device_ranges_, device_counts_, sums_, outcome_;  // f32 tensors used as storage
-  bool ranges_uploaded_ = false;
+  // The fused update's state (kernels/optim.h): the table, a range per slot in shard
+  // coordinates (the part of the parameter this shard holds; empty ones count steps and update
+  // nothing), with the counts; and in the arena's memory every rank's sum of squares and an
+  // outcome for the step that reads back.
+  FusedAdamWTable table_;
+  Tensor sums_, outcome_;  // f32 tensors used as storage
   mutable bool counts_on_device_ = false;  // the device's counts are newer than the slots'
   void pull_steps() const;
   void push_steps();

@@ -11,6 +11,7 @@
 
 #include "framework/io/crc32.h"
 #include "framework/io/json.h"
+#include "framework/io/utf8.h"
 #include "kernels/check.h"
 
 namespace tarn {
@@ -104,11 +105,11 @@ void copy_file_into(const std::string& path, FileWriter& out) {
 
 bool valid_file_name(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
-         name.find('\0') == std::string_view::npos && json::find_invalid_utf8(name) == std::string_view::npos;
+         name.find('\0') == std::string_view::npos && is_valid_utf8(name);
 }
 
-uint32_t parse_crc_hex(const json::Value& v, const std::string& what) {
-  const std::string& s = v.as_string(what);
+uint32_t parse_crc_hex(const json::Json& v, const std::string& what) {
+  const std::string& s = json::as_string(v, what);
   TARN_CHECK(s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos, what,
              ": expected 8 lower-case hex digits, got \"", s, "\"");
   return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
@@ -180,18 +181,18 @@ void CheckpointWriter::commit() {
   TARN_CHECK(!committed_, "checkpoint ", dir_, ": committed twice");
   const std::string what = "checkpoint " + dir_;
 
-  json::Value info = json::Value::object();
-  for (const auto& [k, v] : info_) info.set(k, json::Value::string(v));
-  json::Value files = json::Value::array();
+  json::Json info = json::Json::object();
+  for (const auto& [k, v] : info_) info[k] = v;
+  json::Json files = json::Json::array();
   for (const auto& f : files_)
-    files.push_back(json::Value::object({{"name", json::Value::string(f.name)},
-                                         {"bytes", json::Value::number(f.bytes)},
-                                         {"crc32", json::Value::string(crc32_hex(f.crc32))}}));
-  const json::Value manifest = json::Value::object({{"format", json::Value::string(kManifestFormat)},
-                                                    {"version", json::Value::number(kManifestVersion)},
+    files.push_back(json::Json::object({{"name", json::Json(f.name)},
+                                         {"bytes", json::Json(f.bytes)},
+                                         {"crc32", json::Json(crc32_hex(f.crc32))}}));
+  const json::Json manifest = json::Json::object({{"format", json::Json(kManifestFormat)},
+                                                    {"version", json::Json(kManifestVersion)},
                                                     {"info", info},
                                                     {"files", files}});
-  const std::string manifest_text = manifest.dump(2) + "\n";
+  const std::string manifest_text = json::dump(manifest, 2) + "\n";
   {
     FileWriter w(join(tmp_, kManifestFile));
     w.write(manifest_text);
@@ -221,10 +222,10 @@ void CheckpointWriter::commit() {
   crash_point("renamed " + tmp_ + " to " + dir_);
 
   // The completion marker, last: readers ignore the folder until it exists.
-  const json::Value complete = json::Value::object(
-      {{"manifest_bytes", json::Value::number(uint64_t{manifest_text.size()})},
-       {"manifest_crc32", json::Value::string(crc32_hex(crc32(manifest_text.data(), manifest_text.size())))}});
-  write_file_atomic(join(dir_, kCompleteFile), complete.dump() + "\n");
+  const json::Json complete = json::Json::object(
+      {{"manifest_bytes", json::Json(uint64_t{manifest_text.size()})},
+       {"manifest_crc32", json::Json(crc32_hex(crc32(manifest_text.data(), manifest_text.size())))}});
+  write_file_atomic(join(dir_, kCompleteFile), json::dump(complete) + "\n");
   committed_ = true;
   crash_point(str_cat("wrote ", join(dir_, kCompleteFile)));
 
@@ -257,11 +258,11 @@ Checkpoint open_checkpoint(const std::string& dir_in, bool verify_checksums) {
   TARN_CHECK(fs::is_regular_file(join(dir, kCompleteFile)), what, ": incomplete (no ", kCompleteFile,
              " marker: its writer stopped before finishing); use an earlier checkpoint");
 
-  const json::Value complete = json::parse(read_file(join(dir, kCompleteFile)), what + ": " + kCompleteFile);
-  const json::Value* bytes_field = complete.find("manifest_bytes");
-  const json::Value* crc_field = complete.find("manifest_crc32");
+  const json::Json complete = json::parse(read_file(join(dir, kCompleteFile)), what + ": " + kCompleteFile);
+  const json::Json* bytes_field = json::find(complete, "manifest_bytes");
+  const json::Json* crc_field = json::find(complete, "manifest_crc32");
   TARN_CHECK(bytes_field && crc_field, what, ": ", kCompleteFile, " lacks manifest_bytes or manifest_crc32");
-  const uint64_t manifest_bytes = bytes_field->as_u64(what + ": COMPLETE manifest_bytes");
+  const uint64_t manifest_bytes = json::as_u64(*bytes_field, what + ": COMPLETE manifest_bytes");
   const uint32_t manifest_crc = parse_crc_hex(*crc_field, what + ": COMPLETE manifest_crc32");
 
   TARN_CHECK(fs::is_regular_file(join(dir, kManifestFile)), what, ": ", kManifestFile, " is missing");
@@ -275,30 +276,30 @@ Checkpoint open_checkpoint(const std::string& dir_in, bool verify_checksums) {
              crc32_hex(actual_manifest_crc), ", COMPLETE records ", crc32_hex(manifest_crc), ")");
 
   const std::string mwhat = what + ": " + kManifestFile;
-  const json::Value manifest = json::parse(manifest_text, mwhat);
-  const json::Value* format = manifest.find("format");
-  TARN_CHECK(format && format->is_string() && format->as_string("") == kManifestFormat, mwhat,
+  const json::Json manifest = json::parse(manifest_text, mwhat);
+  const json::Json* format = json::find(manifest, "format");
+  TARN_CHECK(format && format->is_string() && json::as_string(*format, "") == kManifestFormat, mwhat,
              ": not a tarn checkpoint manifest (\"format\" is not \"", kManifestFormat, "\")");
-  const json::Value* version = manifest.find("version");
+  const json::Json* version = json::find(manifest, "version");
   TARN_CHECK(version && version->is_number(), mwhat, ": missing \"version\"");
-  TARN_CHECK(version->number_text() == std::to_string(kManifestVersion), mwhat, ": version ",
-             version->number_text(), " is not supported (this build reads version ", kManifestVersion, ")");
+  TARN_CHECK(json::is_integer(*version, kManifestVersion), mwhat, ": version ", version->dump(),
+             " is not supported (this build reads version ", kManifestVersion, ")");
 
   Checkpoint ck;
   ck.dir = dir;
-  if (const json::Value* info = manifest.find("info"))
-    for (const auto& [k, v] : info->members(mwhat + ": info")) ck.info[k] = v.as_string(mwhat + ": info." + k);
-  const json::Value* files = manifest.find("files");
+  if (const json::Json* info = json::find(manifest, "info"))
+    for (const auto& [k, v] : json::members(*info, mwhat + ": info")) ck.info[k] = json::as_string(v, mwhat + ": info." + k);
+  const json::Json* files = json::find(manifest, "files");
   TARN_CHECK(files, mwhat, ": missing \"files\"");
-  for (const json::Value& f : files->items(mwhat + ": files")) {
+  for (const json::Json& f : json::items(*files, mwhat + ": files")) {
     CheckpointFile cf;
-    const json::Value* name = f.find("name");
-    const json::Value* bytes = f.find("bytes");
-    const json::Value* crc = f.find("crc32");
+    const json::Json* name = json::find(f, "name");
+    const json::Json* bytes = json::find(f, "bytes");
+    const json::Json* crc = json::find(f, "crc32");
     TARN_CHECK(name && bytes && crc, mwhat, ": an entry of \"files\" lacks name, bytes or crc32");
-    cf.name = name->as_string(mwhat + ": files[].name");
+    cf.name = json::as_string(*name, mwhat + ": files[].name");
     TARN_CHECK(valid_file_name(cf.name), mwhat, ": \"", cf.name, "\" is not a plain file name");
-    cf.bytes = bytes->as_u64(mwhat + ": " + cf.name + ".bytes");
+    cf.bytes = json::as_u64(*bytes, mwhat + ": " + cf.name + ".bytes");
     cf.crc32 = parse_crc_hex(*crc, mwhat + ": " + cf.name + ".crc32");
     ck.files.push_back(cf);
   }
@@ -432,10 +433,10 @@ std::optional<int64_t> best_checkpoint_step(const std::string& run_dir_in) {
     return parse_step(target.filename().string());
   }
   if (fs::is_directory(status) && fs::is_regular_file(join(best, kManifestFile), ec)) {
-    const json::Value manifest = json::parse(read_file(join(best, kManifestFile)), best + "/" + kManifestFile);
-    if (const json::Value* info = manifest.find("info"))
-      if (const json::Value* from = info->find("copied_from"); from && from->is_string())
-        return parse_step(from->as_string(""));
+    const json::Json manifest = json::parse(read_file(join(best, kManifestFile)), best + "/" + kManifestFile);
+    if (const json::Json* info = json::find(manifest, "info"))
+      if (const json::Json* from = json::find(*info, "copied_from"); from && from->is_string())
+        return parse_step(json::as_string(*from, ""));
   }
   return std::nullopt;
 }

@@ -11,6 +11,7 @@
 
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
+#include "framework/io/utf8.h"
 #include "kernels/enum_name.h"
 #include "kernels/check.h"
 
@@ -96,13 +97,13 @@ void write_safetensors(FileWriter& out, const TensorList& tensors, const Safeten
       TARN_CHECK(k == 0 || nm != tensors[order[k - 1]].first, name, ": tensor name \"", nm,
                  "\" appears twice (safetensors forbids duplicate keys)");
       TARN_CHECK(nm != "__metadata__", name, ": \"__metadata__\" is reserved and cannot name a tensor");
-      TARN_CHECK(json::find_invalid_utf8(nm) == std::string_view::npos, name, ": tensor name \"", nm,
+      TARN_CHECK(is_valid_utf8(nm), name, ": tensor name \"", nm,
                  "\" is not valid UTF-8");
       TARN_CHECK(tensors[order[k]].second.defined(), name, ": tensor \"", nm, "\" is undefined");
     }
     for (const auto& [k, v] : metadata)
-      TARN_CHECK(json::find_invalid_utf8(k) == std::string_view::npos &&
-                     json::find_invalid_utf8(v) == std::string_view::npos,
+      TARN_CHECK(is_valid_utf8(k) &&
+                     is_valid_utf8(v),
                  name, ": __metadata__ entry \"", k, "\" is not valid UTF-8");
   }
 
@@ -233,7 +234,7 @@ SafetensorsHeader read_header(const InputFile& file, const std::string& path, bo
   file.read_at(8, text.data(), n);
   TARN_CHECK(text[0] == '{', path, ": header does not begin with '{' (found byte ",
              static_cast<int>(static_cast<unsigned char>(text[0])), " at byte 8; not a safetensors file?)");
-  const json::Value root = json::parse(text, path + ": header", 8);
+  const json::Json root = json::parse(text, path + ": header", 8);
   if (strict) {
     const size_t close = text.rfind('}');
     for (size_t k = close + 1; k < text.size(); ++k)
@@ -244,34 +245,34 @@ SafetensorsHeader read_header(const InputFile& file, const std::string& path, bo
   SafetensorsHeader h;
   h.header_bytes = n;
   h.file_bytes = size;
-  for (const auto& [key, value] : root.members("header")) {
+  for (const auto& [key, value] : json::members(root, "header")) {
     if (key == "__metadata__") {
-      for (const auto& [k, v] : value.members(path + ": __metadata__"))
-        h.metadata[k] = v.as_string(str_cat(path, ": __metadata__ \"", k, "\" (values must be strings)"));
+      for (const auto& [k, v] : json::members(value, path + ": __metadata__"))
+        h.metadata[k] = json::as_string(v, str_cat(path, ": __metadata__ \"", k, "\" (values must be strings)"));
       continue;
     }
     const std::string what = str_cat(path, ": tensor \"", key, "\"");
     SafetensorsEntry e;
     e.name = key;
     bool has_dtype = false, has_shape = false, has_offsets = false;
-    for (const auto& [field, fv] : value.members(what)) {
+    for (const auto& [field, fv] : json::members(value, what)) {
       if (field == "dtype") {
-        e.dtype = fv.as_string(what + ": dtype");
+        e.dtype = json::as_string(fv, what + ": dtype");
         TARN_CHECK(safetensors_dtype_bits(e.dtype) > 0, what, ": unknown dtype \"", e.dtype, "\"");
         has_dtype = true;
       } else if (field == "shape") {
-        const auto& dims = fv.items(what + ": shape");
+        const auto& dims = json::items(fv, what + ": shape");
         for (size_t d = 0; d < dims.size(); ++d) {
-          const uint64_t x = dims[d].as_u64(str_cat(what, ": shape[", d, "]"));
+          const uint64_t x = json::as_u64(dims[d], str_cat(what, ": shape[", d, "]"));
           TARN_CHECK(x <= static_cast<uint64_t>(INT64_MAX), what, ": shape[", d, "] = ", x, " is too large");
           e.shape.push_back(static_cast<int64_t>(x));
         }
         has_shape = true;
       } else if (field == "data_offsets") {
-        const auto& off = fv.items(what + ": data_offsets");
+        const auto& off = json::items(fv, what + ": data_offsets");
         TARN_CHECK(off.size() == 2, what, ": data_offsets must be [BEGIN, END], got ", off.size(), " numbers");
-        e.begin = off[0].as_u64(what + ": data_offsets[0]");
-        e.end = off[1].as_u64(what + ": data_offsets[1]");
+        e.begin = json::as_u64(off[0], what + ": data_offsets[0]");
+        e.end = json::as_u64(off[1], what + ": data_offsets[1]");
         TARN_CHECK(e.begin <= e.end, what, ": data_offsets ", offsets_str(e), " end before they begin");
         has_offsets = true;
       } else {

@@ -1,7 +1,6 @@
 #include "framework/optim/adamw.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <set>
 
@@ -97,16 +96,6 @@ void AdamW::step(float grad_scale) {
   push_steps();
 }
 
-namespace {
-
-// `bytes` of `device` memory, as the storage of an f32 tensor: the tables and counters that the
-// fused kernels read and write in place.
-Tensor storage_bytes(size_t bytes, Device device) {
-  return Tensor::zeros(Shape{static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, device);
-}
-
-}  // namespace
-
 void AdamW::use_arena(const ParameterArena& arena) {
   pull_steps();
   const Device dev = arena.device();
@@ -130,16 +119,11 @@ void AdamW::use_arena(const ParameterArena& arena) {
     ranges.push_back(k);
     range_of_slot.push_back(static_cast<size_t>(r));
   }
-  blocks_ = kernels::cpu::adamw_fused_layout(ranges.data(), static_cast<int64_t>(ranges.size()));
   arena_ = &arena;
   m_ = m;
   v_ = v;
-  ranges_ = std::move(ranges);
+  table_ = FusedAdamWTable(std::move(ranges), dev);
   range_of_slot_ = std::move(range_of_slot);
-  device_ranges_ = storage_bytes(ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev);
-  device_counts_ =
-      storage_bytes(sizeof(int64_t) + slots_.size() * sizeof(kernels::cpu::AdamWRangeState), dev);
-  ranges_uploaded_ = false;
   push_steps();
 }
 
@@ -150,60 +134,31 @@ void AdamW::fused_step(float max_norm, const int32_t* skip, kernels::cpu::AdamWO
   // Which parameters have a gradient is the host's to know (autograd's); a gradient set
   // elsewhere (Tensor::set_grad) is copied into its range first. The table goes to the device
   // only when that changes: once, in a run whose every parameter has a gradient every step.
-  bool changed = !ranges_uploaded_;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Tensor g = slots_[i].param->grad();
     if (g.defined()) arena_->settle_grad(range_of_slot_[i]);
-    const int32_t has = g.defined() ? 1 : 0;
-    changed |= ranges_[i].has_grad != has;
-    ranges_[i].has_grad = has;
+    table_.set_has_grad(i, g.defined());
   }
-  if (changed) {
-    k.copy_host_to_device(device_ranges_.device_f32(), ranges_.data(),
-                          ranges_.size() * sizeof(kernels::cpu::AdamWRange), dev.index);
-    ranges_uploaded_ = true;
-  }
-  kernels::cpu::AdamWFusedHyper h;
-  h.lr = options_.lr;
-  h.beta1 = options_.beta1;
-  h.beta2 = options_.beta2;
-  h.eps = options_.eps;
-  h.max_norm = max_norm;
-  auto* applied = reinterpret_cast<int64_t*>(device_counts_.device_f32());
-  auto* state = reinterpret_cast<kernels::cpu::AdamWRangeState*>(applied + 1);
+  table_.upload();
   k.adamw_fused_step(arena_->values().device_f32(), arena_->grads().device_f32(), m_.device_f32(), v_.device_f32(),
-                     reinterpret_cast<const kernels::cpu::AdamWRange*>(device_ranges_.device_f32()), state,
-                     static_cast<int64_t>(ranges_.size()), blocks_, h, skip, applied, outcome);
+                     table_.ranges(), table_.states(), table_.size(), table_.blocks(),
+                     fused_hyper(options_, options_.lr, max_norm), skip, table_.applied_steps(), outcome);
   counts_ = Counts::on_device;
 }
 
 void AdamW::pull_steps() const {
   if (counts_ != Counts::on_device) return;
-  const Device dev = arena_->device();
-  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float));
-  backend_for(dev).copy_device_to_host(host.data(), device_counts_.device_f32(), host.size(), dev.index);
-  int64_t applied = 0;
-  std::memcpy(&applied, host.data(), sizeof applied);
-  step_count_ = applied;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    kernels::cpu::AdamWRangeState st;
-    std::memcpy(&st, host.data() + sizeof(int64_t) + i * sizeof st, sizeof st);
-    slots_[i].step = st.step;
-  }
+  std::vector<int64_t> steps;
+  step_count_ = table_.read_counts(steps);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].step = steps[i];
   counts_ = Counts::here;
 }
 
 void AdamW::push_steps() {
   if (!arena_) return;
-  std::vector<char> host(static_cast<size_t>(device_counts_.numel()) * sizeof(float), 0);
-  std::memcpy(host.data(), &step_count_, sizeof step_count_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    kernels::cpu::AdamWRangeState st;
-    st.step = slots_[i].step;
-    std::memcpy(host.data() + sizeof(int64_t) + i * sizeof st, &st, sizeof st);
-  }
-  const Device dev = arena_->device();
-  backend_for(dev).copy_host_to_device(device_counts_.device_f32(), host.data(), host.size(), dev.index);
+  std::vector<int64_t> steps;
+  for (const Slot& s : slots_) steps.push_back(s.step);
+  table_.write_counts(step_count_, steps);
   counts_ = Counts::here;
 }
 
@@ -277,10 +232,7 @@ void check_adamw_state(const AdamWState& st, const std::vector<std::pair<std::st
 }
 
 void AdamW::load_state(const AdamWState& st) {
-  // Check everything before changing anything, so a bad checkpoint leaves the optimizer intact.
-  std::vector<std::pair<std::string, const Tensor*>> params;
-  for (const Slot& s : slots_) params.emplace_back(s.name, s.param);
-  check_adamw_state(st, params);
+  check_adamw_state(st, slots_);  // everything before changing anything: a bad checkpoint leaves it intact
   for (Slot& s : slots_) {
     const AdamWParamState& p = st.params.at(s.name);
     s.exp_avg.copy_from(p.exp_avg);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/optim/fused_adamw_table.h"
 #include "framework/parameter_arena.h"
 #include "framework/tensor.h"
 #include "kernels/optim.h"
@@ -62,6 +63,13 @@ kernels::cpu::AdamWHyper adamw_hyper(const AdamWOptions& options, bool decay, in
 // Throws unless `state` holds exactly these parameters (name, parameter), each with moments of
 // its shape and a step count in [0, state.step_count]: what loading a checkpoint checks first.
 void check_adamw_state(const AdamWState& state, const std::vector<std::pair<std::string, const Tensor*>>& params);
+// The same for an optimizer's slots, each with a `name` and a `param`.
+template <class Slot>
+void check_adamw_state(const AdamWState& state, const std::vector<Slot>& slots) {
+  std::vector<std::pair<std::string, const Tensor*>> params;
+  for (const Slot& s : slots) params.emplace_back(s.name, s.param);
+  check_adamw_state(state, params);
+}
 
 // Holds pointers to the parameters: the module that owns them must outlive the optimizer.
 class AdamW {
@@ -132,16 +140,12 @@ class AdamW {
   mutable int64_t step_count_ = 0;
   mutable Counts counts_ = Counts::here;
 
-  // fused_step()'s state (use_arena): the moments in the arena's layout, the ranges (slot
-  // order; has_grad as last uploaded), and in arena memory the table and the counts: one
-  // int64 of applied steps, then an AdamWRangeState per slot.
+  // fused_step()'s state (use_arena): the moments in the arena's layout, and the kernels'
+  // table and counts in arena memory, a range per slot in slot order.
   const ParameterArena* arena_ = nullptr;
   Tensor m_, v_;
-  std::vector<kernels::cpu::AdamWRange> ranges_;
+  FusedAdamWTable table_;
   std::vector<size_t> range_of_slot_;  // the arena's range of each slot
-  int64_t blocks_ = 0;
-  Tensor device_ranges_, device_counts_;  // f32 tensors used as storage
-  bool ranges_uploaded_ = false;
 };
 
 }  // namespace tarn

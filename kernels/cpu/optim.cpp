@@ -115,20 +115,11 @@ void step_record_add(StepRecord* record, const float* loss, int64_t counted, con
 }
 
 void step_record_agree(StepRecord* record, const StepRecord* gathered, int64_t world) {
-  double loss = 0.0, nll = 0.0;
-  int32_t bad = 0;
-  for (int64_t r = 0; r < world; ++r) {
-    loss += gathered[r].loss_sum;
-    nll += gathered[r].nll_sum;
-    bad |= gathered[r].loss_bad != 0 ? 1 : 0;
-  }
-  record->loss_sum = loss;
-  record->nll_sum = nll;
-  record->loss_bad = bad;
+  agree_step_records(record, gathered, world);
 }
 
 void step_record_judge(StepRecord* record, int64_t global_counted, double diverged_loss) {
-  if (!(record->loss_sum / static_cast<double>(global_counted) <= diverged_loss)) record->loss_bad = 1;
+  judge_step_record(record, global_counted, diverged_loss);
 }
 
 }  // namespace tarn::kernels::cpu

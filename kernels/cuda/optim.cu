@@ -176,20 +176,11 @@ __global__ void step_record_add_kernel(StepRecord* record, const float* loss, in
 }
 
 __global__ void step_record_agree_kernel(StepRecord* record, const StepRecord* gathered, int64_t world) {
-  double loss = 0.0, nll = 0.0;
-  int32_t bad = 0;
-  for (int64_t r = 0; r < world; ++r) {
-    loss += gathered[r].loss_sum;
-    nll += gathered[r].nll_sum;
-    bad |= gathered[r].loss_bad != 0 ? 1 : 0;
-  }
-  record->loss_sum = loss;
-  record->nll_sum = nll;
-  record->loss_bad = bad;
+  cpu::agree_step_records(record, gathered, world);
 }
 
 __global__ void step_record_judge_kernel(StepRecord* record, int64_t global_counted, double diverged_loss) {
-  if (!(record->loss_sum / static_cast<double>(global_counted) <= diverged_loss)) record->loss_bad = 1;
+  cpu::judge_step_record(record, global_counted, diverged_loss);
 }
 
 }  // namespace

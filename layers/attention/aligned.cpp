@@ -129,9 +129,7 @@ std::unique_ptr<DecodeState> AlignedCrossAttention::precompute_cross(const Atten
 }
 
 Tensor AlignedCrossAttention::step_cross(const AttentionInputs& in, const DecodeState& state, int64_t position) const {
-  TARN_ASSERT(in.q.size(1) == 1 && position >= 0,
-              "aligned cross-attention step: one query row at a known position, got ", in.q.shape().str(),
-              " at position ", position);
+  check_one_row_at_position("aligned", in.q, position);
   const auto& s = static_cast<const AlignedState&>(state);
   const Tensor q = split_heads(in.q, site_.shape());
   if (!gate_) return merge_heads(step_heads(q, s, position));

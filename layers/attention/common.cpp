@@ -57,6 +57,11 @@ void check_padding(const char* what, const PaddingMask& pad, int64_t batch, int6
               pad.size(), " flags, expected batch ", batch, " x keys ", length, " = ", batch * length);
 }
 
+void check_one_row_at_position(const char* what, const Tensor& q, int64_t position) {
+  TARN_ASSERT(q.size(1) == 1 && position >= 0, what, " cross-attention step: one query row at a known position, got ",
+              q.shape().str(), " at position ", position);
+}
+
 Tensor append_ones(const Tensor& v) {
   Shape s = v.shape();
   s[3] = 1;

@@ -21,6 +21,9 @@ Tensor padding_rows(const PaddingMask& pad, int64_t batch, int64_t length, Devic
 // docs/design.md section 2); the batch's staged copy when there is one (framework/staging.h).
 Tensor key_keep(int64_t batch, int64_t nk, const PaddingMask& pad, Device device);
 void check_padding(const char* what, const PaddingMask& pad, int64_t batch, int64_t length);
+// The kinds whose cross-attention reads around the target position decode one query row at a
+// known position; `what` names the kind in the message.
+void check_one_row_at_position(const char* what, const Tensor& q, int64_t position);
 
 // [v | 1]: (B, H, N, e) -> (B, H, N, e + 1); the ones column makes the normaliser one more
 // output column of the same products (docs/design.md section 2).

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "framework/io/json.h"
 #include "framework/ops/delta_rule.h"
 #include "layers/attention/kind.h"
 #include "layers/delta_rule_block.h"
@@ -39,6 +40,11 @@ class DeltaAttention : public AttentionKindLayer {
   // step convolves a window of conv_size rows into as many.
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  // The export: conv_size and chunk.
+  static void export_settings(const AttentionConfig& a, json::Json& o) {
+    o["conv_size"] = a.conv_size;
+    o["chunk"] = a.chunk;
+  }
 
  private:
   // The writer's convolved, normalised k and v (B, H, N, dh), with beta and alpha (B, H, N).

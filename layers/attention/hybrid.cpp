@@ -34,6 +34,15 @@ double HybridAttention::decode_state_bytes(const AttentionConfig& a, const Atten
   return (s.cross ? 1.0 : 2.0) * (global + SoftmaxAttention::kv_bytes(s, window));
 }
 
+void HybridAttention::export_settings(const AttentionConfig& a, json::Json& o) {
+  o["window"] = a.window;
+  o["global"] = attention_kind_name(a.global);
+  if (a.global != AttentionKind::linear) return DeltaAttention::export_settings(a, o);
+  AttentionConfig global = a;
+  global.align_decay = 0;  // the window aligns; a hybrid's align_decay is ignored (and not exported)
+  LinearAttention::export_settings(global, o);
+}
+
 HybridAttention::HybridAttention(AttentionSite& site) : site_(site), local_(site, site.config().window) {
   const AttentionConfig& config = site.config();
   // The registration order is the parameters' order in checkpoints and the optimizer: over
@@ -83,9 +92,7 @@ std::unique_ptr<DecodeState> HybridAttention::precompute_cross(const AttentionIn
 }
 
 Tensor HybridAttention::step_cross(const AttentionInputs& in, const DecodeState& state, int64_t position) const {
-  TARN_ASSERT(in.q.size(1) == 1 && position >= 0,
-              "hybrid cross-attention step: one query row at a known position, got ", in.q.shape().str(),
-              " at position ", position);
+  check_one_row_at_position("hybrid", in.q, position);
   const auto& st = static_cast<const HybridState&>(state);
   const Tensor local = local_.step_cross_heads(split_heads(in.q, site_.shape()), st.local, position);
   return mix(local, global_->step_cross(in, *st.global, position), in.x);

@@ -12,6 +12,8 @@
 // decoding keeps the source's keys and values and reads the window around each position.
 #include <memory>
 
+#include "framework/io/json.h"
+
 #include "layers/attention/common.h"
 #include "layers/attention/softmax.h"
 
@@ -41,6 +43,8 @@ class HybridAttention : public AttentionKindLayer {
   // cache grows by concatenation.
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  // The export: window and global, then the global part's settings.
+  static void export_settings(const AttentionConfig& a, json::Json& o);
 
  private:
   // g local + (1 - g) global: local (B, H, N, dh), global (B, N, D) -> (B, N, D).

@@ -15,6 +15,19 @@ double LinearAttention::decode_state_bytes(const AttentionConfig& a, const Atten
   return 4.0 * std::max(1.0, s.heads) * static_cast<double>(a.feature_count(static_cast<int64_t>(head))) * (head + 1);
 }
 
+void LinearAttention::export_settings(const AttentionConfig& a, json::Json& o) {
+  o["feature_map"] = kernels::cpu::feature_map_name(a.feature_map);
+  o["chunk"] = a.chunk;
+  o["favor_features"] = a.favor_features;
+  if (a.feature_map == FeatureMap::taylor) {
+    o["taylor_order"] = a.taylor_order;
+    o["taylor_dim"] = a.taylor_dim;
+  }
+  o["eps"] = a.eps;
+  if (a.align_decay > 0) o["align_decay"] = a.align_decay;
+  if (a.align_decay > 0 && a.align_gate) o["align_gate"] = true;
+}
+
 LinearAttention::LinearAttention(AttentionSite& site) : site_(site), features_(site) {}
 
 Tensor LinearAttention::forward(const AttentionInputs& in) const {

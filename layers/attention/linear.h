@@ -8,6 +8,7 @@
 // With align_decay (cross-attention only) the linear kind builds layers/attention/aligned.h.
 #include <cstdint>
 
+#include "framework/io/json.h"
 #include "layers/attention/feature_map.h"
 #include "layers/attention/kind.h"
 
@@ -43,6 +44,8 @@ class LinearAttention : public AttentionKindLayer {
     return FeatureMapLayer::parameters(a, s);
   }
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  // The export: the feature map's settings, and aligned cross-attention's decay and gate.
+  static void export_settings(const AttentionConfig& a, json::Json& o);
 
  private:
   const AttentionSite& site_;

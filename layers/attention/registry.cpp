@@ -36,10 +36,12 @@ std::vector<AttentionKindEntry> builtin_kinds() {
   };
   linear.buffer_values = FeatureMapLayer::buffer_values;
   linear.decode_state_bytes = LinearAttention::decode_state_bytes;
+  linear.export_settings = LinearAttention::export_settings;
 
   AttentionKindEntry delta = entry("delta", [](AttentionSite& s) -> Layer { return std::make_unique<DeltaAttention>(s, true); });
   delta.parameters = DeltaAttention::parameters;
   delta.decode_state_bytes = DeltaAttention::decode_state_bytes;
+  delta.export_settings = DeltaAttention::export_settings;
   AttentionKindEntry gated = delta;
   gated.name = "gated";
   gated.make = [](AttentionSite& s) -> Layer { return std::make_unique<DeltaAttention>(s, false); };
@@ -50,6 +52,7 @@ std::vector<AttentionKindEntry> builtin_kinds() {
     return a.global == AttentionKind::linear ? FeatureMapLayer::buffer_values(a, s) : 0.0;
   };
   hybrid.decode_state_bytes = HybridAttention::decode_state_bytes;
+  hybrid.export_settings = HybridAttention::export_settings;
   return {softmax, linear, delta, gated, hybrid};
 }
 
@@ -67,6 +70,7 @@ Registry& registry() {
 
 void register_attention_kind(AttentionKindEntry entry) {
   TARN_CHECK(!entry.name.empty() && entry.make, "register_attention_kind: an entry needs a name and a builder");
+  AttentionKind::named(entry.name);  // a recipe may name it from now on (AttentionKind::all)
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = std::find_if(r.entries.begin(), r.entries.end(), [&](const auto& e) { return e.name == entry.name; });
@@ -109,6 +113,14 @@ double attention_buffer_values(const AttentionConfig& a, const AttentionSizes& s
 double attention_decode_state_bytes(const AttentionConfig& a, const AttentionSizes& sizes, double tokens) {
   const AttentionKindEntry& e = attention_kind_entry(a);
   return e.decode_state_bytes ? e.decode_state_bytes(a, sizes, tokens) : 0.0;
+}
+
+json::Json attention_export_settings(const AttentionConfig& a) {
+  json::Json o = json::Json::object();
+  o["kind"] = attention_kind_name(a.kind);
+  const AttentionKindEntry& e = attention_kind_entry(a);
+  if (e.export_settings) e.export_settings(a, o);
+  return o;
 }
 
 std::unique_ptr<AttentionKindLayer> make_attention_kind_layer(AttentionSite& site) {

@@ -84,8 +84,8 @@ inline std::vector<double> train_losses(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
   std::vector<double> losses;
   for (std::string line; std::getline(in, line);) {
-    const json::Value v = json::parse(line, "metrics.jsonl");
-    if (v.find("kind")->as_string("kind") == "train") losses.push_back(v.find("loss")->as_double("loss"));
+    const json::Json v = json::parse(line, "metrics.jsonl");
+    if (json::as_string(v.at("kind"), "kind") == "train") losses.push_back(json::as_double(v.at("loss"), "loss"));
   }
   return losses;
 }

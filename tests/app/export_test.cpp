@@ -84,10 +84,10 @@ TEST(Export, ReloadedDeltaExportGivesIdenticalPerplexity) {
                            "model.decoder.layers.0.encoder_attn.delta.output_norm.weight"})
     EXPECT_TRUE(f.find(name)) << name;
   EXPECT_FALSE(f.find("model.decoder.layers.0.encoder_attn.delta.q_conv"));  // cross-attention has none
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  const json::Value* cross = c.find("tarn")->find("cross_attention");
-  EXPECT_EQ(cross->find("kind")->as_string("kind"), "delta");
-  EXPECT_EQ(cross->find("conv_size")->as_u64("conv_size"), 4u);
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Json& cross = c.at("tarn").at("cross_attention");
+  EXPECT_EQ(json::as_string(cross.at("kind"), "kind"), "delta");
+  EXPECT_EQ(json::as_u64(cross.at("conv_size"), "conv_size"), 4u);
 }
 
 TEST(Export, ReloadedTaylorOrder4ExportGivesIdenticalPerplexity) {
@@ -96,12 +96,12 @@ TEST(Export, ReloadedTaylorOrder4ExportGivesIdenticalPerplexity) {
   const Tensor* proj = f.find("model.decoder.layers.0.encoder_attn.taylor_proj.weight");
   ASSERT_TRUE(proj);
   EXPECT_EQ(proj->size(0), 5);  // (taylor_dim, head_dim)
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  const json::Value* cross = c.find("tarn")->find("cross_attention");
-  EXPECT_EQ(cross->find("feature_map")->as_string("feature_map"), "taylor");
-  EXPECT_EQ(cross->find("taylor_order")->as_u64("taylor_order"), 4u);
-  EXPECT_EQ(cross->find("taylor_dim")->as_u64("taylor_dim"), 5u);
-  EXPECT_EQ(c.find("tarn")->find("decoder_self_attention")->find("taylor_order"), nullptr);  // elu1 there
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Json& cross = c.at("tarn").at("cross_attention");
+  EXPECT_EQ(json::as_string(cross.at("feature_map"), "feature_map"), "taylor");
+  EXPECT_EQ(json::as_u64(cross.at("taylor_order"), "taylor_order"), 4u);
+  EXPECT_EQ(json::as_u64(cross.at("taylor_dim"), "taylor_dim"), 5u);
+  EXPECT_FALSE(c.at("tarn").at("decoder_self_attention").contains("taylor_order"));  // elu1 there
 }
 
 TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {
@@ -110,14 +110,14 @@ TEST(Export, ReloadedHybridExportGivesIdenticalPerplexity) {
   EXPECT_TRUE(f.find("model.encoder.layers.0.self_attn.hybrid_gate.weight"));
   EXPECT_TRUE(f.find("model.decoder.layers.1.self_attn.hybrid_gate.bias"));
   EXPECT_TRUE(f.find("model.decoder.layers.0.encoder_attn.hybrid_gate.weight"));  // hybrid cross-attention
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  const json::Value* dec = c.find("tarn")->find("decoder_self_attention");
-  EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
-  EXPECT_EQ(dec->find("window")->as_u64("window"), 3u);
-  EXPECT_EQ(dec->find("feature_map")->as_string("feature_map"), "elu1");
-  const json::Value* cross = c.find("tarn")->find("cross_attention");
-  EXPECT_EQ(cross->find("kind")->as_string("kind"), "hybrid");
-  EXPECT_EQ(cross->find("window")->as_u64("window"), 4u);
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Json& dec = c.at("tarn").at("decoder_self_attention");
+  EXPECT_EQ(json::as_string(dec.at("kind"), "kind"), "hybrid");
+  EXPECT_EQ(json::as_u64(dec.at("window"), "window"), 3u);
+  EXPECT_EQ(json::as_string(dec.at("feature_map"), "feature_map"), "elu1");
+  const json::Json& cross = c.at("tarn").at("cross_attention");
+  EXPECT_EQ(json::as_string(cross.at("kind"), "kind"), "hybrid");
+  EXPECT_EQ(json::as_u64(cross.at("window"), "window"), 4u);
 }
 
 TEST(Export, ReloadedHybridOverDeltaExportGivesIdenticalPerplexity) {
@@ -127,12 +127,12 @@ TEST(Export, ReloadedHybridOverDeltaExportGivesIdenticalPerplexity) {
                            "model.decoder.layers.1.self_attn.delta.q_conv", "model.decoder.layers.1.self_attn.delta.A_log",
                            "model.encoder.layers.1.self_attn.delta.gate_proj.weight"})
     EXPECT_TRUE(f.find(name)) << name;
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  const json::Value* dec = c.find("tarn")->find("decoder_self_attention");
-  EXPECT_EQ(dec->find("kind")->as_string("kind"), "hybrid");
-  EXPECT_EQ(dec->find("global")->as_string("global"), "delta");
-  EXPECT_EQ(dec->find("conv_size")->as_u64("conv_size"), 4u);
-  EXPECT_EQ(dec->find("feature_map"), nullptr);  // no feature map over delta
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Json& dec = c.at("tarn").at("decoder_self_attention");
+  EXPECT_EQ(json::as_string(dec.at("kind"), "kind"), "hybrid");
+  EXPECT_EQ(json::as_string(dec.at("global"), "global"), "delta");
+  EXPECT_EQ(json::as_u64(dec.at("conv_size"), "conv_size"), 4u);
+  EXPECT_FALSE(dec.contains("feature_map"));  // no feature map over delta
 }
 
 TEST(Export, AttentionChosenPerLayerIsListedInConfigJson) {
@@ -144,15 +144,15 @@ TEST(Export, AttentionChosenPerLayerIsListedInConfigJson) {
   o.overrides.push_back("validation.every_steps=0");
   train(o);
   export_checkpoint(dir + "/run", dir + "/export");
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  const json::Value* layers = c.find("tarn")->find("decoder_self_attention")->find("layers");
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  const json::Json& layers = c.at("tarn").at("decoder_self_attention").at("layers");
   ASSERT_NE(layers, nullptr);
-  const std::vector<json::Value>& items = layers->items("layers");
+  const std::vector<json::Json>& items = json::items(layers, "layers");
   ASSERT_EQ(items.size(), 2u);
-  EXPECT_EQ(items[0].find("kind")->as_string("kind"), "softmax");
-  EXPECT_EQ(items[1].find("kind")->as_string("kind"), "hybrid");
-  EXPECT_EQ(items[1].find("window")->as_u64("window"), 5u);
-  EXPECT_EQ(c.find("tarn")->find("encoder_self_attention")->find("layers"), nullptr);  // one setting for the stack
+  EXPECT_EQ(json::as_string(items[0].at("kind"), "kind"), "softmax");
+  EXPECT_EQ(json::as_string(items[1].at("kind"), "kind"), "hybrid");
+  EXPECT_EQ(json::as_u64(items[1].at("window"), "window"), 5u);
+  EXPECT_FALSE(c.at("tarn").at("encoder_self_attention").contains("layers"));  // one setting for the stack
 }
 
 TEST(Export, SoftmaxOnlyExportIsPlainBartWithoutModelingFile) {
@@ -160,12 +160,12 @@ TEST(Export, SoftmaxOnlyExportIsPlainBartWithoutModelingFile) {
   std::filesystem::create_directories(dir + "/export");
   write_file_atomic(dir + "/export/modeling_tarn_bart.py", "# left by an older export\n");
   export_checkpoint(dir + "/run", dir + "/export");
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "bart");
-  EXPECT_EQ(c.find("architectures")->items("architectures").at(0).as_string("architectures"),
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  EXPECT_EQ(json::as_string(c.at("model_type"), "model_type"), "bart");
+  EXPECT_EQ(json::as_string(json::items(c.at("architectures"), "architectures").at(0), "architectures"),
             "BartForConditionalGeneration");
-  EXPECT_EQ(c.find("auto_map"), nullptr);
-  EXPECT_EQ(c.find("problem_type"), nullptr);
+  EXPECT_FALSE(c.contains("auto_map"));
+  EXPECT_FALSE(c.contains("problem_type"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/export/modeling_tarn_bart.py"));
 }
 
@@ -174,18 +174,18 @@ TEST(Export, SoftmaxOnlyExportIsPlainBartWithoutModelingFile) {
 TEST(Export, ConfigJsonHasHuggingFaceBartFieldsAndTarnAttention) {
   const std::string dir = trained_run("export_config", "linear", 2);
   export_checkpoint(dir + "/run", dir + "/export");
-  const json::Value c = json::parse(read_file(dir + "/export/config.json"), "config.json");
-  EXPECT_EQ(c.find("model_type")->as_string("model_type"), "tarn_bart");
-  EXPECT_EQ(c.find("auto_map")->find("AutoModelForSeq2SeqLM")->as_string("auto_map"),
+  const json::Json c = json::parse(read_file(dir + "/export/config.json"), "config.json");
+  EXPECT_EQ(json::as_string(c.at("model_type"), "model_type"), "tarn_bart");
+  EXPECT_EQ(json::as_string(c.at("auto_map").at("AutoModelForSeq2SeqLM"), "auto_map"),
             "modeling_tarn_bart.TarnBartForConditionalGeneration");
-  EXPECT_NE(c.find("problem_type")->as_string("problem_type").find("trust_remote_code=True"), std::string::npos);
+  EXPECT_NE(json::as_string(c.at("problem_type"), "problem_type").find("trust_remote_code=True"), std::string::npos);
   EXPECT_NE(read_file(dir + "/export/modeling_tarn_bart.py").find("class TarnBartForConditionalGeneration("),
             std::string::npos);
-  EXPECT_EQ(c.find("tarn")->find("max_source_len")->as_u64("max_source_len"), 64u);
-  EXPECT_EQ(c.find("d_model")->as_u64("d_model"), 64u);
-  EXPECT_EQ(c.find("decoder_start_token_id")->as_u64("decoder_start_token_id"), 2u);
-  ASSERT_TRUE(c.find("tarn"));
-  EXPECT_EQ(c.find("tarn")->find("decoder_self_attention")->find("kind")->as_string("kind"), "linear");
+  EXPECT_EQ(json::as_u64(c.at("tarn").at("max_source_len"), "max_source_len"), 64u);
+  EXPECT_EQ(json::as_u64(c.at("d_model"), "d_model"), 64u);
+  EXPECT_EQ(json::as_u64(c.at("decoder_start_token_id"), "decoder_start_token_id"), 2u);
+  ASSERT_TRUE(json::find(c, "tarn"));
+  EXPECT_EQ(json::as_string(c.at("tarn").at("decoder_self_attention").at("kind"), "kind"), "linear");
   const SafetensorsFile f = load_safetensors(dir + "/export/model.safetensors");
   EXPECT_EQ(f.metadata.at("format"), "pt");
   EXPECT_TRUE(f.find("model.shared.weight"));

@@ -24,14 +24,14 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kFixture = std::string(TARN_SOURCE_DIR) + "/tests/fixtures/hf_bart_tiny";
 
-json::Value expected() {
+json::Json expected() {
   const std::string path = kFixture + "/expected.json";
   return json::parse(read_file(path), path);
 }
 
-std::vector<int32_t> ids_of(const json::Value& array) {
+std::vector<int32_t> ids_of(const json::Json& array) {
   std::vector<int32_t> out;
-  for (const json::Value& v : array.items("ids")) out.push_back(static_cast<int32_t>(v.as_u64("id")));
+  for (const json::Json& v : json::items(array, "ids")) out.push_back(static_cast<int32_t>(json::as_u64(v, "id")));
   return out;
 }
 
@@ -62,9 +62,9 @@ bool same_tensor(const Tensor& a, const Tensor& b) {
 
 void set_config_field(const std::string& hf, const std::string& key, const std::string& value_json) {
   const std::string path = hf + "/config.json";
-  json::Value c = json::parse(read_file(path), path);
-  c.set(key, json::parse(value_json, "value"));
-  write_file_atomic(path, c.dump(2));
+  json::Json c = json::parse(read_file(path), path);
+  c[key] = json::parse(value_json, "value");
+  write_file_atomic(path, json::dump(c, 2));
 }
 
 TEST(HfImport, ImportedModelGivesHuggingFacesMeanNllOnPairs) {
@@ -75,9 +75,9 @@ TEST(HfImport, ImportedModelGivesHuggingFacesMeanNllOnPairs) {
   EXPECT_TRUE(l.recipe.data.bos);
   auto ds = open_dataset(l.recipe, *l.tok, kFixture + "/pairs.tsv", kEvalNoiseSeed, "eval");
   const EvalResult r = evaluate(*l.model, *ds, 4096);
-  const json::Value e = expected();
-  const double hf = e.find("pairs_mean_nll")->as_double("nll");
-  EXPECT_EQ(r.tokens, static_cast<int64_t>(e.find("pairs_target_tokens")->as_u64("tokens")));
+  const json::Json e = expected();
+  const double hf = json::as_double(e.at("pairs_mean_nll"), "nll");
+  EXPECT_EQ(r.tokens, static_cast<int64_t>(json::as_u64(e.at("pairs_target_tokens"), "tokens")));
   EXPECT_NEAR(r.mean_nll(), hf, 1e-5 * hf) << "tarn " << r.mean_nll() << ", HF " << hf;
   // Small batches (about one example each, other padding) give the same figure.
   const EvalResult one = evaluate(*l.model, *ds, 48);
@@ -89,23 +89,23 @@ TEST(HfImport, ImportedModelGeneratesGreedilyAsHuggingFace) {
   const std::string out = testing::fresh_dir("hf_generate");
   import_hf_bart(kFixture + "/hf", out);
   TrainedModel l = load_trained_model(out);
-  const json::Value e = expected();
+  const json::Json e = expected();
   GenerateOptions g;
-  g.max_length = static_cast<int64_t>(e.find("generate_max_length")->as_u64("max")) - 1;  // HF counts </s> first
+  g.max_length = static_cast<int64_t>(json::as_u64(e.at("generate_max_length"), "max")) - 1;  // HF counts </s> first
   g.forced_bos = g.forced_eos = true;
   int same = 0, total = 0;
-  for (const json::Value& item : e.find("greedy")->items("greedy")) {
-    std::vector<int32_t> source = l.tok->encode(item.find("source")->as_string("source"));
+  for (const json::Json& item : json::items(e.at("greedy"), "greedy")) {
+    std::vector<int32_t> source = l.tok->encode(json::as_string(item.at("source"), "source"));
     source.insert(source.begin(), kBosId);
     source.push_back(kEosId);
-    ASSERT_EQ(source, ids_of(*item.find("source_ids")));
-    std::vector<int32_t> want = ids_of(*item.find("output_ids"));  // </s> <s> ... [</s>]
+    ASSERT_EQ(source, ids_of(item.at("source_ids")));
+    std::vector<int32_t> want = ids_of(item.at("output_ids"));  // </s> <s> ... [</s>]
     ASSERT_EQ(want.front(), kEosId);
     want.erase(want.begin());
     if (want.back() == kEosId) want.pop_back();  // tarn returns the output without </s>
     const std::vector<int32_t> got = generate(*l.model, {source}, g).at(0);
-    EXPECT_EQ(got, want) << item.find("source")->as_string("source");
-    EXPECT_EQ(l.tok->decode(got), item.find("output_text")->as_string("text"));  // HF's decode, U+FFFD and all
+    EXPECT_EQ(got, want) << json::as_string(item.at("source"), "source");
+    EXPECT_EQ(l.tok->decode(got), json::as_string(item.at("output_text"), "text"));  // HF's decode, U+FFFD and all
     same += got == want;
     ++total;
   }

@@ -51,7 +51,7 @@ TEST(InitFrom, SameModelLoadsEveryTensorAndScoresAsTheImport) {
   EXPECT_EQ(rep.loaded.size(), state_dict(model).size());
   auto ds = open_dataset(r, tok, kFixture + "/pairs.tsv", kEvalNoiseSeed, "eval");
   const std::string path = kFixture + "/expected.json";
-  const double hf = json::parse(read_file(path), path).find("pairs_mean_nll")->as_double("nll");
+  const double hf = json::as_double(json::parse(read_file(path), path).at("pairs_mean_nll"), "nll");
   EXPECT_NEAR(evaluate(model, *ds, 4096).mean_nll(), hf, 1e-5 * hf);
 }
 

@@ -21,15 +21,15 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 }
 
 TEST(ProgressJson, WrittenProgressParsesBackUnchanged) {
-  const std::string text = progress_json(sample_progress()).dump(2);
-  EXPECT_EQ(progress_json(parse_progress(text, "progress.json")).dump(2), text);
+  const std::string text = json::dump(progress_json(sample_progress()), 2);
+  EXPECT_EQ(json::dump(progress_json(parse_progress(text, "progress.json")), 2), text);
 }
 
 // Found by fuzz/checkpoint_fuzzer's round trip: a step of 2^64 - 1 loaded as -1, and
 // progress_json wrote it back as a number no reader accepts.
 TEST(ProgressJson, StepAboveInt64MaxIsRefusedNamingFileAndField) {
   const std::string text =
-      replace(progress_json(sample_progress()).dump(2), "\"step\": 1200", "\"step\": 18446744073709551615");
+      replace(json::dump(progress_json(sample_progress()), 2), "\"step\": 1200", "\"step\": 18446744073709551615");
   try {
     parse_progress(text, "runs/x/step_1200/progress.json");
     FAIL() << "accepted";
@@ -42,7 +42,7 @@ TEST(ProgressJson, StepAboveInt64MaxIsRefusedNamingFileAndField) {
 
 TEST(ProgressJson, FavorStepsAboveInt64MaxAreRefused) {
   const std::string text =
-      replace(progress_json(sample_progress()).dump(2), "\"steps\": 12", "\"steps\": 9223372036854775808");
+      replace(json::dump(progress_json(sample_progress()), 2), "\"steps\": 12", "\"steps\": 9223372036854775808");
   EXPECT_THROW(parse_progress(text, "progress.json"), Error);
 }
 

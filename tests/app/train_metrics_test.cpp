@@ -17,20 +17,20 @@
 namespace tarn::app {
 namespace {
 
-std::vector<json::Value> lines_of(const std::string& path) {
-  std::vector<json::Value> out;
+std::vector<json::Json> lines_of(const std::string& path) {
+  std::vector<json::Json> out;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) out.push_back(json::parse(line, path));
   return out;
 }
 
-double number(const json::Value& v, const char* key) {
-  const json::Value* f = v.find(key);
+double number(const json::Json& v, const char* key) {
+  const json::Json* f = json::find(v, key);
   if (f == nullptr || !f->is_number()) {
-    ADD_FAILURE() << key << " is missing or not a number in " << v.dump();
+    ADD_FAILURE() << key << " is missing or not a number in " << json::dump(v);
     return NAN;
   }
-  return f->as_double(key);
+  return json::as_double(*f, key);
 }
 
 Recipe recipe_in(const std::string& dir, const std::string& tensorboard = "off") {
@@ -72,8 +72,8 @@ TEST(TrainMetrics, ALoggedIntervalIsOneTrainLineOfItsMeansThenANewIntervalStarts
   EXPECT_FALSE(m.log_interval(p, recipe.training, 13).has_value()) << "no step since the last line";
   const auto lines = lines_of(recipe.logging.metrics_file);
   ASSERT_EQ(lines.size(), 1u);
-  const json::Value& t = lines[0];
-  EXPECT_EQ(t.find("kind")->as_string("kind"), "train");
+  const json::Json& t = lines[0];
+  EXPECT_EQ(json::as_string(t.at("kind"), "kind"), "train");
   EXPECT_EQ(number(t, "step"), 2);
   EXPECT_EQ(number(t, "epoch"), 1);
   EXPECT_DOUBLE_EQ(number(t, "loss"), 2.0);
@@ -98,9 +98,9 @@ TEST(TrainMetrics, AMetricThatIsNotFiniteIsNullAndTheLineStaysValidJson) {
   ASSERT_TRUE(m.log_interval(Progress{}, recipe.training, 1).has_value());
   const auto lines = lines_of(recipe.logging.metrics_file);
   ASSERT_EQ(lines.size(), 1u);
-  ASSERT_NE(lines[0].find("ppl"), nullptr);
-  EXPECT_TRUE(lines[0].find("ppl")->is_null());
-  EXPECT_TRUE(lines[0].find("nll")->is_number());
+  ASSERT_NE(json::find(lines[0], "ppl"), nullptr);
+  EXPECT_TRUE(json::find(lines[0], "ppl")->is_null());
+  EXPECT_TRUE(json::find(lines[0], "nll")->is_number());
 }
 
 TEST(TrainMetrics, AValidationIsOneValidLineWithTheMemorySoFar) {
@@ -121,13 +121,13 @@ TEST(TrainMetrics, AValidationIsOneValidLineWithTheMemorySoFar) {
   m.log_validation(p, v, 4, Device::cpu());
   const auto lines = lines_of(recipe.logging.metrics_file);
   ASSERT_EQ(lines.size(), 1u);
-  const json::Value& l = lines[0];
-  EXPECT_EQ(l.find("kind")->as_string("kind"), "valid");
+  const json::Json& l = lines[0];
+  EXPECT_EQ(json::as_string(l.at("kind"), "kind"), "valid");
   EXPECT_EQ(number(l, "step"), 7);
   EXPECT_DOUBLE_EQ(number(l, "nll"), 3.0);
   EXPECT_DOUBLE_EQ(number(l, "ppl"), v.result.perplexity());
   EXPECT_EQ(number(l, "tokens"), 10);
-  EXPECT_TRUE(l.find("best")->as_bool("best"));
+  EXPECT_TRUE(json::as_bool(l.at("best"), "best"));
   EXPECT_EQ(number(l, "tokens_seen"), 900);
   EXPECT_EQ(number(l, "elapsed_s"), 4);
   EXPECT_EQ(number(l, "memory_live_peak_bytes"), 1 << 20);

@@ -199,12 +199,5 @@ TEST(YamlScalars, FormattedStringsParseBackAsTheSameString) {
   EXPECT_EQ(format_string("work/wordnet/train.txt"), "work/wordnet/train.txt");
 }
 
-TEST(YamlScalars, EditDistanceCountsTranspositionsOnce) {
-  EXPECT_EQ(edit_distance("lr", "lr"), 0);
-  EXPECT_EQ(edit_distance("rl", "lr"), 1);
-  EXPECT_EQ(edit_distance("max_step", "max_steps"), 1);
-  EXPECT_EQ(edit_distance("", "abc"), 3);
-}
-
 }  // namespace
 }  // namespace tarn::config

@@ -21,12 +21,12 @@ struct Expected {
 
 Expected expected_ids() {
   const std::string path = kFixture + "/expected.json";
-  const json::Value root = json::parse(read_file(path), path);
+  const json::Json root = json::parse(read_file(path), path);
   Expected e;
-  for (const json::Value& s : root.find("strings")->items("strings")) e.strings.push_back(s.as_string("string"));
-  for (const json::Value& row : root.find("ids")->items("ids")) {
+  for (const json::Json& s : json::items(root.at("strings"), "strings")) e.strings.push_back(json::as_string(s, "string"));
+  for (const json::Json& row : json::items(root.at("ids"), "ids")) {
     std::vector<int32_t> ids;
-    for (const json::Value& id : row.items("ids")) ids.push_back(static_cast<int32_t>(id.as_u64("id")));
+    for (const json::Json& id : json::items(row, "ids")) ids.push_back(static_cast<int32_t>(json::as_u64(id, "id")));
     e.ids.push_back(ids);
   }
   return e;
@@ -46,7 +46,7 @@ void expect_same_ids(const ByteLevelBpe& bpe, const char* which) {
   for (size_t i = 0; i < e.strings.size(); ++i) {
     const std::vector<int32_t> got = bpe.encode(e.strings[i]);
     if (got == e.ids[i]) ++same;
-    else ADD_FAILURE() << which << ": string " << i << " " << json::Value::string(e.strings[i]).dump() << "\n  tarn "
+    else ADD_FAILURE() << which << ": string " << i << " " << json::quote(e.strings[i]) << "\n  tarn "
                        << show(got) << "\n  HF   " << show(e.ids[i]);
   }
   EXPECT_EQ(same, e.strings.size());

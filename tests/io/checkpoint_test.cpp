@@ -177,9 +177,9 @@ TEST(Checkpoint, WriteThenOpenVerifiesEveryFile) {
   EXPECT_NO_THROW(check_safetensors(ck.path("model.safetensors")));
 
   // The manifest is plain, readable JSON.
-  const json::Value m = json::parse(testing::read_bytes(dir + "/MANIFEST.json"), "manifest");
-  EXPECT_EQ(m.find("format")->as_string(""), "tarn-checkpoint");
-  EXPECT_EQ(m.find("files")->items("")[1].find("name")->as_string(""), "trainer_state.json");
+  const json::Json m = json::parse(testing::read_bytes(dir + "/MANIFEST.json"), "manifest");
+  EXPECT_EQ(json::as_string(m.at("format"), ""), "tarn-checkpoint");
+  EXPECT_EQ(json::as_string(json::items(m.at("files"), "")[1].at("name"), ""), "trainer_state.json");
 }
 
 TEST(Checkpoint, IndependentPythonCheckerAgrees) {

@@ -6,45 +6,46 @@
 #include <cmath>
 
 #include "framework/io/crc32.h"
+#include "framework/io/utf8.h"
 #include "tests/io/io_test_util.h"
 
 namespace tarn {
 namespace {
 
 TEST(Json, ParsesObjectsInFileOrderWithOffsets) {
-  const json::Value v = json::parse(R"( {"b": [1, 2.5, -3e2], "a": {"x": null, "y": true}, "c": "s"} )", "t");
+  const json::Json v = json::parse(R"( {"b": [1, 2.5, -3e2], "a": {"x": null, "y": true}, "c": "s"} )", "t");
   ASSERT_TRUE(v.is_object());
-  const auto& m = v.members("root");
+  const auto& m = json::members(v, "root");
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m[0].first, "b");
   EXPECT_EQ(m[1].first, "a");
   EXPECT_EQ(m[2].first, "c");
-  EXPECT_EQ(v.offset(), 1u);
-  EXPECT_EQ(m[0].second.items("b")[0].as_u64("b0"), 1u);
-  EXPECT_DOUBLE_EQ(m[0].second.items("b")[1].as_double("b1"), 2.5);
-  EXPECT_DOUBLE_EQ(m[0].second.items("b")[2].as_double("b2"), -300.0);
-  EXPECT_TRUE(v.find("a")->find("x")->is_null());
-  EXPECT_TRUE(v.find("a")->find("y")->as_bool("y"));
-  EXPECT_EQ(v.find("c")->as_string("c"), "s");
-  EXPECT_EQ(v.find("zz"), nullptr);
+  EXPECT_EQ(json::as_u64(json::items(m[0].second, "b")[0], "b0"), 1u);
+  EXPECT_DOUBLE_EQ(json::as_double(json::items(m[0].second, "b")[1], "b1"), 2.5);
+  EXPECT_DOUBLE_EQ(json::as_double(json::items(m[0].second, "b")[2], "b2"), -300.0);
+  EXPECT_TRUE(json::find(*json::find(v, "a"), "x")->is_null());
+  EXPECT_TRUE(json::as_bool(*json::find(*json::find(v, "a"), "y"), "y"));
+  EXPECT_EQ(json::as_string(*json::find(v, "c"), "c"), "s");
+  EXPECT_EQ(json::find(v, "zz"), nullptr);
+  EXPECT_EQ(json::find(json::items(m[0].second, "b")[0], "b"), nullptr);  // not an object
 }
 
 TEST(Json, U64IsExactBeyondDoublePrecision) {
-  const json::Value v = json::parse("[18446744073709551615, 9007199254740993]", "t");
-  EXPECT_EQ(v.items("")[0].as_u64("x"), 18446744073709551615ull);
-  EXPECT_EQ(v.items("")[1].as_u64("x"), 9007199254740993ull);  // 2^53 + 1: a double would lose it
-  EXPECT_ERROR_CONTAINS(json::parse("[18446744073709551616]", "t").items("")[0].as_u64("off"),
-                        "does not fit in 64 bits");
-  EXPECT_ERROR_CONTAINS(json::parse("[-1]", "t").items("")[0].as_u64("shape[0]"),
-                        "shape[0]: expected a non-negative integer, got -1");
-  EXPECT_ERROR_CONTAINS(json::parse("[2.0]", "t").items("")[0].as_u64("n"), "expected a non-negative integer");
-  EXPECT_ERROR_CONTAINS(json::parse("[1e3]", "t").items("")[0].as_u64("n"), "expected a non-negative integer");
+  const json::Json v = json::parse("[18446744073709551615, 9007199254740993]", "t");
+  auto first = [](const std::string& text) { return json::items(json::parse(text, "t"), "")[0]; };
+  EXPECT_EQ(json::as_u64(json::items(v, "")[0], "x"), 18446744073709551615ull);
+  EXPECT_EQ(json::as_u64(json::items(v, "")[1], "x"), 9007199254740993ull);  // 2^53 + 1: a double would lose it
+  EXPECT_ERROR_CONTAINS(json::as_u64(first("[18446744073709551616]"), "off"), "does not fit in 64 bits");
+  EXPECT_ERROR_CONTAINS(json::as_u64(first("[-1]"), "shape[0]"), "shape[0]: expected a non-negative integer, got -1");
+  EXPECT_ERROR_CONTAINS(json::as_u64(first("[2.0]"), "n"), "expected a non-negative integer");
+  EXPECT_ERROR_CONTAINS(json::as_u64(first("[1e3]"), "n"), "expected a non-negative integer");
+  EXPECT_ERROR_CONTAINS(json::as_u64(first("[\"7\"]"), "n"), "n: expected a non-negative integer, got a string");
 }
 
 TEST(Json, StringsEscapesAndSurrogates) {
-  const json::Value v = json::parse(R"(["a\"b\\c\/\n\t\u00e9\ud83d\ude00", "π"])", "t");
-  EXPECT_EQ(v.items("")[0].as_string(""), "a\"b\\c/\n\t\xC3\xA9\xF0\x9F\x98\x80");
-  EXPECT_EQ(v.items("")[1].as_string(""), "\xCF\x80");
+  const json::Json v = json::parse(R"(["a\"b\\c\/\n\t\u00e9\ud83d\ude00", "π"])", "t");
+  EXPECT_EQ(json::as_string(json::items(v, "")[0], ""), "a\"b\\c/\n\t\xC3\xA9\xF0\x9F\x98\x80");
+  EXPECT_EQ(json::as_string(json::items(v, "")[1], ""), "\xCF\x80");
   EXPECT_ERROR_CONTAINS(json::parse(R"(["\ud83d"])", "t"), "high surrogate");
   EXPECT_ERROR_CONTAINS(json::parse(R"(["\ude00"])", "t"), "lone low surrogate");
   EXPECT_ERROR_CONTAINS(json::parse("[\"a\nb\"]", "t"), "raw control character");
@@ -76,17 +77,25 @@ TEST(Json, DepthIsLimited) {
 }
 
 TEST(Json, DumpRoundTrips) {
-  json::Value v = json::Value::object();
-  v.set("name", json::Value::string("q\"\x01\xCF\x80"));
-  v.set("n", json::Value::number(uint64_t{18446744073709551615ull}));
-  v.set("x", json::Value::number(0.1));
-  v.set("list", json::Value::array({json::Value::boolean(false), json::Value()}));
-  v.set("n", json::Value::number(int64_t{-7}));  // replaces, keeps position
-  const std::string compact = v.dump();
+  json::Json v = json::Json::object();
+  v["name"] = "q\"\x01\xCF\x80";
+  v["n"] = uint64_t{18446744073709551615ull};
+  v["x"] = 0.1;
+  v["list"] = json::Json::array({false, nullptr});
+  v["n"] = int64_t{-7};  // replaces, keeps position
+  const std::string compact = json::dump(v);
   EXPECT_EQ(compact, "{\"name\":\"q\\\"\\u0001\xCF\x80\",\"n\":-7,\"x\":0.1,\"list\":[false,null]}");
-  const json::Value back = json::parse(v.dump(2), "t");
-  EXPECT_EQ(back.dump(), compact);
-  EXPECT_ERROR_CONTAINS(json::Value::number(std::nan("")), "non-finite");
+  const json::Json back = json::parse(json::dump(v, 2), "t");
+  EXPECT_EQ(json::dump(back), compact);
+  EXPECT_EQ(json::dump(v, 2), "{\n  \"name\": \"q\\\"\\u0001\xCF\x80\",\n  \"n\": -7,\n  \"x\": 0.1,\n  \"list\": [\n    false,\n"
+                              "    null\n  ]\n}");
+  EXPECT_EQ(json::dump(json::Json::object({{"a", json::Json::array()}, {"b", json::Json::object()}}), 2),
+            "{\n  \"a\": [],\n  \"b\": {}\n}");
+  // Doubles in their shortest round-trip form (std::to_chars), as tarn's files have always had them.
+  EXPECT_EQ(json::dump(json::Json::array({3.0, 1e-05, 0.0001, 1e20, -0.0, 2.5, 1e15, 123456.789})),
+            "[3,1e-05,1e-04,1e+20,-0,2.5,1e+15,123456.789]");
+  EXPECT_ERROR_CONTAINS(json::dump(json::Json(std::nan(""))), "non-finite");
+  EXPECT_EQ(json::quote("a\"\n\x01\xCF\x80"), "\"a\\\"\\n\\u0001\xCF\x80\"");
 }
 
 // The reader is nlohmann-json's parser behind tarn's words: each error below is worded and placed
@@ -144,31 +153,32 @@ TEST(Json, DepthLimitIsExactly64) {
                         "at byte 68 (line 1, column 69): nesting deeper than 64 levels");
 }
 
+// Values do not keep their offsets (nlohmann's ordered_json has no place for them); errors in
+// nested values still name the file offset.
 TEST(Json, OffsetsOfNestedValuesCountFromTheBase) {
-  const json::Value v = json::parse("{\"k\": [true, \"s\", {\"n\": -0.5e1}]}", "t", 8);
-  const auto& items = v.find("k")->items("k");
-  EXPECT_EQ(v.offset(), 8u);
-  EXPECT_EQ(v.find("k")->offset(), 14u);
-  EXPECT_EQ(items[0].offset(), 15u);
-  EXPECT_EQ(items[1].offset(), 21u);
-  EXPECT_EQ(items[2].offset(), 26u);
-  EXPECT_EQ(items[2].find("n")->offset(), 32u);
+  EXPECT_ERROR_CONTAINS(json::parse("{\"k\": [true, \"s\", {\"n\": -0.5e1, \"n\": 1}]}", "t", 8),
+                        "t: invalid JSON at byte 40 (line 1, column 33): duplicate key \"n\"");
+  EXPECT_ERROR_CONTAINS(json::parse("{\"k\": [true, \"s\", {\"n\": -0.5e1 1}]}", "t", 8),
+                        "t: invalid JSON at byte 39 (line 1, column 32): expected ',' or '}' after an object member");
+  EXPECT_ERROR_CONTAINS(json::parse("{\"k\": [true, \"s\" {\"n\": -0.5e1}]}", "t", 8),
+                        "t: invalid JSON at byte 25 (line 1, column 18): expected ',' or ']' after an array item");
 }
 
-// Literals stay as written, so dump() gives back the same text; one beyond a double's range
-// (which nlohmann-json alone would refuse while parsing) loads, and as_double() refuses it.
-TEST(Json, NumberLiteralsAreKeptAsWritten) {
-  const json::Value v = json::parse("[-0, 1.50, 1E+2, 1e999, 2, 1e-999]", "t");
-  EXPECT_EQ(v.dump(), "[-0,1.50,1E+2,1e999,2,1e-999]");
-  const auto& items = v.items("");
-  EXPECT_EQ(items[3].number_text(), "1e999");
-  EXPECT_EQ(items[3].offset(), 17u);
-  EXPECT_ERROR_CONTAINS(items[3].as_double("x"), "x: 1e999 is out of range for a double");
-  EXPECT_ERROR_CONTAINS(items[0].as_u64("n"), "n: expected a non-negative integer, got -0");
-  EXPECT_EQ(items[4].as_u64("n"), 2u);
-  EXPECT_DOUBLE_EQ(items[1].as_double("x"), 1.5);
+// Numbers are nlohmann's: integers exact, others doubles (so "1.50" is written back as 1.5); "-0"
+// stays the double -0, which no count takes; a literal beyond a double's range is refused where
+// it stands.
+TEST(Json, NumbersAndTheirLimits) {
+  const json::Json v = json::parse("[-0, 1.50, 1E+2, 2, 1e-999]", "t");
+  EXPECT_EQ(json::dump(v), "[-0,1.5,100,2,0]");
+  const auto& items = json::items(v, "");
+  EXPECT_ERROR_CONTAINS(json::as_u64(items[0], "n"), "n: expected a non-negative integer, got -0");
+  EXPECT_TRUE(std::signbit(json::as_double(items[0], "x")));
+  EXPECT_EQ(json::as_u64(items[3], "n"), 2u);
+  EXPECT_DOUBLE_EQ(json::as_double(items[1], "x"), 1.5);
+  EXPECT_ERROR_CONTAINS(json::parse("[-0, 1.50, 1E+2, 1e999, 2, 1e-999]", "t"),
+                        "t: invalid JSON at byte 17 (line 1, column 18): 1e999 is out of range for a double");
   EXPECT_ERROR_CONTAINS(json::parse("{\"a\": -1e999 \"b\"}", "t"),
-                        "at byte 13 (line 1, column 14): expected ',' or '}' after an object member");
+                        "at byte 6 (line 1, column 7): -1e999 is out of range for a double");
   // Such a literal cut short by a '.' or 'e' is refused where the digit is missing.
   const std::string huge = "1" + std::string(400, '0');
   EXPECT_ERROR_CONTAINS(json::parse("[" + huge + "e]", "t"), "byte 403 (line 1, column 404): expected a digit in the exponent");
@@ -177,12 +187,13 @@ TEST(Json, NumberLiteralsAreKeptAsWritten) {
 }
 
 TEST(Json, Utf8Validation) {
-  EXPECT_EQ(json::find_invalid_utf8("plain \xCF\x80 \xF0\x9F\x98\x80"), std::string_view::npos);
-  EXPECT_EQ(json::find_invalid_utf8("ab\xC0\x80"), 2u);          // overlong NUL
-  EXPECT_EQ(json::find_invalid_utf8("\xED\xA0\x80"), 0u);        // surrogate U+D800
-  EXPECT_EQ(json::find_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
-  EXPECT_EQ(json::find_invalid_utf8("x\xE2\x82"), 1u);           // truncated sequence
-  EXPECT_EQ(json::find_invalid_utf8("\x80"), 0u);                // stray continuation
+  // framework/io/utf8.h, which parse() checks the whole text with first.
+  EXPECT_TRUE(is_valid_utf8("plain \xCF\x80 \xF0\x9F\x98\x80"));
+  EXPECT_EQ(first_invalid_utf8("ab\xC0\x80"), 2u);          // overlong NUL
+  EXPECT_EQ(first_invalid_utf8("\xED\xA0\x80"), 0u);        // surrogate U+D800
+  EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("x\xE2\x82"), 1u);           // truncated sequence
+  EXPECT_EQ(first_invalid_utf8("\x80"), 0u);                // stray continuation
 }
 
 TEST(Crc32, MatchesZlibCheckValues) {

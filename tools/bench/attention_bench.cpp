@@ -22,6 +22,7 @@
 #include "kernels/cpu/linear_attention_simd.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
+#include "tools/bench/common/bench_util.h"
 #include "tools/cli.h"
 
 namespace {
@@ -266,12 +267,10 @@ Result run_softmax(const Options& o, int64_t bh, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
-  CLI::App app(kDescription, "attention_bench");
-  tarn::cli::configure(app);
   Options o;
-  add_flags(app, o);
-  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status =
+          tarn::bench::start_bench(argc, argv, kDescription, "attention_bench", [&](CLI::App& app) { add_flags(app, o); }))
+    return *status;
   o.map = tarn::parse_feature_map(o.map_name);
   const Yardstick y = measure_sgemm(o);  // the yardstick always runs warm
   g_cold = o.cold;

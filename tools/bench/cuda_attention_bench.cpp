@@ -29,6 +29,7 @@
 #include "kernels/cuda_softmax_attention.h"
 #include "kernels/linear_attention.h"
 #include "kernels/softmax_attention.h"
+#include "tools/bench/common/bench_util.h"
 #include "tools/bench/common/gpu_peaks.h"
 #include "tools/cli.h"
 
@@ -1030,12 +1031,10 @@ int time_all(const Options& o, JsonOut& json, const std::vector<Algo>& mismatche
 #endif
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
-  CLI::App app(kDescription, "cuda_attention_bench");
-  tarn::cli::configure(app);
   Options o;
-  add_flags(app, o);
-  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status = tarn::bench::start_bench(argc, argv, kDescription, "cuda_attention_bench",
+                                                                 [&](CLI::App& app) { add_flags(app, o); }))
+    return *status;
   for (const std::string& name : o.algo_names)
     for (Algo a : kAllAlgos)
       if (name == algo_name(a)) o.algos.push_back(a);

@@ -15,6 +15,7 @@
 
 #include "kernels/blas_info.h"
 #include "kernels/check.h"
+#include "tools/bench/common/bench_util.h"
 #include "tools/bench/common/gpu_peaks.h"
 #include "tools/cli.h"
 #include "kernels/cross_entropy.h"
@@ -710,12 +711,11 @@ Exit status 1 when a kernel disagrees with the CPU.)";
 }  // namespace
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
-  CLI::App app(kDescription, "cuda_kernels_bench");
-  tarn::cli::configure(app);
   bool quick = false;
-  app.add_flag("--quick", quick, "time smaller shapes (2048 x 1024 rows x cols, not 8192 x 4096) and 5 repeats, not 20");
-  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status = tarn::bench::start_bench(
+          argc, argv, kDescription, "cuda_kernels_bench", quick,
+          "time smaller shapes (2048 x 1024 rows x cols, not 8192 x 4096) and 5 repeats, not 20"))
+    return *status;
   try {
 #if defined(TARN_WITH_CUDA)
     if (kc::cuda::device_count() > 0) {

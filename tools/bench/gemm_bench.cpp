@@ -23,13 +23,11 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
   using namespace tarn;
-  CLI::App app(kDescription, "gemm_bench");
-  cli::configure(app);
   bool quick = false;
-  app.add_flag("--quick", quick, "the first four shapes only (square 512 to 2048, one projection)");
-  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status = bench::start_bench(argc, argv, kDescription, "gemm_bench", quick,
+                                                          "the first four shapes only (square 512 to 2048, one projection)"))
+    return *status;
   if (!kernels::blas_kernel_hint().empty()) std::fprintf(stderr, "# note: %s\n", kernels::blas_kernel_hint().c_str());
   std::fprintf(stderr, "# BLAS: %s; OpenMP threads: %d\n", kernels::blas_info().str().c_str(),
                kernels::num_threads());

@@ -18,6 +18,7 @@
 #include "kernels/parallel.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "tools/bench/common/bench_util.h"
 #include "tools/cli.h"
 
 namespace {
@@ -99,12 +100,10 @@ void stream(const char* tag, double min_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
-  CLI::App app(kDescription, "ops_bench");
-  tarn::cli::configure(app);
   bool quick = false;
-  app.add_flag("--quick", quick, "0.02 s of repetitions per figure instead of 0.25 s");
-  if (const std::optional<int> status = tarn::cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status = tarn::bench::start_bench(argc, argv, kDescription, "ops_bench", quick,
+                                                                 "0.02 s of repetitions per figure instead of 0.25 s"))
+    return *status;
   const double min_seconds = quick ? 0.02 : kMinSeconds;
   std::printf("# ops_bench: %d OpenMP threads; GB/s = minimal bytes moved / best time; ratio = GB/s / stream_copy GB/s\n",
               tarn::kernels::num_threads());

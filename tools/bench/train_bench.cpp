@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "layers/bart.h"
+#include "tools/bench/common/bench_util.h"
 #include "tools/cli.h"
 
 namespace {
@@ -49,13 +50,11 @@ void add_flags(CLI::App& app, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tarn::kernels::restart_with_better_blas_kernels(argv);
   using namespace tarn;
-  CLI::App app(kDescription, "train_bench");
-  cli::configure(app);
   Options o;
-  add_flags(app, o);
-  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
+  if (const std::optional<int> status =
+          bench::start_bench(argc, argv, kDescription, "train_bench", [&](CLI::App& app) { add_flags(app, o); }))
+    return *status;
   const std::string &preset = o.preset, &attention = o.attention, &precision = o.precision;
   const std::vector<int64_t>& lengths = o.lengths;
   const int64_t tokens = o.tokens, steps = o.steps;

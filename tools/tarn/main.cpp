@@ -75,6 +75,20 @@ void add_checkpoint(CLI::App& app, std::string& dir) {
       ->required();
 }
 
+void add_data(CLI::App& app, std::string& path, const char* what) {
+  app.add_option("--data", path, what)->type_name("FILE")->required();
+}
+
+// The command `name`: `Args` holds its flags and its description (kAbout); `add_flags` declares
+// the flags, and `run` does the work once they are parsed.
+template <class Args>
+cli::Command command(CLI::App& tarn, const char* name, void (*add_flags)(CLI::App&, Args&), int (*run)(const Args&)) {
+  auto o = std::make_shared<Args>();
+  CLI::App* app = tarn.add_subcommand(name, Args::kAbout);
+  add_flags(*app, *o);
+  return {app, [o, run] { return run(*o); }};
+}
+
 void add_decoding_flags(CLI::App& app, GenerateOptions& g) {
   cli::add_integer(app, "--beam", g.beam, 1, kMaxBeam, "beam width; 1 is greedy decoding");
   cli::add_integer(app, "--max-length", g.max_length, 1, kMaxGenerateLength,
@@ -83,47 +97,51 @@ void add_decoding_flags(CLI::App& app, GenerateOptions& g) {
                    "never repeat an N-token sequence within one output; 0: off");
 }
 
-cli::Command add_train(CLI::App& tarn) {
-  auto o = std::make_shared<TrainOptions>();
-  CLI::App* app = tarn.add_subcommand("train",
-                                      "Train from a recipe. Resumes from the newest valid checkpoint in\n"
-                                      "checkpoints.dir unless --restart. Ctrl-C finishes the step, writes\n"
-                                      "a checkpoint and exits.");
-  app->add_option("RECIPE.yaml", o->recipe_path, "the recipe (recipes/README.md)")->required();
-  add_overrides(*app, o->overrides);
-  app->add_flag("--restart", o->restart, "start afresh: the old checkpoints move to previous_<time>/");
-  return {app, [o] { return train(*o).failed ? 3 : 0; }};
+struct TrainArgs {
+  TrainOptions options;
+  static constexpr const char* kAbout =
+      "Train from a recipe. Resumes from the newest valid checkpoint in\n"
+      "checkpoints.dir unless --restart. Ctrl-C finishes the step, writes\n"
+      "a checkpoint and exits.";
+};
+
+void add_train_flags(CLI::App& app, TrainArgs& o) {
+  app.add_option("RECIPE.yaml", o.options.recipe_path, "the recipe (recipes/README.md)")->required();
+  add_overrides(app, o.options.overrides);
+  app.add_flag("--restart", o.options.restart, "start afresh: the old checkpoints move to previous_<time>/");
 }
+
+int run_train(const TrainArgs& a) { return train(a.options).failed ? 3 : 0; }
 
 struct ConfigArgs {
   std::string recipe;
   std::vector<std::string> overrides;
   bool keys = false;
+  static constexpr const char* kAbout =
+      "Validate a recipe and print it resolved, every default filled in;\n"
+      "with --keys, every recipe key with its default, accepted values\n"
+      "and description.";
 };
 
-cli::Command add_config(CLI::App& tarn) {
-  auto o = std::make_shared<ConfigArgs>();
-  CLI::App* app = tarn.add_subcommand("config",
-                                      "Validate a recipe and print it resolved, every default filled in;\n"
-                                      "with --keys, every recipe key with its default, accepted values\n"
-                                      "and description.");
-  app->add_option("RECIPE.yaml", o->recipe, "the recipe to validate");
-  add_overrides(*app, o->overrides);
-  app->add_flag("--keys", o->keys, "print every recipe key instead");
-  app->callback([o] {  // run inside parsing: reported as the other usage errors are
-    if (!o->keys && o->recipe.empty()) throw CLI::RequiredError("RECIPE.yaml (or --keys)");
+void add_config_flags(CLI::App& app, ConfigArgs& o) {
+  app.add_option("RECIPE.yaml", o.recipe, "the recipe to validate");
+  add_overrides(app, o.overrides);
+  app.add_flag("--keys", o.keys, "print every recipe key instead");
+  app.callback([&o] {  // run inside parsing: reported as the other usage errors are
+    if (!o.keys && o.recipe.empty()) throw CLI::RequiredError("RECIPE.yaml (or --keys)");
   });
-  return {app, [o] {
-            if (o->keys) {
-              std::cout << recipe_help();
-              return 0;
-            }
-            const Recipe r = load_recipe(o->recipe, o->overrides);
-            for (const std::string& w : r.warnings) log::warn("config", w);
-            check_memory(r);
-            std::cout << to_yaml(r);
-            return 0;
-          }};
+}
+
+int run_config(const ConfigArgs& a) {
+  if (a.keys) {
+    std::cout << recipe_help();
+    return 0;
+  }
+  const Recipe r = load_recipe(a.recipe, a.overrides);
+  for (const std::string& w : r.warnings) log::warn("config", w);
+  check_memory(r);
+  std::cout << to_yaml(r);
+  return 0;
 }
 
 struct EvalArgs {
@@ -131,6 +149,10 @@ struct EvalArgs {
   std::string data_kind;         // "": the checkpoint's data.kind
   int64_t tokens_per_batch = 0;  // 0: the recipe's
   int64_t max_batches = 0;       // 0: every batch
+  static constexpr const char* kAbout =
+      "Mean NLL and perplexity over the target tokens of FILE (the checkpoint's\n"
+      "data kind unless --data-kind: denoising plain text, or source<TAB>target\n"
+      "pairs). Under mpirun the ranks share the batches.";
 };
 
 int run_eval(const EvalArgs& a) {
@@ -150,23 +172,16 @@ int run_eval(const EvalArgs& a) {
   return 0;
 }
 
-cli::Command add_eval(CLI::App& tarn) {
-  auto o = std::make_shared<EvalArgs>();
-  CLI::App* app = tarn.add_subcommand("eval",
-                                      "Mean NLL and perplexity over the target tokens of FILE (the checkpoint's\n"
-                                      "data kind unless --data-kind: denoising plain text, or source<TAB>target\n"
-                                      "pairs). Under mpirun the ranks share the batches.");
-  add_checkpoint(*app, o->checkpoint);
-  app->add_option("--data", o->data, "the text to score")->type_name("FILE")->required();
-  app->add_option("--data-kind", o->data_kind,
-                  "pairs (source<TAB>target lines) or denoising (plain text, noised as in training)")
+void add_eval_flags(CLI::App& app, EvalArgs& o) {
+  add_checkpoint(app, o.checkpoint);
+  add_data(app, o.data, "the text to score");
+  app.add_option("--data-kind", o.data_kind,
+                 "pairs (source<TAB>target lines) or denoising (plain text, noised as in training)")
       ->check(CLI::IsMember({"pairs", "denoising"}))
       ->default_str("the checkpoint's data.kind");
-  cli::add_integer(*app, "--tokens-per-batch", o->tokens_per_batch, 1, kMaxTokensPerBatch, "padded tokens per batch")
+  cli::add_integer(app, "--tokens-per-batch", o.tokens_per_batch, 1, kMaxTokensPerBatch, "padded tokens per batch")
       ->default_str("the recipe's training.tokens_per_batch");
-  cli::add_integer(*app, "--max-batches", o->max_batches, 0, kMaxCount,
-                   "score the first N batches only; 0: all of them");
-  return {app, [o] { return run_eval(*o); }};
+  cli::add_integer(app, "--max-batches", o.max_batches, 0, kMaxCount, "score the first N batches only; 0: all of them");
 }
 
 cli::Command add_export(CLI::App& tarn) {
@@ -189,6 +204,7 @@ cli::Command add_export(CLI::App& tarn) {
 struct GenerateArgs {
   std::string checkpoint;
   GenerateOptions g;
+  static constexpr const char* kAbout = "Reads source lines on stdin, writes one generated line per source\non stdout.";
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -216,20 +232,19 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
-cli::Command add_generate(CLI::App& tarn) {
-  auto o = std::make_shared<GenerateArgs>();
-  CLI::App* app = tarn.add_subcommand("generate",
-                                      "Reads source lines on stdin, writes one generated line per source\n"
-                                      "on stdout.");
-  add_checkpoint(*app, o->checkpoint);
-  add_decoding_flags(*app, o->g);
-  return {app, [o] { return run_generate(*o); }};
+void add_generate_flags(CLI::App& app, GenerateArgs& o) {
+  add_checkpoint(app, o.checkpoint);
+  add_decoding_flags(app, o.g);
 }
 
 struct DenoiseArgs {
   std::string checkpoint, data;
   int64_t count = 5;
   GenerateOptions g;
+  static constexpr const char* kAbout =
+      "Noises the first N lines of FILE as in training and shows input,\n"
+      "output, original; then the word error rate of the outputs against\n"
+      "the originals.";
 };
 
 int run_denoise(const DenoiseArgs& a) {
@@ -257,17 +272,11 @@ int run_denoise(const DenoiseArgs& a) {
   return 0;
 }
 
-cli::Command add_denoise(CLI::App& tarn) {
-  auto o = std::make_shared<DenoiseArgs>();
-  CLI::App* app = tarn.add_subcommand("denoise",
-                                      "Noises the first N lines of FILE as in training and shows input,\n"
-                                      "output, original; then the word error rate of the outputs against\n"
-                                      "the originals.");
-  add_checkpoint(*app, o->checkpoint);
-  app->add_option("--data", o->data, "plain text, one sentence or document per line")->type_name("FILE")->required();
-  cli::add_integer(*app, "--count", o->count, 0, kMaxCount, "lines to denoise");
-  add_decoding_flags(*app, o->g);
-  return {app, [o] { return run_denoise(*o); }};
+void add_denoise_flags(CLI::App& app, DenoiseArgs& o) {
+  add_checkpoint(app, o.checkpoint);
+  add_data(app, o.data, "plain text, one sentence or document per line");
+  cli::add_integer(app, "--count", o.count, 0, kMaxCount, "lines to denoise");
+  add_decoding_flags(app, o.g);
 }
 
 cli::Command add_import(CLI::App& tarn) {
@@ -316,8 +325,12 @@ int dispatch(int argc, char** argv) {
   cli::configure(tarn);
   tarn.set_version_flag("--version", std::string(version_string()), "print the version and the commit built, and exit");
   tarn.require_subcommand(1);
-  std::vector<cli::Command> commands = {add_train(tarn),  add_config(tarn),   add_eval(tarn),
-                                        add_export(tarn), add_generate(tarn), add_denoise(tarn),
+  std::vector<cli::Command> commands = {command(tarn, "train", add_train_flags, run_train),
+                                        command(tarn, "config", add_config_flags, run_config),
+                                        command(tarn, "eval", add_eval_flags, run_eval),
+                                        add_export(tarn),
+                                        command(tarn, "generate", add_generate_flags, run_generate),
+                                        command(tarn, "denoise", add_denoise_flags, run_denoise),
                                         add_import(tarn)};
   CLI::App* bench =
       tarn.add_subcommand("bench", "Benchmarks: attention, train, decode, collectives (tarn bench --help).");

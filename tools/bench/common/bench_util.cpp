@@ -5,10 +5,26 @@
 #include <cstdio>
 #include <vector>
 
+#include "kernels/blas_info.h"
 #include "kernels/gemm.h"
 #include "kernels/memory.h"
+#include "tools/cli.h"
 
 namespace tarn::bench {
+
+std::optional<int> start_bench(int argc, char** argv, const char* description, const char* name,
+                               const std::function<void(CLI::App&)>& add_flags) {
+  kernels::restart_with_better_blas_kernels(argv);
+  CLI::App app(description, name);
+  cli::configure(app);
+  add_flags(app);
+  return cli::parse(app, argc, argv);
+}
+
+std::optional<int> start_bench(int argc, char** argv, const char* description, const char* name, bool& quick,
+                               const char* quick_means) {
+  return start_bench(argc, argv, description, name, [&](CLI::App& app) { app.add_flag("--quick", quick, quick_means); });
+}
 
 Timing time_it(const std::function<void()>& fn, double min_total_s, int min_repeats) {
   using clock = std::chrono::steady_clock;

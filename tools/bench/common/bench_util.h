@@ -2,10 +2,22 @@
 // Shared by the benches: robust timing (median of repeats: the machines are shared, a busy core
 // makes single runs 15-30x slower), and the two machine peaks every figure is quoted against,
 // measured in the same process: sgemm GFLOP/s and streaming memory bandwidth.
+#include <CLI/CLI.hpp>
+
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace tarn::bench {
+
+// The start of a bench's main: the faster BLAS kernels (kernels/blas_info.h; this may restart
+// the process), then the command line `name` parsed the tarn way (tools/cli.h), `add_flags`
+// declaring its flags. Returns the exit status when parsing ends the run (--help, a bad flag).
+std::optional<int> start_bench(int argc, char** argv, const char* description, const char* name,
+                               const std::function<void(CLI::App&)>& add_flags);
+// The same for a bench whose one flag is --quick, which `quick_means` describes.
+std::optional<int> start_bench(int argc, char** argv, const char* description, const char* name, bool& quick,
+                               const char* quick_means);
 
 struct Timing {
   double median_s = 0, min_s = 0, max_s = 0;

@@ -280,30 +280,30 @@ int run(AttentionFlags f) {
   return 0;
 }
 
+void add_attention_flags(CLI::App& app, AttentionFlags& f) {
+  app.add_option("--device", f.device, "cpu, or cuda[:i]")->type_name("DEVICE");
+  cli::add_list(app, "--n", f.lengths, "sequence lengths", cli::integer(1, int64_t{1} << 24))
+      ->default_str("128,256,...,65536");
+  cli::add_integer(app, "--batch", f.batch, 1, 4096, "batch size B", "B");
+  cli::add_integer(app, "--heads", f.heads, 1, 4096, "heads H", "H");
+  cli::add_integer(app, "--head-dim", f.dim, 1, 1024, "head dimension D (the defaults: the small preset's attention)",
+                   "D");
+  cli::add_list(app, "--algos", f.algos, "the algorithms above", cli::one_of(kAlgos))
+      ->default_str("all but delta_causal_recurrent and delta_causal_chunked");
+  cli::add_list(app, "--maps", f.maps, "feature maps of the linear algos",
+                cli::one_of({"elu1", "relu", "exp", "favor"}));
+  cli::add_list(app, "--windows", f.windows, "window sizes of the window algos", cli::integer(1, int64_t{1} << 24))
+      ->default_str("64,256,512");
+  cli::add_integer(app, "--reps", f.reps, 1, 1000, "timed runs per figure at least");
+  cli::add_real(app, "--min-time", f.min_time, 0, 3600, "seconds of timed runs per figure at least", "S");
+  cli::add_real(app, "--max-seconds", f.max_seconds, 0.001, 1e6,
+                "predicted seconds of one forward+backward above which a size is skipped", "S");
+}
+
 }  // namespace
 
 cli::Command add_bench_attention(CLI::App& bench, const std::string& command_line) {
-  auto f = std::make_shared<AttentionFlags>();
-  f->common.command_line = command_line;
-  CLI::App* app = add_bench_command(bench, "attention", kDescription, f->common, "a configuration");
-  app->add_option("--device", f->device, "cpu, or cuda[:i]")->type_name("DEVICE");
-  cli::add_list(*app, "--n", f->lengths, "sequence lengths", cli::integer(1, int64_t{1} << 24))
-      ->default_str("128,256,...,65536");
-  cli::add_integer(*app, "--batch", f->batch, 1, 4096, "batch size B", "B");
-  cli::add_integer(*app, "--heads", f->heads, 1, 4096, "heads H", "H");
-  cli::add_integer(*app, "--head-dim", f->dim, 1, 1024, "head dimension D (the defaults: the small preset's attention)",
-                   "D");
-  cli::add_list(*app, "--algos", f->algos, "the algorithms above", cli::one_of(kAlgos))
-      ->default_str("all but delta_causal_recurrent and delta_causal_chunked");
-  cli::add_list(*app, "--maps", f->maps, "feature maps of the linear algos",
-                cli::one_of({"elu1", "relu", "exp", "favor"}));
-  cli::add_list(*app, "--windows", f->windows, "window sizes of the window algos", cli::integer(1, int64_t{1} << 24))
-      ->default_str("64,256,512");
-  cli::add_integer(*app, "--reps", f->reps, 1, 1000, "timed runs per figure at least");
-  cli::add_real(*app, "--min-time", f->min_time, 0, 3600, "seconds of timed runs per figure at least", "S");
-  cli::add_real(*app, "--max-seconds", f->max_seconds, 0.001, 1e6,
-                "predicted seconds of one forward+backward above which a size is skipped", "S");
-  return {app, [f] { return run(*f); }};
+  return bench_command(bench, command_line, "attention", kDescription, "a configuration", add_attention_flags, run);
 }
 
 }  // namespace tarn::app

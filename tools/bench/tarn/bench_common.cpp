@@ -77,6 +77,10 @@ CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std:
   return app;
 }
 
+void add_recipe_device_flag(CLI::App& app, std::string& device, const std::string& description) {
+  app.add_option("--device", device, description)->type_name("D")->default_str("the recipe's training.device");
+}
+
 Device bench_device(const std::string& name) {
   Device device;
   try {
@@ -173,18 +177,18 @@ void BenchOutput::finish(const std::string& command_line, Device device) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const kernels::BlasInfo blas = kernels::blas_info();
-  json::Value meta = json::Value::object();
-  meta.set("command", json::Value::string(command_line));
-  meta.set("device", json::Value::string(device.str()));
-  meta.set("cpu", json::Value::string(cpu_model_name()));
-  meta.set("threads", json::Value::number(static_cast<int64_t>(kernels::num_threads())));
-  meta.set("blas", json::Value::string(blas.str()));
-  meta.set("sgemm_gflops", json::Value::number(measure_sgemm_gflops()));
-  meta.set("date", json::Value::string(date));
-  meta.set("load_average_1min", json::Value::number(load_average()));
+  json::Json meta = json::Json::object();
+  meta["command"] = command_line;
+  meta["device"] = device.str();
+  meta["cpu"] = cpu_model_name();
+  meta["threads"] = static_cast<int64_t>(kernels::num_threads());
+  meta["blas"] = blas.str();
+  meta["sgemm_gflops"] = measure_sgemm_gflops();
+  meta["date"] = date;
+  meta["load_average_1min"] = load_average();
   const std::string json_path = dir_ + "/" + name_ + ".json";
   std::ofstream out(json_path);
-  out << meta.dump(2) << "\n";
+  out << json::dump(meta, 2) << "\n";
   TARN_CHECK(static_cast<bool>(out), "--out: cannot write ", short_path(json_path));
   log::info("bench", "wrote ", csv_path_, " and ", json_path);
   draw_plots(dir_, name_);

@@ -28,6 +28,22 @@ struct BenchCommon {
 CLI::App* add_bench_command(CLI::App& bench, const std::string& name, const std::string& description,
                             BenchCommon& common, const std::string& budget_of);
 
+// The bench `name` as a command: add_bench_command's flags, then those `add_flags` declares in
+// `Flags` (which holds a BenchCommon `common`, quoting `command_line`); `run(flags)` does the work.
+template <class Flags, class Run>
+cli::Command bench_command(CLI::App& bench, const std::string& command_line, const std::string& name,
+                           const std::string& description, const std::string& budget_of,
+                           void (*add_flags)(CLI::App&, Flags&), Run run) {
+  auto f = std::make_shared<Flags>();
+  f->common.command_line = command_line;
+  CLI::App* app = add_bench_command(bench, name, description, f->common, budget_of);
+  add_flags(*app, *f);
+  return {app, [f, run] { return run(*f); }};
+}
+
+// --device for a bench that runs a recipe: "cpu", "cuda" or "cuda:i", the recipe's
+// training.device when not given.
+void add_recipe_device_flag(CLI::App& app, std::string& device, const std::string& description);
 // --device: "cpu" or "cuda[:i]", checked against this build and machine (exit 2 naming why not).
 Device bench_device(const std::string& name);
 

@@ -139,23 +139,21 @@ int run(const DecodeFlags& f) {
   return 0;
 }
 
+void add_decode_flags(CLI::App& app, DecodeFlags& f) {
+  app.add_option("RECIPE|CHECKPOINT", f.what, "a recipe (random weights), or a checkpoint or run folder")->required();
+  cli::add_integer(app, "--positions", f.positions, 1, int64_t{1} << 24, "decoded positions", "P");
+  cli::add_integer(app, "--points", f.points, 1, 100000, "rows of the CSV, positions evenly spaced", "K");
+  cli::add_integer(app, "--source-len", f.source_len, 1, 65536, "source tokens", "S");
+  f.kinds_flag = cli::add_list(app, "--attention", f.kinds,
+                               "softmax, linear (every stack), recipe (as the recipe says); given a recipe only",
+                               cli::one_of({"softmax", "linear", "recipe"}));
+  add_recipe_device_flag(app, f.device, "cpu, cuda or cuda:i; recipe only");
+}
+
 }  // namespace
 
 cli::Command add_bench_decode(CLI::App& bench, const std::string& command_line) {
-  auto f = std::make_shared<DecodeFlags>();
-  f->common.command_line = command_line;
-  CLI::App* app = add_bench_command(bench, "decode", kDescription, f->common, "the decoding state");
-  app->add_option("RECIPE|CHECKPOINT", f->what, "a recipe (random weights), or a checkpoint or run folder")->required();
-  cli::add_integer(*app, "--positions", f->positions, 1, int64_t{1} << 24, "decoded positions", "P");
-  cli::add_integer(*app, "--points", f->points, 1, 100000, "rows of the CSV, positions evenly spaced", "K");
-  cli::add_integer(*app, "--source-len", f->source_len, 1, 65536, "source tokens", "S");
-  f->kinds_flag = cli::add_list(*app, "--attention", f->kinds,
-                                "softmax, linear (every stack), recipe (as the recipe says); given a recipe only",
-                                cli::one_of({"softmax", "linear", "recipe"}));
-  app->add_option("--device", f->device, "cpu, cuda or cuda:i; recipe only")
-      ->type_name("D")
-      ->default_str("the recipe's training.device");
-  return {app, [f] { return run(*f); }};
+  return bench_command(bench, command_line, "decode", kDescription, "the decoding state", add_decode_flags, run);
 }
 
 }  // namespace tarn::app

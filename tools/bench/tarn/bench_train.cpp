@@ -183,29 +183,27 @@ int run(TrainFlags f) {
   return 0;
 }
 
+void add_train_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("RECIPE.yaml", f.recipe, "the recipe whose model and settings to time")->required();
+  cli::add_list(app, "--n", f.lengths, "sequence lengths", cli::integer(1, int64_t{1} << 20));
+  cli::add_list(app, "--attention", f.kinds,
+                "softmax, linear (every stack; linear keeps the recipe's feature map), recipe (as the recipe says)",
+                cli::one_of({"softmax", "linear", "recipe"}));
+  cli::add_integer(app, "--tokens", f.tokens, 1, int64_t{1} << 24, "target tokens per batch", "T")
+      ->default_str("the recipe's training.tokens_per_batch");
+  cli::add_integer(app, "--steps", f.steps, 1, 10000, "timed steps per configuration and round", "S");
+  cli::add_integer(app, "--rounds", f.rounds, 1, 1000,
+                   "rounds over a length's configurations, alternating their order (see above)", "R");
+  add_recipe_device_flag(app, f.device, "cpu, cuda or cuda:i");
+  app.add_option("--precision", f.precision, "f32 or bf16")
+      ->type_name("P")
+      ->default_str("the recipe's training.precision");
+}
+
 }  // namespace
 
 cli::Command add_bench_train(CLI::App& bench, const std::string& command_line) {
-  auto f = std::make_shared<TrainFlags>();
-  f->common.command_line = command_line;
-  CLI::App* app = add_bench_command(bench, "train", kDescription, f->common, "a configuration");
-  app->add_option("RECIPE.yaml", f->recipe, "the recipe whose model and settings to time")->required();
-  cli::add_list(*app, "--n", f->lengths, "sequence lengths", cli::integer(1, int64_t{1} << 20));
-  cli::add_list(*app, "--attention", f->kinds,
-                "softmax, linear (every stack; linear keeps the recipe's feature map), recipe (as the recipe says)",
-                cli::one_of({"softmax", "linear", "recipe"}));
-  cli::add_integer(*app, "--tokens", f->tokens, 1, int64_t{1} << 24, "target tokens per batch", "T")
-      ->default_str("the recipe's training.tokens_per_batch");
-  cli::add_integer(*app, "--steps", f->steps, 1, 10000, "timed steps per configuration and round", "S");
-  cli::add_integer(*app, "--rounds", f->rounds, 1, 1000,
-                   "rounds over a length's configurations, alternating their order (see above)", "R");
-  app->add_option("--device", f->device, "cpu, cuda or cuda:i")
-      ->type_name("D")
-      ->default_str("the recipe's training.device");
-  app->add_option("--precision", f->precision, "f32 or bf16")
-      ->type_name("P")
-      ->default_str("the recipe's training.precision");
-  return {app, [f] { return run(*f); }};
+  return bench_command(bench, command_line, "train", kDescription, "a configuration", add_train_flags, run);
 }
 
 }  // namespace tarn::app

@@ -1,4 +1,4 @@
-#include "data/utf8.h"
+#include "framework/io/utf8.h"
 
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 #pragma once
-// UTF-8 validation for corpus lines. SentencePiece would otherwise silently map broken bytes
-// to <unk> (or abort training), so readers skip such lines and count them instead.
+// UTF-8 validation: corpus lines (SentencePiece would otherwise silently map broken bytes to
+// <unk> or abort training, so readers skip such lines and count them), JSON text before it is
+// parsed (framework/io/json.cpp), and the names a safetensors file or checkpoint stores.
 #include <cstddef>
 #include <string_view>
 
