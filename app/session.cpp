@@ -22,6 +22,7 @@
 #include "kernels/blas_info.h"
 #include "kernels/mpi/mpi.h"
 #include "kernels/parallel.h"
+#include "layers/attention/registry.h"
 
 namespace tarn::app {
 namespace {
@@ -207,41 +208,27 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   // per head and query-key pair). Sized for batches of the longest sequences the data allows,
   // which a batch can be made of: B Nq Nk = micro_batch x Nk.
   t.attention = 4 * micro_batch * (d + static_cast<double>(std::max(c.encoder_attention_heads, c.decoder_attention_heads)));
-  // Feature maps wider than the head (FAVOR+'s m, Taylor's C(r + P, P), Hedgehog's 2 head_dim):
-  // the tape keeps phi(q) and phi(k) of every token for the backward pass, the features past the
-  // head's width on top of the projections counted above; and the scan holds a state of
-  // features x (head_dim + 1) per head, one module at a time (at least one sequence's).
-  // Aligned cross-attention (align_decay) multiplies each chunk's C x C decay-masked scores, C =
-  // chunk up to the longest sequence: micro_batch x heads x C values per module.
-  double widest_state = 0;
-  const double longest = static_cast<double>(std::max(recipe.data.max_source_len, recipe.data.max_target_len));
+  // What each attention module adds, as its kind counts it (layers/attention/registry.h:
+  // AttentionKindEntry::training_bytes): what the tape keeps of it (wide feature maps, aligned
+  // cross-attention's chunk scores, softmax probabilities under attention dropout), and the
+  // largest workspace of any one module (they run one at a time). The keys a query sees: the
+  // source in the encoder and in cross-attention, the target in decoder self-attention.
+  const DataRecipe& data = recipe.data;
+  const double source = static_cast<double>(data.pack_tokens > 0 ? std::min(data.max_source_len, data.pack_tokens)
+                                                                  : data.max_source_len);
+  const double target = static_cast<double>(data.max_target_len);
+  const double longest = static_cast<double>(std::max(data.max_source_len, data.max_target_len));
+  double widest_workspace = 0;
   c.for_each_attention([&](BartConfig::Stack s, int64_t, const AttentionConfig& a, double count) {
-    if (!a.uses_feature_map()) return;
     const int64_t heads = s == BartConfig::Stack::encoder_self ? c.encoder_attention_heads : c.decoder_attention_heads;
-    const double h = static_cast<double>(std::max<int64_t>(1, heads)), head_dim = d / h;
-    if (a.is_aligned() && s == BartConfig::Stack::cross)
-      t.attention += count * 4 * micro_batch * h * std::min(static_cast<double>(a.chunk), longest);
-    const double features = static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim)));
-    t.attention += count * 4 * micro_batch * 2 * h * std::max(0.0, features - head_dim);
-    widest_state = std::max(widest_state, 4 * h * features * (head_dim + 1));
+    const AttentionSizes sizes{d, static_cast<double>(heads), s == BartConfig::Stack::cross};
+    const AttentionBatch batch{micro_batch, longest, s == BartConfig::Stack::decoder_self ? target : source,
+                               c.attention_dropout > 0};
+    const AttentionTrainingBytes b = attention_training_bytes(a, sizes, batch);
+    t.attention += count * b.kept;
+    widest_workspace = std::max(widest_workspace, b.workspace);
   });
-  t.attention += widest_state;
-  if (c.attention_dropout > 0) {
-    const DataRecipe& data = recipe.data;
-    const double source = static_cast<double>(data.pack_tokens > 0 ? std::min(data.max_source_len, data.pack_tokens)
-                                                                    : data.max_source_len);
-    const double target = static_cast<double>(data.max_target_len);
-    auto pairs = [&](const AttentionConfig& a, double heads, double keys) {
-      // Hybrid's window under attention dropout takes the dense path too (layers/attention/softmax.cpp).
-      return a.is_softmax() || a.is_hybrid() ? 8.0 * heads * micro_batch * keys : 0.0;
-    };
-    const double enc_heads = static_cast<double>(c.encoder_attention_heads);
-    const double dec_heads = static_cast<double>(c.decoder_attention_heads);
-    for (int64_t l = 0; l < c.encoder_layers; ++l) t.attention += pairs(c.encoder_self_attention_of(l), enc_heads, source);
-    for (int64_t l = 0; l < c.decoder_layers; ++l)
-      t.attention += pairs(c.decoder_self_attention_of(l), dec_heads, target) +
-                     pairs(c.cross_attention_of(l), dec_heads, source);
-  }
+  t.attention += widest_workspace;
   return t;
 }
 

@@ -46,6 +46,13 @@ class AlignedCrossAttention : public AttentionKindLayer {
     const double gate = a.align_gate ? s.d_model * std::max(1.0, s.heads) + std::max(1.0, s.heads) : 0.0;
     return gate + LinearAttention::parameters(a, s);
   }
+  // Training: linear attention's, and each chunk's C x C decay-masked scores, C = chunk up to the
+  // longest sequence: tokens x heads x C values.
+  static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b) {
+    AttentionTrainingBytes t = LinearAttention::training_bytes(a, s, b);
+    t.kept += 4 * b.tokens * std::max(1.0, s.heads) * std::min(static_cast<double>(a.chunk), b.longest);
+    return t;
+  }
 
  private:
   // Target row i weighs source row j by γ_h^|i - j|: split q, k, v -> (B, H, Nq, dh).

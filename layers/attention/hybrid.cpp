@@ -34,6 +34,17 @@ double HybridAttention::decode_state_bytes(const AttentionConfig& a, const Atten
   return (s.cross ? 1.0 : 2.0) * (global + SoftmaxAttention::kv_bytes(s, window));
 }
 
+AttentionTrainingBytes HybridAttention::training_bytes(const AttentionConfig& a, const AttentionSizes& s,
+                                                      const AttentionBatch& b) {
+  AttentionTrainingBytes t = SoftmaxAttention::training_bytes(a, s, b);
+  if (a.global == AttentionKind::linear) {
+    const AttentionTrainingBytes g = LinearAttention::training_bytes(a, s, b);
+    t.kept += g.kept;
+    t.workspace = std::max(t.workspace, g.workspace);
+  }
+  return t;
+}
+
 void HybridAttention::export_settings(const AttentionConfig& a, json::Json& o) {
   o["window"] = a.window;
   o["global"] = attention_kind_name(a.global);

@@ -43,6 +43,8 @@ class HybridAttention : public AttentionKindLayer {
   // cache grows by concatenation.
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  // Training: the window's (softmax under attention dropout) and, over linear, the feature map's.
+  static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
   // The export: window and global, then the global part's settings.
   static void export_settings(const AttentionConfig& a, json::Json& o);
 

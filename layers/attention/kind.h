@@ -69,6 +69,19 @@ struct AttentionSizes {
   double head_dim() const { return d_model / (heads < 1 ? 1.0 : heads); }
 };
 
+// The batch a training estimate is for: tokens per micro-batch, the longest sequence the data
+// allows, the keys each query of this module sees at most, and whether attention dropout is on.
+struct AttentionBatch {
+  double tokens = 0, longest = 0, keys = 0;
+  bool dropout = false;
+};
+// What one module adds to a training step's memory beyond the projections and layer activations
+// the model counts: what the tape keeps of it per micro-batch, and the largest workspace it
+// holds while it runs (counted once: modules run one at a time).
+struct AttentionTrainingBytes {
+  double kept = 0, workspace = 0;
+};
+
 // What a kind is built with: its settings, the module's shape, the model's initialiser and
 // dropout streams, and the module it lives in, on which it registers its parameters (under the
 // module's own names, as HF's checkpoints and tarn's exports spell them) and whose training()

@@ -15,6 +15,13 @@ double LinearAttention::decode_state_bytes(const AttentionConfig& a, const Atten
   return 4.0 * std::max(1.0, s.heads) * static_cast<double>(a.feature_count(static_cast<int64_t>(head))) * (head + 1);
 }
 
+AttentionTrainingBytes LinearAttention::training_bytes(const AttentionConfig& a, const AttentionSizes& s,
+                                                      const AttentionBatch& b) {
+  const double h = std::max(1.0, s.heads), head_dim = s.head_dim();
+  const double features = static_cast<double>(a.feature_count(static_cast<int64_t>(head_dim)));
+  return {4 * b.tokens * 2 * h * std::max(0.0, features - head_dim), 4 * h * features * (head_dim + 1)};
+}
+
 void LinearAttention::export_settings(const AttentionConfig& a, json::Json& o) {
   o["feature_map"] = kernels::cpu::feature_map_name(a.feature_map);
   o["chunk"] = a.chunk;

@@ -44,6 +44,10 @@ class LinearAttention : public AttentionKindLayer {
     return FeatureMapLayer::parameters(a, s);
   }
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  // Training: a feature map wider than the head (FAVOR+'s m, Taylor's C(r + P, P), Hedgehog's
+  // 2 head_dim) has the tape keep φ(q) and φ(k) of every token, the features past the head's
+  // width on top of the projections; the scan holds a state of features x (head_dim + 1) per head.
+  static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
   // The export: the feature map's settings, and aligned cross-attention's decay and gate.
   static void export_settings(const AttentionConfig& a, json::Json& o);
 

@@ -26,6 +26,7 @@ AttentionKindEntry entry(std::string name, std::function<Layer(AttentionSite&)> 
 std::vector<AttentionKindEntry> builtin_kinds() {
   AttentionKindEntry softmax = entry("softmax", [](AttentionSite& s) -> Layer { return std::make_unique<SoftmaxAttention>(s); });
   softmax.decode_state_bytes = SoftmaxAttention::decode_state_bytes;
+  softmax.training_bytes = SoftmaxAttention::training_bytes;
 
   AttentionKindEntry linear = entry("linear", [](AttentionSite& s) -> Layer {
     if (s.config().align_decay > 0) return std::make_unique<AlignedCrossAttention>(s);
@@ -37,6 +38,9 @@ std::vector<AttentionKindEntry> builtin_kinds() {
   linear.buffer_values = FeatureMapLayer::buffer_values;
   linear.decode_state_bytes = LinearAttention::decode_state_bytes;
   linear.export_settings = LinearAttention::export_settings;
+  linear.training_bytes = [](const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b) {
+    return a.align_decay > 0 ? AlignedCrossAttention::training_bytes(a, s, b) : LinearAttention::training_bytes(a, s, b);
+  };
 
   AttentionKindEntry delta = entry("delta", [](AttentionSite& s) -> Layer { return std::make_unique<DeltaAttention>(s, true); });
   delta.parameters = DeltaAttention::parameters;
@@ -53,6 +57,7 @@ std::vector<AttentionKindEntry> builtin_kinds() {
   };
   hybrid.decode_state_bytes = HybridAttention::decode_state_bytes;
   hybrid.export_settings = HybridAttention::export_settings;
+  hybrid.training_bytes = HybridAttention::training_bytes;
   return {softmax, linear, delta, gated, hybrid};
 }
 
@@ -113,6 +118,12 @@ double attention_buffer_values(const AttentionConfig& a, const AttentionSizes& s
 double attention_decode_state_bytes(const AttentionConfig& a, const AttentionSizes& sizes, double tokens) {
   const AttentionKindEntry& e = attention_kind_entry(a);
   return e.decode_state_bytes ? e.decode_state_bytes(a, sizes, tokens) : 0.0;
+}
+
+AttentionTrainingBytes attention_training_bytes(const AttentionConfig& a, const AttentionSizes& sizes,
+                                                const AttentionBatch& batch) {
+  const AttentionKindEntry& e = attention_kind_entry(a);
+  return e.training_bytes ? e.training_bytes(a, sizes, batch) : AttentionTrainingBytes{};
 }
 
 json::Json attention_export_settings(const AttentionConfig& a) {

@@ -24,6 +24,9 @@ struct AttentionKindEntry {
   // `tokens` positions (self-attention) or for a source of `tokens` (cross), counting what a
   // step holds at once (a cache that grows by concatenation lives twice while it grows).
   std::function<double(const AttentionConfig&, const AttentionSizes&, double tokens)> decode_state_bytes;
+  // Training: AttentionTrainingBytes of one module for a micro-batch.
+  std::function<AttentionTrainingBytes(const AttentionConfig&, const AttentionSizes&, const AttentionBatch&)>
+      training_bytes;
   // The export's settings of one module (config.json, docs/design.md section 8): the members
   // after "kind" that a reader needs to compute the kind. Null: none.
   std::function<void(const AttentionConfig&, json::Json&)> export_settings;
@@ -41,6 +44,8 @@ const AttentionKindEntry& attention_kind_entry(const AttentionConfig& a);
 double attention_parameters(const AttentionConfig& a, const AttentionSizes& sizes);
 double attention_buffer_values(const AttentionConfig& a, const AttentionSizes& sizes);
 double attention_decode_state_bytes(const AttentionConfig& a, const AttentionSizes& sizes, double tokens);
+AttentionTrainingBytes attention_training_bytes(const AttentionConfig& a, const AttentionSizes& sizes,
+                                                const AttentionBatch& batch);
 // {"kind": name, settings...} for the export.
 json::Json attention_export_settings(const AttentionConfig& a);
 

@@ -31,6 +31,11 @@ class SoftmaxAttention : public AttentionKindLayer {
 
   // Decoding: keys and values of `tokens` positions, 4 bytes each.
   static double kv_bytes(const AttentionSizes& s, double tokens) { return 2 * 4.0 * tokens * s.d_model; }
+  // Training under attention dropout: HF's composed path keeps at least P and its dropped copy,
+  // 2 x 4 bytes per head and query-key pair (hybrid's window takes that path too).
+  static AttentionTrainingBytes training_bytes(const AttentionConfig&, const AttentionSizes& s, const AttentionBatch& b) {
+    return {b.dropout ? 8.0 * s.heads * b.tokens * b.keys : 0.0, 0.0};
+  }
   // Self-attention's cache grows by concatenation: the old and the new cache live at once.
   static double decode_state_bytes(const AttentionConfig&, const AttentionSizes& s, double tokens) {
     return (s.cross ? 1.0 : 2.0) * kv_bytes(s, tokens);
