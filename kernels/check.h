@@ -39,6 +39,17 @@ std::string str_cat(const Parts&... parts) {
     if (!(cond)) throw ::tarn::Error(::tarn::str_cat(__VA_ARGS__)); \
   } while (0)
 
+// Checks a library call that returns a status (CUDA's runtime, cuBLAS, NCCL): anything but `ok`
+// throws tarn::Error "<text> failed: <reason(status)> (file:line)". `text` is the call as
+// written (#call in the wrapper, so that macros in it are not expanded):
+//   #define TARN_CUDA_CALL(call) TARN_CHECK_STATUS(call, #call, cudaSuccess, cudaGetErrorString)
+#define TARN_CHECK_STATUS(call, text, ok, reason)                                                            \
+  do {                                                                                                       \
+    const auto tarn_status_ = (call);                                                                        \
+    TARN_CHECK(tarn_status_ == (ok), text, " failed: ", reason(tarn_status_), " (", __FILE__, ":", __LINE__, \
+               ")");                                                                                         \
+  } while (0)
+
 #define TARN_ASSERT(cond, ...)                                          \
   do {                                                                  \
     if (!(cond)) throw ::tarn::InternalError(::tarn::str_cat(__VA_ARGS__)); \

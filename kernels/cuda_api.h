@@ -13,3 +13,17 @@
   namespace tarn::kernels::cuda_emu { \
   API                               \
   }
+
+// The four entry points of an attention kind's CUDA kernels, in the order kernels/backend.h's
+// table lists them: NAME##_forward_workspace_floats, NAME##_forward, NAME##_backward_workspace_floats,
+// NAME##_backward, on elements T (float, or ::tarn::bf16) for q, k, v, out, dout and the
+// gradients; the forward's per-row f32 `aux` (softmax: lse, linear: den), which the backward
+// reads back, and the workspace are f32.
+#define TARN_CUDA_ATTENTION_PASSES(NAME, Dims, Config, T)                                                          \
+  size_t NAME##_forward_workspace_floats(const Dims& dims, const Config& cfg);                                     \
+  void NAME##_forward(const Dims& dims, const Config& cfg, const T* q, const T* k, const T* v, T* out, float* aux, \
+                      float* workspace, size_t workspace_floats);                                                  \
+  size_t NAME##_backward_workspace_floats(const Dims& dims, const Config& cfg);                                    \
+  void NAME##_backward(const Dims& dims, const Config& cfg, const T* q, const T* k, const T* v, const T* out,      \
+                       const float* aux, const T* dout, T* dq, T* dk, T* dv, float* workspace,                     \
+                       size_t workspace_floats);

@@ -57,17 +57,7 @@ constexpr int64_t kCudaLinearAttentionChunk = 32;
   using cpu::FavorStabilizer;                                                                                       \
   using cpu::LinearAttentionConfig;                                                                                 \
   using cpu::LinearAttentionDims;                                                                                   \
-  size_t linear_attention_forward_workspace_floats(const LinearAttentionDims& dims,                                 \
-                                                   const LinearAttentionConfig& cfg);                               \
-  void linear_attention_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,  \
-                                const float* b, const float* v, float* out, float* den, float* workspace,          \
-                                size_t workspace_floats);                                                           \
-  size_t linear_attention_backward_workspace_floats(const LinearAttentionDims& dims,                                \
-                                                    const LinearAttentionConfig& cfg);                              \
-  void linear_attention_backward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a, \
-                                 const float* b, const float* v, const float* out, const float* den,                \
-                                 const float* dout, float* da, float* db, float* dv, float* workspace,              \
-                                 size_t workspace_floats);                                                          \
+  TARN_CUDA_ATTENTION_PASSES(linear_attention, LinearAttentionDims, LinearAttentionConfig, float)              \
   void linear_attention_step(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg, const float* a,     \
                              const float* b, const float* v, float* state, float* out);                            \
   void linear_attention_set_sequence_split(int segments);                                                           \

@@ -68,18 +68,7 @@ constexpr int64_t kCudaLinearAttentionBf16Chunk = 64;  // rows per chunk of the 
 #define TARN_CUDA_LINEAR_ATTENTION_BF16_API                                                                         \
   using cpu::LinearAttentionConfig;                                                                                 \
   using cpu::LinearAttentionDims;                                                                                   \
-  size_t linear_attention_bf16_forward_workspace_floats(const LinearAttentionDims& dims,                            \
-                                                        const LinearAttentionConfig& cfg);                          \
-  void linear_attention_bf16_forward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,             \
-                                     const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,            \
-                                     ::tarn::bf16* out, float* den, float* workspace, size_t workspace_floats);     \
-  size_t linear_attention_bf16_backward_workspace_floats(const LinearAttentionDims& dims,                           \
-                                                         const LinearAttentionConfig& cfg);                         \
-  void linear_attention_bf16_backward(const LinearAttentionDims& dims, const LinearAttentionConfig& cfg,            \
-                                      const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,           \
-                                      const ::tarn::bf16* out, const float* den, const ::tarn::bf16* dout,           \
-                                      ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,        \
-                                      size_t workspace_floats);                                                     \
+  TARN_CUDA_ATTENTION_PASSES(linear_attention_bf16, LinearAttentionDims, LinearAttentionConfig, ::tarn::bf16)  \
   void linear_attention_bf16_set_chunk_parallel(bool enabled);                                                     \
   size_t favor_forward_bf16_workspace_floats(const cpu::FavorDims& dims);                                           \
   void favor_forward_bf16(const cpu::FavorDims& dims, cpu::FavorStabilizer stab, const ::tarn::bf16* x,             \

@@ -19,17 +19,7 @@
 #define TARN_CUDA_SOFTMAX_ATTENTION_API                                                                           \
   using cpu::SoftmaxAttentionConfig;                                                                              \
   using cpu::SoftmaxAttentionDims;                                                                                \
-  size_t softmax_attention_forward_workspace_floats(const SoftmaxAttentionDims& dims,                             \
-                                                    const SoftmaxAttentionConfig& cfg);                           \
-  void softmax_attention_forward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,             \
-                                 const float* q, const float* k, const float* v, float* out, float* lse,          \
-                                 float* workspace, size_t workspace_floats);                                      \
-  size_t softmax_attention_backward_workspace_floats(const SoftmaxAttentionDims& dims,                            \
-                                                     const SoftmaxAttentionConfig& cfg);                          \
-  void softmax_attention_backward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,            \
-                                  const float* q, const float* k, const float* v, const float* out,               \
-                                  const float* lse, const float* dout, float* dq, float* dk, float* dv,           \
-                                  float* workspace, size_t workspace_floats);
+  TARN_CUDA_ATTENTION_PASSES(softmax_attention, SoftmaxAttentionDims, SoftmaxAttentionConfig, float)
 
 TARN_DECLARE_CUDA_API(TARN_CUDA_SOFTMAX_ATTENTION_API)
 

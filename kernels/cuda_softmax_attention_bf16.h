@@ -26,18 +26,7 @@
 #define TARN_CUDA_SOFTMAX_ATTENTION_BF16_API                                                                      \
   using cpu::SoftmaxAttentionConfig;                                                                              \
   using cpu::SoftmaxAttentionDims;                                                                                \
-  size_t softmax_attention_bf16_forward_workspace_floats(const SoftmaxAttentionDims& dims,                        \
-                                                         const SoftmaxAttentionConfig& cfg);                      \
-  void softmax_attention_bf16_forward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,        \
-                                      const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,         \
-                                      ::tarn::bf16* out, float* lse, float* workspace, size_t workspace_floats);  \
-  size_t softmax_attention_bf16_backward_workspace_floats(const SoftmaxAttentionDims& dims,                       \
-                                                          const SoftmaxAttentionConfig& cfg);                     \
-  void softmax_attention_bf16_backward(const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg,       \
-                                       const ::tarn::bf16* q, const ::tarn::bf16* k, const ::tarn::bf16* v,        \
-                                       const ::tarn::bf16* out, const float* lse, const ::tarn::bf16* dout,        \
-                                       ::tarn::bf16* dq, ::tarn::bf16* dk, ::tarn::bf16* dv, float* workspace,     \
-                                       size_t workspace_floats);
+  TARN_CUDA_ATTENTION_PASSES(softmax_attention_bf16, SoftmaxAttentionDims, SoftmaxAttentionConfig, ::tarn::bf16)
 
 TARN_DECLARE_CUDA_API(TARN_CUDA_SOFTMAX_ATTENTION_BF16_API)
 

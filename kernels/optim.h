@@ -11,13 +11,17 @@
 
 namespace tarn::kernels::cpu {
 
-// Hyper-parameters of one AdamW update. `step` is the 1-based index of this update for this
-// parameter (bias correction uses beta^step), as PyTorch's per-parameter state["step"].
-struct AdamWHyper {
+// What every AdamW update reads: learning rate, betas and eps, with torch.optim.AdamW's defaults.
+struct AdamWRates {
   float lr = 1e-3f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
+};
+
+// Hyper-parameters of one AdamW update. `step` is the 1-based index of this update for this
+// parameter (bias correction uses beta^step), as PyTorch's per-parameter state["step"].
+struct AdamWHyper : AdamWRates {
   float weight_decay = 0.0f;
   int64_t step = 1;
   // Multiplies each gradient as the update reads it: the clipping factor, applied inside the
@@ -79,11 +83,7 @@ struct AdamWRangeState {
 
 // The step's settings (host values): learning rate, betas, eps, and the global norm to clip to
 // (0: none).
-struct AdamWFusedHyper {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
+struct AdamWFusedHyper : AdamWRates {
   float max_norm = 0.0f;
 };
 

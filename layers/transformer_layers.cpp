@@ -6,34 +6,49 @@
 
 namespace tarn {
 
-EncoderLayer::EncoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
-    : self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention_of(index), /*causal=*/false,
-                c.attention_dropout, init, dropout),
-      self_attn_layer_norm(c.d_model, c.layer_norm_eps),
-      fc1(c.d_model, c.encoder_ffn_dim, init),
-      fc2(c.encoder_ffn_dim, c.d_model, init),
-      final_layer_norm(c.d_model, c.layer_norm_eps),
-      dropout_p_(c.dropout),
-      activation_dropout_p_(c.activation_dropout),
-      dropout_(&dropout) {
-  register_module("self_attn", self_attn);
-  register_module("self_attn_layer_norm", self_attn_layer_norm);
+PostNormLayer::PostNormLayer(const BartConfig& c, DropoutStreams& dropout)
+    : dropout_p_(c.dropout), activation_dropout_p_(c.activation_dropout), dropout_(&dropout) {}
+
+void PostNormLayer::register_attention(const std::string& name, MultiHeadAttention& attn, LayerNorm& norm) {
+  register_module(name, attn);
+  register_module(name + "_layer_norm", norm);
+}
+
+void PostNormLayer::register_feed_forward(Linear& fc1, Linear& fc2, LayerNorm& final_layer_norm) {
   register_module("fc1", fc1);
   register_module("fc2", fc2);
   register_module("final_layer_norm", final_layer_norm);
 }
 
+Tensor PostNormLayer::feed_forward(const Tensor& h, const Linear& fc1, const Linear& fc2,
+                                   const LayerNorm& norm) const {
+  Tensor f = dropout_->apply(gelu(fc1.forward(h)), activation_dropout_p_, training());
+  f = dropped(fc2.forward(f));
+  return norm.forward(add(h, f));
+}
+
+Tensor PostNormLayer::dropped(const Tensor& x) const { return dropout_->apply(x, dropout_p_, training()); }
+
+EncoderLayer::EncoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
+    : PostNormLayer(c, dropout),
+      self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention_of(index), /*causal=*/false,
+                c.attention_dropout, init, dropout),
+      self_attn_layer_norm(c.d_model, c.layer_norm_eps),
+      fc1(c.d_model, c.encoder_ffn_dim, init),
+      fc2(c.encoder_ffn_dim, c.d_model, init),
+      final_layer_norm(c.d_model, c.layer_norm_eps) {
+  register_attention("self_attn", self_attn, self_attn_layer_norm);
+  register_feed_forward(fc1, fc2, final_layer_norm);
+}
+
 Tensor EncoderLayer::forward(const Tensor& x, const PaddingMask& padding) const {
-  const bool train = training();
-  Tensor h = dropout_->apply(self_attn.forward(x, x, padding), dropout_p_, train);
-  h = self_attn_layer_norm.forward(add(x, h));
-  Tensor f = dropout_->apply(gelu(fc1.forward(h)), activation_dropout_p_, train);
-  f = dropout_->apply(fc2.forward(f), dropout_p_, train);
-  return final_layer_norm.forward(add(h, f));
+  const Tensor h = self_attn_layer_norm.forward(add(x, dropped(self_attn.forward(x, x, padding))));
+  return feed_forward(h, fc1, fc2, final_layer_norm);
 }
 
 DecoderLayer::DecoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
-    : self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention_of(index), /*causal=*/true,
+    : PostNormLayer(c, dropout),
+      self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention_of(index), /*causal=*/true,
                 c.attention_dropout, init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
       encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention_of(index), /*causal=*/false,
@@ -41,34 +56,17 @@ DecoderLayer::DecoderLayer(const BartConfig& c, int64_t index, ParamInit& init, 
       encoder_attn_layer_norm(c.d_model, c.layer_norm_eps),
       fc1(c.d_model, c.decoder_ffn_dim, init),
       fc2(c.decoder_ffn_dim, c.d_model, init),
-      final_layer_norm(c.d_model, c.layer_norm_eps),
-      dropout_p_(c.dropout),
-      activation_dropout_p_(c.activation_dropout),
-      dropout_(&dropout) {
-  register_module("self_attn", self_attn);
-  register_module("self_attn_layer_norm", self_attn_layer_norm);
-  register_module("encoder_attn", encoder_attn);
-  register_module("encoder_attn_layer_norm", encoder_attn_layer_norm);
-  register_module("fc1", fc1);
-  register_module("fc2", fc2);
-  register_module("final_layer_norm", final_layer_norm);
-}
-
-Tensor DecoderLayer::feed_forward(const Tensor& h) const {
-  const bool train = training();
-  Tensor f = dropout_->apply(gelu(fc1.forward(h)), activation_dropout_p_, train);
-  f = dropout_->apply(fc2.forward(f), dropout_p_, train);
-  return final_layer_norm.forward(add(h, f));
+      final_layer_norm(c.d_model, c.layer_norm_eps) {
+  register_attention("self_attn", self_attn, self_attn_layer_norm);
+  register_attention("encoder_attn", encoder_attn, encoder_attn_layer_norm);
+  register_feed_forward(fc1, fc2, final_layer_norm);
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const PaddingMask& self_padding, const Tensor& encoder_out,
                              const PaddingMask& encoder_padding) const {
-  const bool train = training();
-  Tensor h = dropout_->apply(self_attn.forward(x, x, self_padding), dropout_p_, train);
-  h = self_attn_layer_norm.forward(add(x, h));
-  Tensor c = dropout_->apply(encoder_attn.forward(h, encoder_out, encoder_padding), dropout_p_, train);
-  h = encoder_attn_layer_norm.forward(add(h, c));
-  return feed_forward(h);
+  Tensor h = self_attn_layer_norm.forward(add(x, dropped(self_attn.forward(x, x, self_padding))));
+  h = encoder_attn_layer_norm.forward(add(h, dropped(encoder_attn.forward(h, encoder_out, encoder_padding))));
+  return feed_forward(h, fc1, fc2, final_layer_norm);
 }
 
 DecoderLayerCache DecoderLayer::start_decoding(const Tensor& encoder_out, const PaddingMask& encoder_padding) const {

@@ -6,6 +6,7 @@
 //   decoder: h = LN(h + drop(causal_self_attn(h)));
 //            h = LN(h + drop(encoder_attn(h, enc)));         h = LN(h + FFN(h))
 #include <cstdint>
+#include <string>
 
 #include "framework/module.h"
 #include "layers/attention.h"
@@ -16,7 +17,28 @@
 
 namespace tarn {
 
-class EncoderLayer : public Module {
+// What both layers share: the dropout settings, the registration under HF's names, and the
+// feed-forward block they end with. It holds no parameters (each layer constructs its own, in
+// HF's order, which is also the order they draw from ParamInit).
+class PostNormLayer : public Module {
+ protected:
+  PostNormLayer(const BartConfig& config, DropoutStreams& dropout);
+
+  // Registers `attn` as `name` and `norm` as `name`_layer_norm (self_attn, encoder_attn).
+  void register_attention(const std::string& name, MultiHeadAttention& attn, LayerNorm& norm);
+  // Registers fc1, fc2 and final_layer_norm.
+  void register_feed_forward(Linear& fc1, Linear& fc2, LayerNorm& final_layer_norm);
+  // norm(h + drop(fc2(drop_act(gelu(fc1(h)))))).
+  Tensor feed_forward(const Tensor& h, const Linear& fc1, const Linear& fc2, const LayerNorm& norm) const;
+  // x dropped with the layer's dropout (attention outputs, fc2's output).
+  Tensor dropped(const Tensor& x) const;
+
+ private:
+  float dropout_p_, activation_dropout_p_;
+  DropoutStreams* dropout_;
+};
+
+class EncoderLayer : public PostNormLayer {
  public:
   // `index`: the layer's place in its stack, which picks its attention (BartConfig::*_of).
   EncoderLayer(const BartConfig& config, int64_t index, ParamInit& init, DropoutStreams& dropout);
@@ -28,10 +50,6 @@ class EncoderLayer : public Module {
   LayerNorm self_attn_layer_norm;
   Linear fc1, fc2;
   LayerNorm final_layer_norm;
-
- private:
-  float dropout_p_, activation_dropout_p_;
-  DropoutStreams* dropout_;
 };
 
 // What one decoder layer carries between decoding steps.
@@ -40,7 +58,7 @@ struct DecoderLayerCache {
   AttentionCache encoder_attn;
 };
 
-class DecoderLayer : public Module {
+class DecoderLayer : public PostNormLayer {
  public:
   DecoderLayer(const BartConfig& config, int64_t index, ParamInit& init, DropoutStreams& dropout);
 
@@ -59,11 +77,6 @@ class DecoderLayer : public Module {
   LayerNorm encoder_attn_layer_norm;
   Linear fc1, fc2;
   LayerNorm final_layer_norm;
-
- private:
-  Tensor feed_forward(const Tensor& h) const;  // h + FFN(h), then final_layer_norm
-  float dropout_p_, activation_dropout_p_;
-  DropoutStreams* dropout_;
 };
 
 }  // namespace tarn

@@ -28,6 +28,8 @@ import re
 import sys
 import tempfile
 
+from selftest_files import write_files
+
 REGISTERS_PER_BLOCK = 65536
 MAX_THREADS = 1024
 
@@ -138,32 +140,28 @@ def check(usage_path, source_dir):
 
 def self_test():
     with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "cuda")
-        os.mkdir(src)
-        with open(os.path.join(src, "common.cuh"), "w") as f:
-            f.write("constexpr int kWarp = 32;\n")
-        with open(os.path.join(src, "k.cu"), "w") as f:
-            f.write("constexpr int kThreads = 8 * device::kWarp;\n"
-                    "__global__ void plain_kernel(float* x) {}\n"
-                    "__global__ void greedy_kernel(float* x) {}\n"
-                    "template <int C>\n__global__ void __launch_bounds__(kThreads, min_blocks(C))\n"
-                    "    bounded_kernel(float* x) {}\n"
-                    "__global__ void __launch_bounds__(1024) tight_kernel(float* x) {}\n")
-        with open(os.path.join(src, "linear_attention_x.cu"), "w") as f:
-            f.write("__global__ void __launch_bounds__(128) clean_kernel(float* x) {}\n"
-                    "__global__ void __launch_bounds__(128) spilling_kernel(float* x) {}\n"
-                    "__global__ void __launch_bounds__(128) stacked_kernel(float* x) {}\n")
-        usage = os.path.join(tmp, "usage.txt")
-        with open(usage, "w") as f:
-            f.write("# arch regs stack spill st spill ld   smem  kernel\n"
-                    "sm_90   64     0     0     0      0  plain_kernel(float*)\n"              # fits 1024
-                    "sm_90   65     0     0     0      0  greedy_kernel(float*)\n"             # 72 x 1024: no
-                    "sm_90  255     0     0     0      0  void bounded_kernel<8>(float*)\n"    # 256 x 256: fits
-                    "sm_90   72     0     0     0      0  tight_kernel(float*)\n"              # 72 x 1024: no
-                    "sm_90   10     0     0     0      0  missing_kernel(float*)\n"            # not in sources
-                    "sm_90  255     0     0     0      0  ns::(anonymous namespace)::clean_kernel(float*)\n"
-                    "sm_90  200     0     8     8      0  spilling_kernel(float*)\n"          # attention: spills
-                    "sm_90  200    16     0     0      0  stacked_kernel(float*)\n")          # attention: stack
+        files = write_files(tmp, {
+            "cuda/common.cuh": "constexpr int kWarp = 32;\n",
+            "cuda/k.cu": ("constexpr int kThreads = 8 * device::kWarp;\n"
+                          "__global__ void plain_kernel(float* x) {}\n"
+                          "__global__ void greedy_kernel(float* x) {}\n"
+                          "template <int C>\n__global__ void __launch_bounds__(kThreads, min_blocks(C))\n"
+                          "    bounded_kernel(float* x) {}\n"
+                          "__global__ void __launch_bounds__(1024) tight_kernel(float* x) {}\n"),
+            "cuda/linear_attention_x.cu": ("__global__ void __launch_bounds__(128) clean_kernel(float* x) {}\n"
+                                           "__global__ void __launch_bounds__(128) spilling_kernel(float* x) {}\n"
+                                           "__global__ void __launch_bounds__(128) stacked_kernel(float* x) {}\n"),
+            "usage.txt": ("# arch regs stack spill st spill ld   smem  kernel\n"
+                          "sm_90   64     0     0     0      0  plain_kernel(float*)\n"              # fits 1024
+                          "sm_90   65     0     0     0      0  greedy_kernel(float*)\n"             # 72 x 1024: no
+                          "sm_90  255     0     0     0      0  void bounded_kernel<8>(float*)\n"    # 256 x 256: fits
+                          "sm_90   72     0     0     0      0  tight_kernel(float*)\n"              # 72 x 1024: no
+                          "sm_90   10     0     0     0      0  missing_kernel(float*)\n"            # not in sources
+                          "sm_90  255     0     0     0      0  ns::(anonymous namespace)::clean_kernel(float*)\n"
+                          "sm_90  200     0     8     8      0  spilling_kernel(float*)\n"          # attention: spills
+                          "sm_90  200    16     0     0      0  stacked_kernel(float*)\n"),         # attention: stack
+        })
+        usage, src = files["usage.txt"], os.path.dirname(files["cuda/k.cu"])
         checked, offenders = check(usage, src)
         names = sorted(o.split()[1].rstrip(":") for o in offenders)
         want = ["greedy_kernel", "missing_kernel", "spilling_kernel", "stacked_kernel", "tight_kernel"]

@@ -197,18 +197,20 @@ def report(args):
 
 
 def selftest(_args):
+    # Here, not at the top: tools/gpu_check.sh's bundle carries this file alone, and measures.
+    from selftest_files import write_files
+
     with tempfile.TemporaryDirectory() as tmp:
-        d = os.path.join(tmp, "softmax")
-        os.makedirs(d)
-        with open(os.path.join(d, "train.csv"), "w") as f:
-            f.write("attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status\n"
-                    "recipe,bf16,512,32,16384,100.0,327680,2000.0,900.0,ok\n"
-                    "recipe,bf16,2048,8,16384,,,,,skipped: needs 9 GiB\n")
-        tj = os.path.join(tmp, "torch.json")
-        with open(tj, "w") as f:
-            json.dump({"kind": "torch", "rows": [
+        files = write_files(tmp, {
+            "softmax/train.csv": (
+                "attention,precision,N,batch,tokens_per_batch,step_ms,tokens_per_s,alloc_peak_MiB,rss_peak_MiB,status\n"
+                "recipe,bf16,512,32,16384,100.0,327680,2000.0,900.0,ok\n"
+                "recipe,bf16,2048,8,16384,,,,,skipped: needs 9 GiB\n"),
+            "torch.json": json.dumps({"kind": "torch", "rows": [
                 {"n": 512, "batch": 32, "status": "ok", "step_ms": 50.0, "tokens_per_s": 655360.0, "peak_mib": 4000.0},
-                {"n": 2048, "batch": 8, "status": "out of memory: x"}]}, f)
+                {"n": 2048, "batch": 8, "status": "out of memory: x"}]}),
+        })
+        d, tj = os.path.dirname(files["softmax/train.csv"]), files["torch.json"]
         out = os.path.join(tmp, "out")
         ns = argparse.Namespace(torch=tj, tarn=["base-softmax=" + d, "base-delta=" + os.path.join(tmp, "none")],
                                 out_dir=out, commit="abcdef0123456789", date="2026-01-02", quiet=True, table=None)

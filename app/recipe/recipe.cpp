@@ -88,13 +88,7 @@ Recipe finish(Recipe r, Loader& loader, const std::string& source, bool parsed) 
 }  // namespace
 
 ConfigOrigin Recipe::where(const std::string& key) const {
-  std::string p = key;
-  while (!p.empty()) {
-    const auto it = origins.find(p);
-    if (it != origins.end()) return it->second;
-    const size_t dot = p.rfind('.');
-    p = dot == std::string::npos ? "" : p.substr(0, dot);
-  }
+  if (const ConfigOrigin* at = nearest_origin(origins, key)) return *at;
   return {source, 0};
 }
 

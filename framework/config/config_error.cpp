@@ -26,6 +26,17 @@ std::string ConfigOrigin::str() const {
   return source;
 }
 
+const ConfigOrigin* nearest_origin(const std::map<std::string, ConfigOrigin>& origins, const std::string& path) {
+  std::string p = path;
+  while (!p.empty()) {
+    const auto it = origins.find(p);
+    if (it != origins.end()) return &it->second;
+    const size_t dot = p.rfind('.');
+    p = dot == std::string::npos ? "" : p.substr(0, dot);
+  }
+  return nullptr;
+}
+
 std::string ConfigIssue::str() const {
   std::string out = origin.str();
   if (!key.empty()) out += (origin.is_override() ? " " : ": ") + key;

@@ -3,6 +3,7 @@
 // 2). Its message lists every problem found, one per line, in the form of STYLE.md:
 //   recipes/small.yaml:14: optimizer.lr: expected a positive number, got "fast"
 //   --set training.max_steps: expected a non-negative integer, got -5
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct ConfigOrigin {
   bool is_override() const { return source == kOverride; }
   std::string str() const;  // "recipes/tiny.yaml:14", "recipes/tiny.yaml" (no line), "--set"
 };
+
+// Where dotted key `path` was set, from `origins` (key path -> origin): its own entry, else its
+// nearest given ancestor's ("a.b.c", then "a.b", then "a"); nullptr when none was given.
+const ConfigOrigin* nearest_origin(const std::map<std::string, ConfigOrigin>& origins, const std::string& path);
 
 // One element of an `entries` list, kept as flow YAML ("linear", "{kind: hybrid, window: 128}")
 // with where it was given: the caller parses each entry against a schema of its own once every

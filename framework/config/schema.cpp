@@ -354,13 +354,7 @@ void Loader::issue(const ConfigOrigin& at, const std::string& key, const std::st
 void Loader::mark_given(const Field& field, const ConfigOrigin& at) { origins_[field.path] = at; }
 
 ConfigOrigin Loader::origin(const std::string& path) const {
-  std::string p = path;
-  while (!p.empty()) {
-    const auto it = origins_.find(p);
-    if (it != origins_.end()) return it->second;
-    const size_t dot = p.rfind('.');
-    p = dot == std::string::npos ? "" : p.substr(0, dot);
-  }
+  if (const ConfigOrigin* at = nearest_origin(origins_, path)) return *at;
   return {first_source_.empty() ? ConfigOrigin::kOverride : first_source_, 0};
 }
 

@@ -287,6 +287,19 @@ Config masked_config(const char* op, const Options& opt, const Dims& dims, const
   return cfg;
 }
 
+// Attention on the bf16 kernels (`bf16_table`, recorded as `bf16_op`) where the options ask for
+// bf16 and `runs_in_bf16` says the device has them for these head dimensions, else on the f32
+// kernels `f32` selects.
+template <typename Options, typename Kernels, typename Dims, typename Config>
+Tensor attention_at_precision(const char* op, const Options& opt, bool (*runs_in_bf16)(Device, int64_t, int64_t),
+                              const char* bf16_op, const Kernels* kernels::Backend::*bf16_table,
+                              F32AttentionKernels<Dims, Config> (*f32)(const kernels::Backend&), const Tensor& a,
+                              const Tensor& b, const Tensor& v, const Dims& dims, const Config& cfg) {
+  if (opt.precision == Precision::bf16 && runs_in_bf16(a.device(), dims.d, dims.e))
+    return attention_in_bf16(bf16_op, bf16_table, a, b, v, opt.key_padding_mask, dims, cfg);
+  return attention_in_f32(op, f32, a, b, v, opt.key_padding_mask, dims, cfg);
+}
+
 }  // namespace
 
 Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
@@ -299,16 +312,13 @@ Tensor linear_attention(const Tensor& a, const Tensor& b, const Tensor& v,
     return linear_attention(feature_map(a, opt.fused_feature_map, FeatureRole::query),
                             feature_map(b, opt.fused_feature_map, FeatureRole::key), v, features);
   }
-  const Device dev = a.device();
   const auto dims = attention_dims<kc::LinearAttentionDims>(a, b, v);
   auto cfg = masked_config<kc::LinearAttentionConfig>(op, opt, dims, a);
   cfg.eps = opt.eps;
   cfg.chunk = opt.chunk;
   cfg.feature_map = opt.fused_feature_map;
-  if (opt.precision == Precision::bf16 && linear_attention_runs_in_bf16(dev, dims.d, dims.e))
-    return attention_in_bf16("linear_attention (bf16)", &kernels::Backend::linear_attention_bf16, a, b, v,
-                             opt.key_padding_mask, dims, cfg);
-  return attention_in_f32(op, &linear_kernels, a, b, v, opt.key_padding_mask, dims, cfg);
+  return attention_at_precision(op, opt, &linear_attention_runs_in_bf16, "linear_attention (bf16)",
+                                &kernels::Backend::linear_attention_bf16, &linear_kernels, a, b, v, dims, cfg);
 }
 
 LinearAttentionState LinearAttentionState::zeros(int64_t batch, int64_t heads, int64_t d, int64_t e) {
@@ -376,15 +386,12 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   // Head dimensions beyond what the device's blocked kernel tiles: matmul + softmax instead.
   if (q.size(3) > kt.softmax_attention_max_dim || v.size(3) > kt.softmax_attention_max_dim)
     return ops_internal::softmax_attention_composed(q, k, v, opt);
-  const Device dev = q.device();
   const auto dims = attention_dims<kc::SoftmaxAttentionDims>(q, k, v);
   auto cfg = masked_config<kc::SoftmaxAttentionConfig>(op, opt, dims, q);
   cfg.scale = opt.scale;
   cfg.window = opt.window;
-  if (opt.precision == Precision::bf16 && softmax_attention_runs_in_bf16(dev, dims.d, dims.e))
-    return attention_in_bf16("softmax_attention (bf16)", &kernels::Backend::softmax_attention_bf16, q, k, v,
-                             opt.key_padding_mask, dims, cfg);
-  return attention_in_f32(op, &softmax_kernels, q, k, v, opt.key_padding_mask, dims, cfg);
+  return attention_at_precision(op, opt, &softmax_attention_runs_in_bf16, "softmax_attention (bf16)",
+                                &kernels::Backend::softmax_attention_bf16, &softmax_kernels, q, k, v, dims, cfg);
 }
 
 }  // namespace tarn

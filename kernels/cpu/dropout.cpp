@@ -57,14 +57,6 @@ void philox_batch(uint64_t seed, uint64_t stream, uint64_t first_block, uint32_t
 
 }  // namespace
 
-uint64_t dropout_threshold(float p) {
-  constexpr double kTwo32 = 4294967296.0;
-  if (!(p > 0.0f)) return 0;
-  if (p >= 1.0f) return static_cast<uint64_t>(kTwo32);
-  return std::min<uint64_t>(static_cast<uint64_t>(std::llround(static_cast<double>(p) * kTwo32)),
-                            static_cast<uint64_t>(kTwo32));
-}
-
 void dropout_apply(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t stream) {
   const uint64_t threshold64 = dropout_threshold(p);
   if (threshold64 > UINT32_MAX) {  // p == 1: everything dropped

@@ -17,12 +17,7 @@
 #include "kernels/cpu/rank_order.h"
 
 // Checks an NCCL call; the message names the call, NCCL's reason and where it was made.
-#define TARN_NCCL_CALL(call)                                                                                    \
-  do {                                                                                                          \
-    const ncclResult_t tarn_nccl_ = (call);                                                                     \
-    TARN_CHECK(tarn_nccl_ == ncclSuccess, #call, " failed: ", ncclGetErrorString(tarn_nccl_), " (", __FILE__, \
-               ":", __LINE__, ")");                                                                             \
-  } while (0)
+#define TARN_NCCL_CALL(call) TARN_CHECK_STATUS(call, #call, ncclSuccess, ncclGetErrorString)
 #endif
 
 namespace tarn::kernels::TARN_CUDA_NS {

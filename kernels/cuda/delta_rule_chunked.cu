@@ -202,19 +202,6 @@ __device__ void load_d_out(const Smem& m, const Slice& in, int64_t u0, int64_t L
     m.dout[e] = d_out[in.row(u0 + e / in.cols) * in.dv + in.j0 + e % in.cols];
 }
 
-// D, a row a thread: running products of alpha from the diagonal leftwards.
-__device__ void decays(const Smem& m, int64_t L) {
-  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
-    float p = 1.0f;
-    m.D(t, t) = 1.0f;
-    for (int64_t s = t - 1; s >= -1; --s) {
-      p *= m.alpha[s + 1];
-      m.D(t, s) = p;
-    }
-    for (int64_t s = t + 1; s < L; ++s) m.D(t, s) = 0.0f;
-  }
-}
-
 // X = (I + A)^-1 diag(beta), a column a thread (X_tc = 0 for t < c).
 __device__ void solve_writes(const Smem& m, int64_t L, bool erase) {
   for (int64_t c = threadIdx.x; c < L; c += blockDim.x) {
@@ -254,7 +241,7 @@ __device__ void forward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, in
   const int64_t dk = in.dk, cols = in.cols;
   load_rows(m, in, u0, L);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   __syncthreads();
   for (int64_t e = threadIdx.x; e < L * L; e += blockDim.x) {
     const int64_t t = e / L, s = e % L;
@@ -339,7 +326,7 @@ __device__ void load_for_backward(const Smem& m, const Slice& in, int64_t u0, in
   load_rows(m, in, u0, L);
   if (in.q != nullptr) load_d_out(m, in, u0, L, d_out);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   __syncthreads();
 }
 

@@ -329,19 +329,6 @@ __device__ __forceinline__ void round_state(bf16* copy, const float* tile, const
 
 // ---- The sub-chunk's CUDA-core steps ----
 
-// D, a row a thread: running products of alpha from the diagonal leftwards.
-__device__ __forceinline__ void decays(const Smem& m, int64_t L) {
-  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
-    float p = 1.0f;
-    m.D(t, t) = 1.0f;
-    for (int64_t s = t - 1; s >= -1; --s) {
-      p *= m.alpha[s + 1];
-      m.D(t, s) = p;
-    }
-    for (int64_t s = t + 1; s < L; ++s) m.D(t, s) = 0.0f;
-  }
-}
-
 // A = beta_t D_ts (k_t . k_s) below the diagonal (erase) and P = D o (Q K^T) on and below it
 // as bf16 (readout), from the products in kk and qk, over the whole padded c x c.
 __device__ __forceinline__ void pairs(const Smem& m, int64_t L, bool erase, bool readout) {
@@ -558,7 +545,7 @@ __global__ void __launch_bounds__(kThreads)
     m.vh[t * l.ldv + j] = valid ? v[in.row(sc.u0 + t) * dims.dv + j] : mma::to_bf16(0.0f);
   }
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   pair_products(m, erase, readout);
   __syncthreads();
   pairs(m, L, erase, readout);
@@ -601,7 +588,7 @@ __device__ __forceinline__ void advance_state(const Smem& m, const Slice& in, co
   load_tile(nullptr, 0, m.r, l.fv, l.c, l.cols, nullptr, f.u_of(slot), in.dv, in.j0, in.cols);
   if (in.erase) load_tile(m.wkh, l.ldk, nullptr, 0, l.c, l.dk, f.khat_of(slot), nullptr, in.dk, 0, in.dk);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   if (in.erase) product(m.ks0, l.fv, l.c, l.cols, one(rows_of(m.wkh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
   __syncthreads();
   for (int64_t e = threadIdx.x; e < int64_t{l.c} * l.cols; e += blockDim.x) {
@@ -680,7 +667,7 @@ __global__ void __launch_bounds__(kThreads)
   if (in.erase) load_tile(m.wkh, l.ldk, nullptr, 0, l.c, l.dk, f.khat_of(slot), nullptr, dims.dk, 0, dims.dk);
   load_tile(m.ph, l.ldc, nullptr, 0, l.c, l.c, f.p_of(slot), nullptr, l.c, 0, l.c);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   if (in.erase) product(m.ks0, l.fv, l.c, l.cols, one(rows_of(m.wkh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
   product(m.qs0, l.fv, l.c, l.cols, one(rows_of(m.qh, l.ldk), rows_of(m.s0h, l.ldv), l.dk), false);
   __syncthreads();
@@ -743,7 +730,7 @@ __device__ __forceinline__ void state_gradient_sub_chunk(const Smem& m, const Sl
   if (readout) load_tile(m.ph, l.ldc, nullptr, 0, l.c, l.c, f.p_of(slot), nullptr, l.c, 0, l.c);
   if (erase) load_tile(m.th, l.ldc, nullptr, 0, l.c, l.c, f.t_of(slot), nullptr, l.c, 0, l.c);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   product(m.tmp, l.fv, l.c, l.cols, one(rows_of(m.kh, l.ldk), rows_of(m.dsh, l.ldv), l.dk), false);  // K dS
   if (readout) product(m.dy, l.fv, l.c, l.cols, one(transpose_of(m.ph, l.ldc), rows_of(m.douth, l.ldv), l.c), false);
   __syncthreads();
@@ -816,7 +803,7 @@ __device__ void backward_sub_chunk(const Smem& m, const Slice& in, int64_t u0, i
   load_rows(m, in, u0, L, true);
   load_d_out(m, in, u0, L, readout ? d_out : nullptr);
   __syncthreads();
-  decays(m, L);
+  delta_chunked::decays(m, L);
   writes_from_state(m, L, erase, readout, true);
   // tmp: K dS -> (K dS) o W, e's gradient per element.
   // (write_gradients reads K dS from tmp before the product below overwrites it.)

@@ -1,7 +1,8 @@
 #pragma once
 // What the chunked delta-rule kernels in f32 (kernels/cuda/delta_rule_chunked.cu) and in bf16
 // (kernels/cuda/delta_rule_chunked_bf16.cu) share: how they number a slice's sub-chunks, and
-// the decay's gradient, which both compute in f32 on the CUDA cores from the same G = dL/dD.
+// the decays D and their gradient, which both compute in f32 on the CUDA cores (the gradient
+// from the same G = dL/dD).
 // (The f32 backward's workspace layout is here too; the bf16 file keeps its own, with each
 // sub-chunk's factors.)
 #include <cstdint>
@@ -35,6 +36,21 @@ struct Workspace {
 __device__ inline Workspace workspace_of(float* workspace, int64_t b, int64_t slots, int64_t state) {
   float* base = workspace + b * 2 * slots * state;
   return {base, base + slots * state};
+}
+
+// D (Smem::D, columns -1 .. L - 1), a row a thread: running products of alpha (Smem::alpha,
+// from index 0 for column -1) from the diagonal leftwards, 0 above the diagonal.
+template <typename Smem>
+__device__ __forceinline__ void decays(const Smem& m, int64_t L) {
+  for (int64_t t = threadIdx.x; t < L; t += blockDim.x) {
+    float p = 1.0f;
+    m.D(t, t) = 1.0f;
+    for (int64_t s = t - 1; s >= -1; --s) {
+      p *= m.alpha[s + 1];
+      m.D(t, s) = p;
+    }
+    for (int64_t s = t + 1; s < L; ++s) m.D(t, s) = 0.0f;
+  }
 }
 
 // d alpha for a sub-chunk of L tokens at scan position u0, from G = dL/dD (Smem::G, D_ts in

@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/philox.cuh"
 #include "kernels/cuda_kernels.h"
+#include "kernels/dropout.h"
 
 namespace tarn::kernels::TARN_CUDA_NS {
 namespace {
@@ -34,20 +35,11 @@ __global__ void zero_kernel(float* y, int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = 0.0f;
 }
 
-// round(p * 2^32), 2^32 when p >= 1: the CPU kernel's dropout_threshold.
-uint64_t threshold_of(float p) {
-  constexpr double kTwo32 = 4294967296.0;
-  if (!(p > 0.0f)) return 0;
-  if (p >= 1.0f) return static_cast<uint64_t>(kTwo32);
-  return std::min<uint64_t>(static_cast<uint64_t>(std::llround(static_cast<double>(p) * kTwo32)),
-                            static_cast<uint64_t>(kTwo32));
-}
-
 }  // namespace
 
 void dropout_apply(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t stream) {
   if (n <= 0) return;
-  const uint64_t threshold = threshold_of(p);
+  const uint64_t threshold = cpu::dropout_threshold(p);
   if (threshold > UINT32_MAX) {  // p == 1: everything dropped
     tarn::launch(zero_kernel, grid_for(n), kBlock, 0, nullptr, y, n);
     return;

@@ -28,12 +28,7 @@ namespace {
 using namespace ::tarn::emu::cublas;
 #endif
 
-#define TARN_CUBLAS_CALL(call)                                                                  \
-  do {                                                                                          \
-    const cublasStatus_t tarn_st_ = (call);                                                     \
-    TARN_CHECK(tarn_st_ == CUBLAS_STATUS_SUCCESS, #call, " failed: ", cublasGetStatusString(tarn_st_), " (", \
-               __FILE__, ":", __LINE__, ")");                                                   \
-  } while (0)
+#define TARN_CUBLAS_CALL(call) TARN_CHECK_STATUS(call, #call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
 
 #if defined(__CUDACC__)
 // TF32 tensor-core math only where the user asks for it (TARN_ALLOW_TF32=1 in the

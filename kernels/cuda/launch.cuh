@@ -82,9 +82,4 @@ void launch(void (*kernel)(P...), const emu::LaunchGrid& grid, dim3 block, size_
 }  // namespace tarn
 
 // Checks a runtime call; the message names the call and where it was made.
-#define TARN_CUDA_CALL(call)                                                                          \
-  do {                                                                                                \
-    const cudaError_t tarn_err_ = (call);                                                             \
-    TARN_CHECK(tarn_err_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(tarn_err_), " (", __FILE__, \
-               ":", __LINE__, ")");                                                                   \
-  } while (0)
+#define TARN_CUDA_CALL(call) TARN_CHECK_STATUS(call, #call, cudaSuccess, cudaGetErrorString)

@@ -1,15 +1,11 @@
 // CUDA runtime wrappers: every call checked, errors name the call (kernels/cuda_runtime.h).
 #include <cuda_runtime.h>
 
+#include "kernels/backend.h"
 #include "kernels/check.h"
 #include "kernels/cuda_runtime.h"
 
-#define TARN_CUDA_CHECK(call)                                                                  \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    TARN_CHECK(err_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(err_), " (", __FILE__, \
-               ":", __LINE__, ")");                                                            \
-  } while (0)
+#define TARN_CUDA_CHECK(call) TARN_CHECK_STATUS(call, #call, cudaSuccess, cudaGetErrorString)
 
 namespace tarn::kernels::cuda {
 
@@ -31,25 +27,19 @@ void* device_malloc(size_t bytes, int device) {
   return p;
 }
 
-void device_free(void* ptr, int device) {
-  if (!ptr) return;
-  TARN_CUDA_CHECK(cudaSetDevice(device));
-  TARN_CUDA_CHECK(cudaFree(ptr));
-}
+// The frees and copies are the backend table's (kernels/cuda/backend.cu): the same checked calls.
+void device_free(void* ptr, int device) { backend().deallocate(ptr, device); }
 
 void copy_host_to_device(void* dst, const void* src, size_t bytes, int device) {
-  TARN_CUDA_CHECK(cudaSetDevice(device));
-  TARN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  backend().copy_host_to_device(dst, src, bytes, device);
 }
 
 void copy_device_to_host(void* dst, const void* src, size_t bytes, int device) {
-  TARN_CUDA_CHECK(cudaSetDevice(device));
-  TARN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  backend().copy_device_to_host(dst, src, bytes, device);
 }
 
 void copy_device_to_device(void* dst, const void* src, size_t bytes, int device) {
-  TARN_CUDA_CHECK(cudaSetDevice(device));
-  TARN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  backend().copy_device_to_device(dst, src, bytes, device);
 }
 
 void memset_zero(void* dst, size_t bytes, int device) {

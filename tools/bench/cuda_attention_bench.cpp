@@ -493,6 +493,15 @@ bool check(Algo a, bool gpu, std::string* errors = nullptr) {
   const auto k = seen(is_delta(a) ? unit_rows(data[1], s.d) : data[1], s.bh * s.n * s.d);
   const auto v = seen(data[2], s.bh * s.n * s.e), dout = seen(data[3], s.bh * s.n * s.e);
   std::vector<float> out(s.bh * s.n * s.e), aux(s.bh * s.n), dq(q.size()), dk(k.size()), dv(v.size());
+  // Softmax and linear attention: their four CPU entry points take the same arguments (aux: lse or den).
+  auto forward_backward = [&](const auto& dims, const auto& cfg, auto forward_workspace, auto forward,
+                              auto backward_workspace, auto backward) {
+    std::vector<float> ws(forward_workspace(dims, cfg));
+    forward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), ws.data(), ws.size());
+    ws.assign(backward_workspace(dims, cfg), 0.0f);
+    backward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), dout.data(), dq.data(), dk.data(),
+             dv.data(), ws.data(), ws.size());
+  };
   if (is_delta(a)) {  // aux is d_beta
     const cpu::DeltaRuleDims dims{s.bh, s.n, s.d, s.e};
     const cpu::DeltaRuleConfig cfg;
@@ -513,26 +522,18 @@ bool check(Algo a, bool gpu, std::string* errors = nullptr) {
                              dout.data(), nullptr, dq.data(), dk.data(), dv.data(), aux.data(), d_alpha.data(),
                              ws.data(), ws.size());
   } else if (is_softmax(a)) {
-    const cpu::SoftmaxAttentionDims dims{1, s.bh, s.n, s.n, s.d, s.e};
     cpu::SoftmaxAttentionConfig cfg;
     cfg.causal = is_causal(a);
-    std::vector<float> ws(cpu::softmax_attention_forward_workspace_floats(dims, cfg));
-    cpu::softmax_attention_forward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), ws.data(),
-                                   ws.size());
-    ws.assign(cpu::softmax_attention_backward_workspace_floats(dims, cfg), 0.0f);
-    cpu::softmax_attention_backward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), dout.data(),
-                                    dq.data(), dk.data(), dv.data(), ws.data(), ws.size());
+    forward_backward(cpu::SoftmaxAttentionDims{1, s.bh, s.n, s.n, s.d, s.e}, cfg,
+                     cpu::softmax_attention_forward_workspace_floats, cpu::softmax_attention_forward,
+                     cpu::softmax_attention_backward_workspace_floats, cpu::softmax_attention_backward);
   } else {
-    const cpu::LinearAttentionDims dims{1, s.bh, s.n, s.n, s.d, s.e};
     cpu::LinearAttentionConfig cfg;
     cfg.causal = is_causal(a);
     cfg.feature_map = cpu::FeatureMap::elu1;
-    std::vector<float> ws(cpu::linear_attention_forward_workspace_floats(dims, cfg));
-    cpu::linear_attention_forward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), ws.data(),
-                                  ws.size());
-    ws.assign(cpu::linear_attention_backward_workspace_floats(dims, cfg), 0.0f);
-    cpu::linear_attention_backward(dims, cfg, q.data(), k.data(), v.data(), out.data(), aux.data(), dout.data(),
-                                   dq.data(), dk.data(), dv.data(), ws.data(), ws.size());
+    forward_backward(cpu::LinearAttentionDims{1, s.bh, s.n, s.n, s.d, s.e}, cfg,
+                     cpu::linear_attention_forward_workspace_floats, cpu::linear_attention_forward,
+                     cpu::linear_attention_backward_workspace_floats, cpu::linear_attention_backward);
   }
   // The GPU's backward starts from its own out (and lse / den): the check covers the pair.
   const std::vector<float>* want[] = {&out, &aux, &dq, &dk, &dv};
