@@ -94,11 +94,11 @@ std::string& dump_to(const Json& v, int indent, int level, std::string& out) {
   const std::string newline = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent) * level, ' ');
   out += v.is_object() ? '{' : '[';
   for (auto it = v.begin(); it != v.end(); ++it) {
-    out += (it == v.begin() ? "" : ",") + newline + std::string(std::max(indent, 0), ' ');
+    out.append(it == v.begin() ? "" : ",").append(newline).append(std::max(indent, 0), ' ');
     if (v.is_object()) out += quote(it.key()) + (indent < 0 ? ":" : ": ");
     dump_to(it.value(), indent, level + 1, out);
   }
-  return out += newline + (v.is_object() ? '}' : ']');
+  return out.append(newline) += v.is_object() ? '}' : ']';
 }
 
 // `v` when `ok`, else the error "<what>: expected <expected>, got <v's kind>".
