@@ -5,7 +5,7 @@
 // - parse(): strict RFC 8259 (no comments, trailing commas, NaN, leading zeros, byte order
 //   mark, raw control characters or invalid UTF-8), duplicate keys refused (safetensors forbids
 //   them), nesting limited to kMaxDepth, and errors that name the source, byte offset, line and
-//   column in tarn's words;
+//   column (in characters) of the token at fault, in nlohmann's words;
 // - dump(): nlohmann's layout with doubles in their shortest round-trip form (std::to_chars:
 //   0.1, 1e-05, 3), the bytes tarn's files have always had, and non-finite numbers refused;
 // - typed access whose errors name the field ("tensor \"w\": shape[0]: expected a non-negative
@@ -27,8 +27,9 @@ constexpr int kMaxDepth = 64;
 
 // Parses exactly one JSON value (surrounded by optional whitespace). `source` names the input
 // in errors: "<source>: invalid JSON at byte 57 (line 2, column 9): expected ',' or '}' after
-// an object member". `base_offset` is added to reported byte offsets (e.g. 8 for a safetensors
-// header, so offsets are file offsets).
+// an object member", "... (line 1, column 3): syntax error while parsing value - invalid
+// number; expected digit after '-'". `base_offset` is added to reported byte offsets (e.g. 8
+// for a safetensors header, so offsets are file offsets).
 Json parse(std::string_view text, std::string_view source, size_t base_offset = 0);
 
 // Serialises compactly (indent < 0) or pretty-printed with `indent` spaces per level. Files are
