@@ -2,9 +2,10 @@
 // trains a few steps on the toy corpus and decodes two sentences greedily; the parameters and
 // the tokens must be what the build before the refactor gave, saved in tests/fixtures/same_bits.
 //
-// Bits depend on the machine (the BLAS kernel set, the vector units the kernels use), so each
-// fixture names the machine that wrote it. On that machine every parameter's bytes and the
-// decoded tokens must match exactly. Elsewhere only what rounding cannot move much is compared:
+// Bits depend on the machine (the BLAS kernel set, the vector units the kernels use) and on the
+// build (optimisation flags, sanitizers: tests/CMakeLists.txt passes TARN_BUILD_FLAGS), so each
+// fixture names the machine and build that wrote it. With both the same, every parameter's bytes
+// and the decoded tokens must match exactly. Elsewhere only what rounding cannot move much is compared:
 // each parameter's sum, sum of squares and four sampled values, to 1e-4 relative.
 //
 // To write the fixtures with a build of the code to keep: TARN_SAME_BITS_WRITE=1 ctest -R SameBits.
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -72,7 +74,8 @@ std::string machine() {
   const kernels::BlasInfo blas = kernels::blas_info();
   const kernels::CpuVectorSupport cpu = kernels::CpuVectorSupport::of_this_cpu();
   std::ostringstream s;
-  s << "blas=" << blas.core << " avx2=" << cpu.avx2_fma << " avx512=" << cpu.avx512 << " bf16=" << cpu.avx512_bf16;
+  s << "blas=" << blas.core << " avx2=" << cpu.avx2_fma << " avx512=" << cpu.avx512 << " bf16=" << cpu.avx512_bf16
+    << " build=" << TARN_BUILD_FLAGS;
   return s.str();
 }
 
@@ -187,6 +190,10 @@ TEST_P(SameBits, ParametersAndDecodingMatchTheFixture) {
   const Record saved = read_fixture(c);
   ASSERT_EQ(now.params.size(), saved.params.size()) << "parameter count";
   const bool same_machine = now.machine == saved.machine;
+  std::cout << "[          ] " << c.name << ": "
+            << (same_machine ? "exact bits (same machine and build)"
+                             : "sums and samples to 1e-4 (fixture from " + saved.machine + ", this is " + now.machine + ")")
+            << "\n";
   if (same_machine) {
     EXPECT_EQ(now.decode, saved.decode) << "greedy decoding changed";
   }
