@@ -58,8 +58,7 @@ Tensor AlignedCrossAttention::context(const Tensor& q, const Tensor& k, const Te
   const int64_t batch = q.size(0), nq = q.size(2), nk = k.size(2), e = v.size(3) + 1;
   const int64_t f = phi.feature_dim();
   const int64_t c = std::min<int64_t>(config.chunk, std::max(nq, nk)), m = (std::max(nq, nk) + c - 1) / c;
-  Tensor b = phi.key_features(k);
-  if (!pad.empty()) b = mul(b, key_keep(batch, nk, pad, b.device()));
+  Tensor b = plain_->masked_key_features(k, pad);
   const Shape chunked{batch, heads, m, c, -1};
   const Tensor a = reshape(pad_positions(phi.query_features(q), m * c), chunked);
   const Tensor vv = reshape(pad_positions(append_ones(v), m * c), chunked);
@@ -120,11 +119,9 @@ std::unique_ptr<DecodeState> AlignedCrossAttention::precompute_cross(const Atten
   const Tensor k = split_heads(in.k, s), v = split_heads(in.v, s);
   // Each position weighs the source by its own decays: keep it all.
   auto state = std::make_unique<AlignedState>();
-  Tensor b = plain_->features().key_features(k);
-  if (!in.padding().empty()) b = mul(b, key_keep(k.size(0), k.size(2), in.padding(), b.device()));
-  state->key = b;
+  state->key = plain_->masked_key_features(k, in.padding());
   state->value = append_ones(v);
-  if (gate_) state->plain = matmul(b, state->value, true, false);  // and the plain read's S'
+  if (gate_) state->plain = matmul(state->key, state->value, true, false);  // and the plain read's S'
   return state;
 }
 

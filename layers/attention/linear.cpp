@@ -76,10 +76,13 @@ Tensor LinearAttention::step_self(const AttentionInputs& in, DecodeState& state)
                          .view({q.size(0), s.heads, 1, s.head_dim}));
 }
 
+Tensor LinearAttention::masked_key_features(const Tensor& k, const PaddingMask& pad) const {
+  const Tensor b = features_.key_features(k);
+  return pad.empty() ? b : mul(b, key_keep(k.size(0), k.size(2), pad, b.device()));
+}
+
 Tensor LinearAttention::summary(const Tensor& k, const Tensor& v, const PaddingMask& pad) const {
-  Tensor b = features_.key_features(k);
-  if (!pad.empty()) b = mul(b, key_keep(k.size(0), k.size(2), pad, b.device()));
-  return matmul(b, append_ones(v), true, false);
+  return matmul(masked_key_features(k, pad), append_ones(v), true, false);
 }
 
 Tensor LinearAttention::read(const Tensor& q, const Tensor& summary) const {

@@ -32,7 +32,9 @@ class LinearAttention : public AttentionKindLayer {
 
   // Per head: split q (B, H, Nq, dh), k and v (B, H, Nk, dh) -> (B, H, Nq, dh).
   Tensor context(const Tensor& q, const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
-  // S' = φ(K)ᵀ [V | 1] with padded keys' rows of φ(K) zero, (B, H, f, dh + 1).
+  // φ(K) with padded keys' rows zero (docs/design.md section 2): k (B, H, Nk, dh) -> (B, H, Nk, f).
+  Tensor masked_key_features(const Tensor& k, const PaddingMask& pad) const;
+  // S' = φ(K)ᵀ [V | 1] over masked_key_features, (B, H, f, dh + 1).
   Tensor summary(const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // φ(q) S' normalised: q (B, H, Nq, dh) -> (B, H, Nq, dh).
   Tensor read(const Tensor& q, const Tensor& summary) const;

@@ -93,14 +93,6 @@ const AttentionKindEntry& attention_kind_entry(const std::string& name) {
   throw Error(str_cat("unknown attention kind '", name, "' (known: ", known, ")"));
 }
 
-std::vector<std::string> attention_kind_names() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const AttentionKindEntry& e : r.entries) names.push_back(e.name);
-  return names;
-}
-
 const AttentionKindEntry& attention_kind_entry(const AttentionConfig& a) {
   return attention_kind_entry(attention_kind_name(a.kind));
 }

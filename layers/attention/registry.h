@@ -36,7 +36,6 @@ struct AttentionKindEntry {
 void register_attention_kind(AttentionKindEntry entry);
 // The entry named `name`; throws tarn::Error listing the known kinds when there is none.
 const AttentionKindEntry& attention_kind_entry(const std::string& name);
-std::vector<std::string> attention_kind_names();
 
 // The entry of the kind `a` names.
 const AttentionKindEntry& attention_kind_entry(const AttentionConfig& a);
