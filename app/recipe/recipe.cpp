@@ -99,8 +99,9 @@ const config::Schema& recipe_schema() {
   static std::vector<std::unique_ptr<const config::Schema>> built;
   static size_t kinds = 0;
   std::lock_guard<std::mutex> lock(mutex);
-  if (built.empty() || kinds != AttentionKind::all().size()) {
-    kinds = AttentionKind::all().size();
+  const size_t now = AttentionKind::all().size();
+  if (built.empty() || kinds != now) {
+    kinds = now;
     built.push_back(std::make_unique<const config::Schema>(build_schema()));
   }
   return *built.back();
