@@ -20,9 +20,10 @@
 // The backward, like the forward, keeps S, dP, P and dS in mma.sync accumulators at every width
 // (kDim 32, 64, 128 covers the padded d and e), P and dS the A operands of the gradient products
 // straight from registers. At kDim = 128 dK and dV alone take 128 accumulator registers a lane,
-// so the dK, dV kernel takes each query tile in two passes of 32 queries (S^T, dP^T of 16 x 32
-// per warp, as FlashAttention-2's backward narrows its tiles at head dim 128): the same products
-// in the same order, no spills (tools/check_register_budget.py).
+// so the dK, dV kernel takes each query tile in four passes of 16 queries (S^T, dP^T of 16 x 16
+// per warp instead of 16 x 64, as FlashAttention-2's backward narrows its tiles at head dim 128):
+// the same products in the same order, no spills (tools/check_register_budget.py; passes of 32
+// queries spill at sm_90). dQ's 64 accumulators leave room for whole 16 x 64 tiles.
 //
 // Each block is 4 warps; warp w owns rows 16 w .. 16 w + 15 of the block's tile (queries in the
 // forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; each lane holds rows g
@@ -454,7 +455,8 @@ __device__ __forceinline__ void store_registers(bf16* dst, int64_t rows, int wid
 }
 
 // Query pairs per pass of the dK, dV kernel: all four up to kDim = 64; at 128, where dK and dV
-// hold 128 accumulators a lane, two (S^T and dP^T of 16 x 32: 32 registers instead of 64).
+// hold 128 accumulators a lane, one (S^T and dP^T of 16 x 16: 16 registers instead of 64; two
+// pairs, 32 registers, still spill at sm_90).
 __host__ __device__ constexpr int dkdv_pairs(int dim) { return dim > 64 ? kTiles / 4 : kTiles; }
 
 // dk: (B,H,Nk,d), dv: (B,H,Nk,e), either may be null. grid: slices * key tiles, the first first

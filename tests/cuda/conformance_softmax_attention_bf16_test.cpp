@@ -161,8 +161,8 @@ TEST_P(SoftmaxAttentionBf16Conformance, ValueDimDifferentFromHeadDimMatchesCpu) 
 }
 
 TEST_P(SoftmaxAttentionBf16Conformance, WideHeadsForwardAndBackwardMatchCpu) {
-  // The kernels' widest fragments (kDim = 128: the dK, dV kernel takes each query tile in two
-  // passes of 32 queries), at d = e = 128 and at widths padded up to it: 72 (16-byte rows, tiles
+  // The kernels' widest fragments (kDim = 128: the dK, dV kernel takes each query tile in four
+  // passes of 16 queries), at d = e = 128 and at widths padded up to it: 72 (16-byte rows, tiles
   // zero-padded to 80) and 120; causal, bidirectional, windowed, with and without padded keys.
   uint32_t seed = 3000;
   for (int64_t d : {128, 72, 120}) {
