@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/recipe/first_given.h"
+#include "app/recipe/model_recipe.h"
 #include "layers/attention/settings.h"
 
 namespace tarn::recipe_sections {
@@ -17,20 +18,22 @@ using config::SectionBuilder;
 
 struct StackField {
   const char* key;
-  AttentionStackRecipe AttentionStacksRecipe::*member;
+  AttentionStack AttentionStacks::*member;
+  std::vector<YamlEntry> AttentionLayerEntries::*entries;  // its `layers` as written
   bool decoder;  // its layer count is decoder_layers (else encoder_layers)
   bool causal, cross;
   const char* description;
   AttentionUse use() const { return {cross, causal}; }
 };
 constexpr StackField kAttentionStacks[] = {
-    {"encoder_self", &AttentionStacksRecipe::encoder_self, false, false, false,
+    {"encoder_self", &AttentionStacks::encoder_self, &AttentionLayerEntries::encoder_self, false, false, false,
      "encoder self-attention (bidirectional)"},
-    {"decoder_self", &AttentionStacksRecipe::decoder_self, true, true, false, "decoder self-attention (causal)"},
-    {"cross", &AttentionStacksRecipe::cross, true, false, true, "decoder-to-encoder attention"},
+    {"decoder_self", &AttentionStacks::decoder_self, &AttentionLayerEntries::decoder_self, true, true, false,
+     "decoder self-attention (causal)"},
+    {"cross", &AttentionStacks::cross, &AttentionLayerEntries::cross, true, false, true, "decoder-to-encoder attention"},
 };
 
-// The keys of a stack (S = AttentionStackRecipe) or of one per-layer entry (S = AttentionConfig),
+// The keys of a stack (S = AttentionStack) or of one per-layer entry (S = AttentionConfig),
 // in four groups, in schema order (the order of to_yaml, help and resume reports).
 template <class S>
 void declare_kind_and_feature_map(SectionBuilder<S> a, bool causal) {
@@ -148,9 +151,9 @@ void warn_ignored_keys(const std::string& prefix, const AttentionConfig& a, Atte
 
 // One entry of a stack's `layers` parsed over the stack's settings (so that keys given beside
 // `layers`, in the file or by --set, apply to every entry that does not set them itself).
-AttentionConfig resolve_entry(const StackField& stack, const AttentionStackRecipe& a, const YamlEntry& entry,
+AttentionConfig resolve_entry(const StackField& stack, const AttentionStack& a, const YamlEntry& entry,
                               const std::string& entry_key, Loader& loader) {
-  AttentionConfig layer = a;  // the stack's settings; the entry's keys replace them
+  AttentionConfig layer = static_cast<const AttentionConfig&>(a);  // the stack's settings; the entry's keys replace them
   Loader sub(layer_schema(stack.causal), &layer);
   const bool name_only = entry.text.empty() || entry.text[0] != '{';
   sub.apply_text(name_only ? "{kind: " + entry.text + "}" : entry.text, entry.origin.source);
@@ -170,11 +173,13 @@ AttentionConfig resolve_entry(const StackField& stack, const AttentionStackRecip
 
 }  // namespace
 
-void declare_attention(SectionBuilder<AttentionStacksRecipe> attention) {
+void declare_attention(SectionBuilder<ModelRecipe> model) {
+  auto attention = model.section<AttentionStacks>(&ModelRecipe::attention, "attention",
+                                                  "attention per stack (docs/design.md section 2)");
   for (const StackField& stack : kAttentionStacks) {
     auto section = attention.section(stack.member, stack.key, stack.description);
     declare_setting(section, stack.causal);
-    section.entries(&AttentionStackRecipe::layers, "layers",
+    section.entries(model, &ModelRecipe::attention_layers, stack.entries, "layers",
                     "attention per layer, one entry per layer of the stack: a kind name or a map of this section's "
                     "keys, over the settings given beside `layers` (e.g. [linear, linear, linear, {kind: hybrid, "
                     "window: 128}]); [] = every layer as above");
@@ -182,28 +187,28 @@ void declare_attention(SectionBuilder<AttentionStacksRecipe> attention) {
 }
 
 // Each entry's issues are reported at the entry, under model.attention.STACK.layers[i].
-void resolve_attention_layers(AttentionStacksRecipe& attention, int64_t encoder_layers, int64_t decoder_layers,
-                              Loader& loader) {
+void resolve_attention_layers(ModelRecipe& model, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
-    AttentionStackRecipe& a = attention.*stack.member;
+    AttentionStack& a = model.attention.*stack.member;
+    const std::vector<YamlEntry>& entries = model.attention_layers.*stack.entries;
     a.per_layer.clear();
-    if (a.layers.empty()) continue;
+    if (entries.empty()) continue;
     const std::string key = std::string("model.attention.") + stack.key + ".layers";
-    const int64_t layers = stack.decoder ? decoder_layers : encoder_layers;
-    if (static_cast<int64_t>(a.layers.size()) != layers) {
+    const int64_t layers = stack.decoder ? model.decoder_layers : model.encoder_layers;
+    if (static_cast<int64_t>(entries.size()) != layers) {
       loader.error(key, str_cat("expected one entry per layer: ", layers, " (model.",
-                                stack.decoder ? "decoder_layers" : "encoder_layers", "), got ", a.layers.size()));
+                                stack.decoder ? "decoder_layers" : "encoder_layers", "), got ", entries.size()));
       continue;
     }
-    for (size_t i = 0; i < a.layers.size(); ++i)
-      a.per_layer.push_back(resolve_entry(stack, a, a.layers[i], str_cat(key, "[", i, "]"), loader));
+    for (size_t i = 0; i < entries.size(); ++i)
+      a.per_layer.push_back(resolve_entry(stack, a, entries[i], str_cat(key, "[", i, "]"), loader));
   }
 }
 
-void check_attention(const AttentionStacksRecipe& attention, Loader& loader) {
+void check_attention(const ModelRecipe& model, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
-    const AttentionStackRecipe& a = attention.*stack.member;
+    const AttentionStack& a = model.attention.*stack.member;
     SettingReport report;
     report.error = [&](const std::string& key, const std::string& message) { loader.error(prefix + "." + key, message); };
     // A warning about a key the stack may not give itself (the identity map is the default's
@@ -212,7 +217,7 @@ void check_attention(const AttentionStacksRecipe& attention, Loader& loader) {
       loader.warn_at(first_given(loader, {prefix + "." + key, prefix + ".kind", prefix}), prefix + "." + key, message);
     };
     check_attention_alignment(a, stack.use(), report);
-    if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
+    if (!(model.attention_layers.*stack.entries).empty()) continue;  // settings beside `layers` are its entries' defaults
     check_attention_kind(a, stack.use(), report);
     warn_ignored_keys(prefix, a, stack.use(), loader);
   }

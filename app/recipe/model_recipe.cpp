@@ -3,7 +3,21 @@
 #include "app/recipe/first_given.h"
 #include "framework/model_presets.h"
 
-namespace tarn::recipe_sections {
+namespace tarn {
+
+ModelRecipe::ModelRecipe() {
+  const ModelPreset& small = *find_model_preset("small");
+  vocab_size = 0;
+  d_model = small.d_model;
+  encoder_layers = small.encoder_layers;
+  decoder_layers = small.decoder_layers;
+  heads = small.heads;
+  ffn_dim = small.ffn_dim;
+  max_position_embeddings = small.max_positions;
+  attention.encoder_self = attention.decoder_self = attention.cross = AttentionConfig::linear_attention();
+}
+
+namespace recipe_sections {
 namespace {
 
 using config::Loader;
@@ -21,7 +35,7 @@ constexpr SizeField kSizeFields[] = {
     {"decoder_layers", &ModelRecipe::decoder_layers, &ModelPreset::decoder_layers},
     {"heads", &ModelRecipe::heads, &ModelPreset::heads},
     {"ffn_dim", &ModelRecipe::ffn_dim, &ModelPreset::ffn_dim},
-    {"max_positions", &ModelRecipe::max_positions, &ModelPreset::max_positions},
+    {"max_positions", &ModelRecipe::max_position_embeddings, &ModelPreset::max_positions},
 };
 
 void declare_sizes(SectionBuilder<ModelRecipe> model) {
@@ -48,7 +62,7 @@ void declare_sizes(SectionBuilder<ModelRecipe> model) {
       .min(1)
       .max(static_cast<double>(kMaxModelDim))
       .default_note(from_preset);
-  model.integer(&ModelRecipe::max_positions, "max_positions", "learned positions, the longest sequence")
+  model.integer(&ModelRecipe::max_position_embeddings, "max_positions", "learned positions, the longest sequence")
       .min(1)
       .max(static_cast<double>(kMaxPositions))
       .default_note(from_preset);
@@ -73,8 +87,7 @@ void declare_regularisation_and_init(SectionBuilder<ModelRecipe> model) {
 void declare_model(SectionBuilder<ModelRecipe> model) {
   declare_sizes(model);
   declare_regularisation_and_init(model);
-  declare_attention(
-      model.section(&ModelRecipe::attention, "attention", "attention per stack (docs/design.md section 2)"));
+  declare_attention(model);
 }
 
 void resolve_model(ModelRecipe& model, Loader& loader) {
@@ -88,7 +101,7 @@ void resolve_model(ModelRecipe& model, Loader& loader) {
       if (!loader.given(std::string("model.") + f.key)) model.*f.member = p->*f.preset;
     }
   }
-  resolve_attention_layers(model.attention, model.encoder_layers, model.decoder_layers, loader);
+  resolve_attention_layers(model, loader);
 }
 
 void check_model_sizes(const ModelRecipe& m, Loader& loader) {
@@ -98,4 +111,5 @@ void check_model_sizes(const ModelRecipe& m, Loader& loader) {
   }
 }
 
-}  // namespace tarn::recipe_sections
+}  // namespace recipe_sections
+}  // namespace tarn
