@@ -4,10 +4,12 @@
 #include <functional>
 #include <sstream>
 
+#include "framework/attention_config_keys.h"
 #include "framework/model_presets.h"
 #include "kernels/check.h"
 #include "layers/attention/registry.h"
 #include "layers/attention/settings.h"
+#include "layers/config_keys.h"
 
 namespace tarn {
 
@@ -37,20 +39,6 @@ BartConfig& BartConfig::with_attention(const AttentionConfig& a) {
 
 namespace {
 
-// One attention setting serving as `use`: its ranges (AttentionConfig::validate), then the rules
-// the recipe checks (layers/attention/settings.h): alignment's, and with `kind_rules` its kind's.
-// Thrown at `key`.
-void validate_attention(const AttentionConfig& a, AttentionUse use, bool kind_rules, const std::string& key) {
-  a.validate(key);
-  SettingReport report;
-  report.error = [&](const std::string& field, const std::string& message) {
-    throw Error(str_cat(key, ".", field, ": ", message));
-  };
-  report.warn = [](const std::string&, const std::string&) {};
-  check_attention_alignment(a, use, report);
-  if (kind_rules) check_attention_kind(a, use, report);
-}
-
 std::string layers_str(const AttentionStack& stack) {
   if (stack.per_layer.empty()) return stack.str();
   std::string s = "[";
@@ -67,39 +55,54 @@ const AttentionConfig& AttentionStack::of(int64_t layer) const {
   return per_layer[static_cast<size_t>(layer)];
 }
 
-namespace {
-
-void check_probability(double p, const std::string& key) {
-  TARN_CHECK(p >= 0.0 && p < 1.0, key, ": expected a probability in [0, 1), got ", p);
-}
-
-}  // namespace
-
 void BartConfig::validate(const std::string& prefix) const {
-  auto positive = [&](int64_t v, const char* name) {
-    TARN_CHECK(v > 0, prefix, name, ": must be positive, got ", v);
+  auto fail = [&](const std::string& key, const std::string& message) {
+    throw Error(str_cat(prefix, key, ": ", message));
   };
-  positive(vocab_size, "vocab_size");
-  positive(d_model, "d_model");
-  TARN_CHECK(encoder_layers >= 0, prefix, "encoder_layers: must be >= 0, got ", encoder_layers);
-  TARN_CHECK(decoder_layers >= 0, prefix, "decoder_layers: must be >= 0, got ", decoder_layers);
-  positive(heads, "heads");
-  positive(ffn_dim, "ffn_dim");
-  positive(max_position_embeddings, "max_position_embeddings");
-  // The types that finally hold them (framework/model_presets.h).
-  auto at_most = [&](int64_t v, int64_t limit, const char* name) {
-    TARN_CHECK(v <= limit, prefix, name, ": at most ", limit, ", got ", v);
+  // Each key's range, as the recipe declares it (layers/config_keys.h,
+  // framework/attention_config_keys.h): the schema is made anew, as the kinds a program
+  // registers join the choices of `kind`.
+  config::Schema schema("model");
+  auto model = schema.root<BartConfig>();
+  declare_model_sizes(model, "");
+  declare_model_regularisation(model);
+  declare_model_init(model);
+  auto stacks = model.section<AttentionStacks>(&BartConfig::attention, "attention", "");
+  declare_attention_setting(stacks.section(&AttentionStacks::encoder_self, "encoder_self", ""), false);
+  declare_attention_setting(stacks.section(&AttentionStacks::decoder_self, "decoder_self", ""), true);
+  declare_attention_setting(stacks.section(&AttentionStacks::cross, "cross", ""), false);
+  schema.check_values(*this, fail);
+  // The rules between keys, the recipe's (layers/config_keys.h, layers/attention/settings.h).
+  SettingReport report;
+  report.error = fail;
+  report.warn = [](const std::string&, const std::string&) {};
+  check_model_size_rules(*this, report);
+  // Each stack as the recipe checks it: alignment's rules for the stack's setting, every rule for
+  // the setting of each layer (the stack's, or each per-layer entry, with its ranges).
+  auto stack = [&](const AttentionStack& a, int64_t layers, AttentionUse use, const std::string& name) {
+    SettingReport at = report;
+    at.error = [&](const std::string& key, const std::string& message) { fail(name + "." + key, message); };
+    check_attention_alignment(a, use, at);
+    if (a.per_layer.empty()) {
+      check_attention_kind(a, use, at);
+      return;
+    }
+    TARN_CHECK(static_cast<int64_t>(a.per_layer.size()) == layers, prefix, name, ".per_layer: ", a.per_layer.size(),
+               " entries for ", layers, " layers");
+    for (size_t i = 0; i < a.per_layer.size(); ++i) {
+      const std::string entry = str_cat(name, ".per_layer[", i, "]");
+      a.per_layer[i].validate(prefix + entry);
+      at.error = [&](const std::string& key, const std::string& message) { fail(entry + "." + key, message); };
+      check_attention_alignment(a.per_layer[i], use, at);
+      check_attention_kind(a.per_layer[i], use, at);
+    }
   };
-  at_most(vocab_size, kMaxVocabSize, "vocab_size");
-  at_most(d_model, kMaxModelDim, "d_model");
-  at_most(heads, kMaxModelDim, "heads");
-  at_most(ffn_dim, kMaxModelDim, "ffn_dim");
-  at_most(max_position_embeddings, kMaxPositions, "max_position_embeddings");
-  TARN_CHECK(d_model % heads == 0, prefix, "d_model: ", d_model, " is not divisible by heads = ", heads);
-  check_probability(dropout, prefix + "dropout");
-  check_probability(attention_dropout, prefix + "attention_dropout");
-  check_probability(activation_dropout, prefix + "activation_dropout");
-  TARN_CHECK(init_std > 0, prefix, "init_std: must be positive, got ", init_std);
+  stack(attention.encoder_self, encoder_layers, {false, false}, "attention.encoder_self");
+  stack(attention.decoder_self, decoder_layers, {false, true}, "attention.decoder_self");
+  stack(attention.cross, decoder_layers, {true, false}, "attention.cross");
+  // What only a model has: a vocabulary (the recipe's 0 is the tokenizer's), its norm's epsilon
+  // and the special tokens.
+  TARN_CHECK(vocab_size > 0, prefix, "vocab_size: must be positive, got ", vocab_size);
   TARN_CHECK(layer_norm_eps > 0, prefix, "layer_norm_eps: must be positive, got ", layer_norm_eps);
   auto id = [&](int32_t v, const char* name) {
     TARN_CHECK(v >= 0 && v < vocab_size, prefix, name, ": ", v, " is outside the vocabulary [0, ", vocab_size, ")");
@@ -108,18 +111,6 @@ void BartConfig::validate(const std::string& prefix) const {
   id(pad_token_id, "pad_token_id");
   id(eos_token_id, "eos_token_id");
   id(decoder_start_token_id, "decoder_start_token_id");
-  // Each stack as the recipe checks it: alignment's rules for the stack's setting, every rule for
-  // the setting of each layer (the stack's, or each per-layer entry).
-  auto stack = [&](const AttentionStack& a, int64_t layers, AttentionUse use, const char* name) {
-    validate_attention(a, use, a.per_layer.empty(), prefix + name);
-    TARN_CHECK(a.per_layer.empty() || static_cast<int64_t>(a.per_layer.size()) == layers, prefix, name,
-               ".per_layer: ", a.per_layer.size(), " entries for ", layers, " layers");
-    for (size_t i = 0; i < a.per_layer.size(); ++i)
-      validate_attention(a.per_layer[i], use, true, str_cat(prefix, name, ".per_layer[", i, "]"));
-  };
-  stack(attention.encoder_self, encoder_layers, {false, false}, "attention.encoder_self");
-  stack(attention.decoder_self, decoder_layers, {false, true}, "attention.decoder_self");
-  stack(attention.cross, decoder_layers, {true, false}, "attention.cross");
 }
 
 std::string BartConfig::str() const {

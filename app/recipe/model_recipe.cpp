@@ -2,6 +2,7 @@
 
 #include "app/recipe/first_given.h"
 #include "framework/model_presets.h"
+#include "layers/config_keys.h"
 
 namespace tarn {
 
@@ -43,43 +44,16 @@ void declare_sizes(SectionBuilder<ModelRecipe> model) {
                "sizes: tiny (d_model 64, 2+2 layers), small (256, 4+4), base (768, 6+6, BART-base), "
                "custom (give every size); sizes given below override the preset",
                {"tiny", "small", "base", "custom"});
-  // Sizes are bounded by the types that finally hold them (framework/model_presets.h).
-  model.integer(&ModelRecipe::vocab_size, "vocab_size", "embedding rows; 0 = the tokenizer's vocabulary size")
-      .non_negative()
-      .max(static_cast<double>(kMaxVocabSize));
-  const std::string from_preset = "from model.preset";
-  model.integer(&ModelRecipe::d_model, "d_model", "hidden size")
-      .min(1)
-      .max(static_cast<double>(kMaxModelDim))
-      .default_note(from_preset);
-  model.integer(&ModelRecipe::encoder_layers, "encoder_layers", "encoder layers").min(1).default_note(from_preset);
-  model.integer(&ModelRecipe::decoder_layers, "decoder_layers", "decoder layers").min(1).default_note(from_preset);
-  model.integer(&ModelRecipe::heads, "heads", "attention heads (every stack); must divide d_model")
-      .min(1)
-      .max(static_cast<double>(kMaxModelDim))
-      .default_note(from_preset);
-  model.integer(&ModelRecipe::ffn_dim, "ffn_dim", "feed-forward inner size")
-      .min(1)
-      .max(static_cast<double>(kMaxModelDim))
-      .default_note(from_preset);
-  model.integer(&ModelRecipe::max_position_embeddings, "max_positions", "learned positions, the longest sequence")
-      .min(1)
-      .max(static_cast<double>(kMaxPositions))
-      .default_note(from_preset);
+  declare_model_sizes(model, "from model.preset");  // layers/config_keys.h
 }
 
 void declare_regularisation_and_init(SectionBuilder<ModelRecipe> model) {
-  model.number(&ModelRecipe::dropout, "dropout", "dropout on hidden states").fraction();
-  model.number(&ModelRecipe::attention_dropout, "attention_dropout", "dropout on softmax attention weights")
-      .fraction();
-  model.number(&ModelRecipe::activation_dropout, "activation_dropout", "dropout after the feed-forward GELU")
-      .fraction();
-  model.boolean(&ModelRecipe::scale_embedding, "scale_embedding", "multiply token embeddings by sqrt(d_model)");
+  declare_model_regularisation(model);
   model.string(&ModelRecipe::init_from, "init_from",
                "a checkpoint or run folder (e.g. one tarn import wrote) whose tensors of the same name and shape a "
                "new run starts from; the tensors this model adds (a new attention's) keep their initialisation; "
                "a shape that differs is an error; \"\" = initialise everything; ignored when resuming");
-  model.number(&ModelRecipe::init_std, "init_std", "standard deviation of the normal weight init").positive();
+  declare_model_init(model);
 }
 
 }  // namespace
@@ -105,10 +79,12 @@ void resolve_model(ModelRecipe& model, Loader& loader) {
 }
 
 void check_model_sizes(const ModelRecipe& m, Loader& loader) {
-  if (m.d_model % m.heads != 0) {
-    loader.error_at(first_given(loader, {"model.heads", "model.d_model", "model.preset"}), "model.heads",
-                    str_cat("expected a divisor of model.d_model = ", m.d_model, ", got ", m.heads));
-  }
+  SettingReport report;
+  report.error = [&](const std::string& key, const std::string& message) {
+    loader.error_at(first_given(loader, {"model." + key, "model.d_model", "model.preset"}), "model." + key, message);
+  };
+  report.warn = [&](const std::string& key, const std::string& message) { loader.warn("model." + key, message); };
+  check_model_size_rules(m, report);
 }
 
 }  // namespace recipe_sections

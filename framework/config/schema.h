@@ -256,6 +256,16 @@ class Schema {
     check_type(typeid(T));
     return differing_fields(&a, &b);
   }
+  // Checks the values an object already holds (a config built in code, not parsed) against each
+  // field's range, choices and check, as the Loader checks what it parses: `issue(path,
+  // message)` for each value out of range, in schema order, the message worded as the Loader's
+  // with the value as to_yaml writes it ("expected a number in [0, 1), got 1.0").
+  template <class T>
+  void check_values(const T& object,
+                    const std::function<void(const std::string& path, const std::string& message)>& issue) const {
+    check_type(typeid(T));
+    check_object(&object, issue);
+  }
   // Annotated YAML: every key with its default, description and constraint, for --help.
   std::string describe() const;
 
@@ -269,6 +279,8 @@ class Schema {
   bool equal_objects(const void* a, const void* b) const;
   std::string difference(const void* a, const void* b) const;
   std::vector<const Field*> differing_fields(const void* a, const void* b) const;
+  void check_object(const void* object,
+                    const std::function<void(const std::string& path, const std::string& message)>& issue) const;
 
   std::string title_;
   Field root_;

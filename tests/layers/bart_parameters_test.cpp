@@ -221,7 +221,7 @@ TEST(BartConfigTest, ValidateNamesTheOffendingField) {
     c.validate();
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.d_model: 64 is not divisible by heads = 5"),
+    EXPECT_NE(std::string(e.what()).find("model.heads: expected a divisor of model.d_model = 64, got 5"),
               std::string::npos)
         << e.what();
   }
