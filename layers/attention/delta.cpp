@@ -7,6 +7,7 @@
 #include "framework/ops/matmul.h"
 #include "framework/ops/shape_ops.h"
 #include "layers/attention/common.h"
+#include "layers/attention/registry.h"
 
 namespace tarn {
 namespace {
@@ -107,6 +108,27 @@ Tensor DeltaAttention::step_cross(const AttentionInputs& in, const DecodeState& 
   // o = S^T q for every query row at once.
   const Tensor q = DeltaRuleBlock::unit_rows(split_heads(in.q, site_.shape()));
   return block_->finish(matmul(q, static_cast<const DeltaState&>(state).state), in.x);
+}
+
+// The registry's entries of the delta rule and of gated attention, its layer without the erase
+// (builtin_kinds.inc).
+AttentionKindEntry delta_entry() {
+  AttentionKindEntry e;
+  e.name = "delta";
+  e.make = [](AttentionSite& s) -> std::unique_ptr<AttentionKindLayer> { return std::make_unique<DeltaAttention>(s, true); };
+  e.parameters = DeltaAttention::parameters;
+  e.decode_state_bytes = DeltaAttention::decode_state_bytes;
+  e.export_settings = DeltaAttention::export_settings;
+  e.settings = delta_settings();
+  return e;
+}
+
+AttentionKindEntry gated_entry() {
+  AttentionKindEntry e = delta_entry();
+  e.name = "gated";
+  e.make = [](AttentionSite& s) -> std::unique_ptr<AttentionKindLayer> { return std::make_unique<DeltaAttention>(s, false); };
+  e.settings = gated_settings();
+  return e;
 }
 
 }  // namespace tarn

@@ -4,8 +4,9 @@
 #include "layers/attention/settings.h"
 
 namespace tarn {
+namespace {
 
-AttentionKindSettings delta_settings(AttentionKind kind) {
+AttentionKindSettings recurrent_settings(AttentionKind kind) {
   AttentionKindSettings s;
   s.ignored = [ignored = str_cat("ignored: kind is ", kind.name())](const AttentionConfig&, AttentionUse,
                                                                      const std::string& key) -> std::string {
@@ -14,5 +15,10 @@ AttentionKindSettings delta_settings(AttentionKind kind) {
   s.size_keys = [](const AttentionConfig&) { return std::vector<std::string>{"conv_size"}; };
   return s;
 }
+
+}  // namespace
+
+AttentionKindSettings delta_settings() { return recurrent_settings(AttentionKind::delta); }
+AttentionKindSettings gated_settings() { return recurrent_settings(AttentionKind::gated); }
 
 }  // namespace tarn

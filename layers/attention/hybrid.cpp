@@ -4,6 +4,7 @@
 
 #include "layers/attention/delta.h"
 #include "layers/attention/linear.h"
+#include "layers/attention/registry.h"
 
 namespace tarn {
 
@@ -107,6 +108,22 @@ Tensor HybridAttention::step_cross(const AttentionInputs& in, const DecodeState&
   const auto& st = static_cast<const HybridState&>(state);
   const Tensor local = local_.step_cross_heads(split_heads(in.q, site_.shape()), st.local, position);
   return mix(local, global_->step_cross(in, *st.global, position), in.x);
+}
+
+// The registry's entry of hybrid attention (builtin_kinds.inc).
+AttentionKindEntry hybrid_entry() {
+  AttentionKindEntry e;
+  e.name = "hybrid";
+  e.make = [](AttentionSite& s) -> std::unique_ptr<AttentionKindLayer> { return std::make_unique<HybridAttention>(s); };
+  e.parameters = HybridAttention::parameters;
+  e.buffer_values = [](const AttentionConfig& a, const AttentionSizes& s) {
+    return a.global == AttentionKind::linear ? FeatureMapLayer::buffer_values(a, s) : 0.0;
+  };
+  e.decode_state_bytes = HybridAttention::decode_state_bytes;
+  e.export_settings = HybridAttention::export_settings;
+  e.training_bytes = HybridAttention::training_bytes;
+  e.settings = hybrid_settings();
+  return e;
 }
 
 }  // namespace tarn

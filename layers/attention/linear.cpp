@@ -6,7 +6,9 @@
 #include "framework/ops/attention.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
+#include "layers/attention/aligned.h"
 #include "layers/attention/common.h"
+#include "layers/attention/registry.h"
 
 namespace tarn {
 
@@ -98,6 +100,28 @@ std::unique_ptr<DecodeState> LinearAttention::precompute_cross(const AttentionIn
 
 Tensor LinearAttention::step_cross(const AttentionInputs& in, const DecodeState& state, int64_t) const {
   return merge_heads(read(split_heads(in.q, site_.shape()), static_cast<const LinearState&>(state).s));
+}
+
+// The registry's entry of linear attention (builtin_kinds.inc): with align_decay, aligned
+// cross-attention (aligned.h).
+AttentionKindEntry linear_entry() {
+  AttentionKindEntry e;
+  e.name = "linear";
+  e.make = [](AttentionSite& s) -> std::unique_ptr<AttentionKindLayer> {
+    if (s.config().align_decay > 0) return std::make_unique<AlignedCrossAttention>(s);
+    return std::make_unique<LinearAttention>(s);
+  };
+  e.parameters = [](const AttentionConfig& a, const AttentionSizes& s) {
+    return a.align_decay > 0 ? AlignedCrossAttention::parameters(a, s) : LinearAttention::parameters(a, s);
+  };
+  e.buffer_values = FeatureMapLayer::buffer_values;
+  e.decode_state_bytes = LinearAttention::decode_state_bytes;
+  e.export_settings = LinearAttention::export_settings;
+  e.training_bytes = [](const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b) {
+    return a.align_decay > 0 ? AlignedCrossAttention::training_bytes(a, s, b) : LinearAttention::training_bytes(a, s, b);
+  };
+  e.settings = linear_settings();
+  return e;
 }
 
 }  // namespace tarn

@@ -4,61 +4,17 @@
 #include <mutex>
 
 #include "kernels/check.h"
-#include "layers/attention/aligned.h"
-#include "layers/attention/delta.h"
-#include "layers/attention/hybrid.h"
-#include "layers/attention/linear.h"
-#include "layers/attention/softmax.h"
 
 namespace tarn {
 namespace {
 
-// The built-in kinds: the one list a kind with its own files joins.
-using Layer = std::unique_ptr<AttentionKindLayer>;
-
-AttentionKindEntry entry(std::string name, std::function<Layer(AttentionSite&)> make) {
-  AttentionKindEntry e;
-  e.name = std::move(name);
-  e.make = std::move(make);
-  return e;
-}
-
+// The built-in kinds, in the order of their list (builtin_kinds.inc).
 std::vector<AttentionKindEntry> builtin_kinds() {
-  AttentionKindEntry softmax = entry("softmax", [](AttentionSite& s) -> Layer { return std::make_unique<SoftmaxAttention>(s); });
-  softmax.decode_state_bytes = SoftmaxAttention::decode_state_bytes;
-  softmax.training_bytes = SoftmaxAttention::training_bytes;
-
-  AttentionKindEntry linear = entry("linear", [](AttentionSite& s) -> Layer {
-    if (s.config().align_decay > 0) return std::make_unique<AlignedCrossAttention>(s);
-    return std::make_unique<LinearAttention>(s);
-  });
-  linear.parameters = [](const AttentionConfig& a, const AttentionSizes& s) {
-    return a.align_decay > 0 ? AlignedCrossAttention::parameters(a, s) : LinearAttention::parameters(a, s);
+  return {
+#define TARN_ATTENTION_KIND(name) name##_entry(),
+#include "layers/attention/builtin_kinds.inc"
+#undef TARN_ATTENTION_KIND
   };
-  linear.buffer_values = FeatureMapLayer::buffer_values;
-  linear.decode_state_bytes = LinearAttention::decode_state_bytes;
-  linear.export_settings = LinearAttention::export_settings;
-  linear.training_bytes = [](const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b) {
-    return a.align_decay > 0 ? AlignedCrossAttention::training_bytes(a, s, b) : LinearAttention::training_bytes(a, s, b);
-  };
-
-  AttentionKindEntry delta = entry("delta", [](AttentionSite& s) -> Layer { return std::make_unique<DeltaAttention>(s, true); });
-  delta.parameters = DeltaAttention::parameters;
-  delta.decode_state_bytes = DeltaAttention::decode_state_bytes;
-  delta.export_settings = DeltaAttention::export_settings;
-  AttentionKindEntry gated = delta;
-  gated.name = "gated";
-  gated.make = [](AttentionSite& s) -> Layer { return std::make_unique<DeltaAttention>(s, false); };
-
-  AttentionKindEntry hybrid = entry("hybrid", [](AttentionSite& s) -> Layer { return std::make_unique<HybridAttention>(s); });
-  hybrid.parameters = HybridAttention::parameters;
-  hybrid.buffer_values = [](const AttentionConfig& a, const AttentionSizes& s) {
-    return a.global == AttentionKind::linear ? FeatureMapLayer::buffer_values(a, s) : 0.0;
-  };
-  hybrid.decode_state_bytes = HybridAttention::decode_state_bytes;
-  hybrid.export_settings = HybridAttention::export_settings;
-  hybrid.training_bytes = HybridAttention::training_bytes;
-  return {softmax, linear, delta, gated, hybrid};
 }
 
 struct Registry {

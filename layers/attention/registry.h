@@ -1,6 +1,6 @@
 #pragma once
 // The attention kinds by name (docs/design.md, "Adding an attention kind"). The built-in kinds
-// are listed once, in registry.cpp; a program or test adds its own with register_attention_kind
+// are listed once, in builtin_kinds.inc; a program or test adds its own with register_attention_kind
 // before it builds a model, and a recipe then names it like any other.
 #include <functional>
 #include <memory>
@@ -52,6 +52,11 @@ AttentionTrainingBytes attention_training_bytes(const AttentionConfig& a, const 
                                                 const AttentionBatch& batch);
 // {"kind": name, settings...} for the export.
 json::Json attention_export_settings(const AttentionConfig& a);
+
+// Each built-in kind's entry, defined in its own files (builtin_kinds.inc lists them).
+#define TARN_ATTENTION_KIND(name) AttentionKindEntry name##_entry();
+#include "layers/attention/builtin_kinds.inc"
+#undef TARN_ATTENTION_KIND
 
 // The layer of the kind `site.config()` names.
 std::unique_ptr<AttentionKindLayer> make_attention_kind_layer(AttentionSite& site);

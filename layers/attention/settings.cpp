@@ -16,16 +16,13 @@ constexpr const char* kSelfAlignDecay =
     "self-attention, use kind: gated or delta)";
 constexpr const char* kAlignGateNeedsDecay = "needs align_decay > 0 (the decayed read it gates)";
 
-// The built-in kinds' parts, then those programs registered: the one list a built-in kind's
-// settings join (its layer joins registry.cpp's).
+// The built-in kinds' parts (builtin_kinds.inc), then those programs registered.
 struct SettingsRegistry {
   std::mutex mutex;
   std::map<std::string, AttentionKindSettings> kinds = {
-      {"softmax", softmax_settings()},
-      {"linear", linear_settings()},
-      {"delta", delta_settings(AttentionKind::delta)},
-      {"gated", delta_settings(AttentionKind::gated)},
-      {"hybrid", hybrid_settings()},
+#define TARN_ATTENTION_KIND(name) {#name, name##_settings()},
+#include "layers/attention/builtin_kinds.inc"
+#undef TARN_ATTENTION_KIND
   };
 };
 

@@ -4,8 +4,8 @@
 // memory, and the rules between them. The recipe's loader reports what these say at the keys'
 // lines; BartConfig::validate throws on the same rules. Kernel-free, so that the recipe's loader
 // and its fuzzer link it without the layers and kernels: each built-in kind writes its part in
-// its own <kind>_settings.cpp and joins the list in settings.cpp; a program's kind brings its
-// part in its AttentionKindEntry (registry.h).
+// its own <kind>_settings.cpp (the list is builtin_kinds.inc, the one a built-in kind joins); a
+// program's kind brings its part in its AttentionKindEntry (registry.h).
 #include <functional>
 #include <string>
 #include <vector>
@@ -57,11 +57,10 @@ const std::vector<std::string>& attention_setting_keys();
 // Whether `key` scales a's memory.
 bool attention_size_key(const AttentionConfig& a, const std::string& key);
 
-// The built-in kinds' parts, each in its own file.
-AttentionKindSettings softmax_settings();
-AttentionKindSettings linear_settings();
-AttentionKindSettings delta_settings(AttentionKind kind);  // delta and gated
-AttentionKindSettings hybrid_settings();
+// The built-in kinds' parts, each in its kind's <kind>_settings.cpp (builtin_kinds.inc lists them).
+#define TARN_ATTENTION_KIND(name) AttentionKindSettings name##_settings();
+#include "layers/attention/builtin_kinds.inc"
+#undef TARN_ATTENTION_KIND
 
 // Shared by the kinds with a feature map (linear, and hybrid over linear): the keys the map's
 // settings ignore ("ignored: feature_map is not taylor"), their memory sizes, and their rules.

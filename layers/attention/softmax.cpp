@@ -10,6 +10,7 @@
 #include "framework/ops/shape_ops.h"
 #include "kernels/softmax_attention.h"
 #include "layers/attention/common.h"
+#include "layers/attention/registry.h"
 
 namespace tarn {
 namespace {
@@ -119,6 +120,17 @@ Tensor SoftmaxAttention::step(const Tensor& q, const Tensor& key, const Tensor& 
   opt.key_padding_mask = key_padding;
   opt.scale = scaling_;
   return softmax_attention(q, key, value, opt);
+}
+
+// The registry's entry of softmax attention (builtin_kinds.inc).
+AttentionKindEntry softmax_entry() {
+  AttentionKindEntry e;
+  e.name = "softmax";
+  e.make = [](AttentionSite& s) -> std::unique_ptr<AttentionKindLayer> { return std::make_unique<SoftmaxAttention>(s); };
+  e.decode_state_bytes = SoftmaxAttention::decode_state_bytes;
+  e.training_bytes = SoftmaxAttention::training_bytes;
+  e.settings = softmax_settings();
+  return e;
 }
 
 }  // namespace tarn
