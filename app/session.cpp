@@ -23,6 +23,7 @@
 #include "kernels/mpi/mpi.h"
 #include "kernels/parallel.h"
 #include "layers/attention/registry.h"
+#include "layers/attention/settings.h"
 
 namespace tarn::app {
 namespace {
@@ -271,27 +272,22 @@ MemoryBudget memory_budget(const Recipe& recipe) {
 }
 
 // The attention size keys and what each scales (window scales nothing in training: the blocked
-// kernels read at most the sequence; it is listed for decoding's sake and never saves); an
-// entry's value reset to the default is the model without what that value adds.
+// kernels read at most the sequence; it is listed for decoding's sake and never saves); which of
+// them scale a setting's memory is its kind's to say (layers/attention/settings.h: size_keys).
+// An entry's value reset to the default is the model without what that value adds.
 struct AttentionSize {
   const char* key;
   int64_t AttentionConfig::*field;
   const char* what;
-  bool (*applies)(const AttentionConfig&);
+  bool applies(const AttentionConfig& a) const { return attention_size_key(a, key); }
 };
 const AttentionSize kAttentionSizes[] = {
-    {"conv_size", &AttentionConfig::conv_size, "convolution taps (delta and gated: 2-3 x d_model weights per tap)",
-     [](const AttentionConfig& a) { return a.has_delta_block(); }},
-    {"window", &AttentionConfig::window, "window keys",
-     [](const AttentionConfig& a) { return a.is_hybrid(); }},
-    {"chunk", &AttentionConfig::chunk, "positions per chunk of aligned cross-attention (C x C scores per chunk)",
-     [](const AttentionConfig& a) { return a.is_aligned(); }},
-    {"favor_features", &AttentionConfig::favor_features, "FAVOR+ features per head",
-     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::favor; }},
-    {"taylor_dim", &AttentionConfig::taylor_dim, "Taylor projection width (C(r + P, P) features per head)",
-     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::taylor; }},
-    {"taylor_order", &AttentionConfig::taylor_order, "Taylor order (C(r + P, P) features per head)",
-     [](const AttentionConfig& a) { return a.uses_feature_map() && a.feature_map == kernels::cpu::FeatureMap::taylor; }},
+    {"conv_size", &AttentionConfig::conv_size, "convolution taps (delta and gated: 2-3 x d_model weights per tap)"},
+    {"window", &AttentionConfig::window, "window keys"},
+    {"chunk", &AttentionConfig::chunk, "positions per chunk of aligned cross-attention (C x C scores per chunk)"},
+    {"favor_features", &AttentionConfig::favor_features, "FAVOR+ features per head"},
+    {"taylor_dim", &AttentionConfig::taylor_dim, "Taylor projection width (C(r + P, P) features per head)"},
+    {"taylor_order", &AttentionConfig::taylor_order, "Taylor order (C(r + P, P) features per head)"},
 };
 
 struct AttentionSizeShare {
@@ -324,7 +320,7 @@ AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const Bart
     best = {std::move(key), where, saved, value, size.field ? defaults.*size.field : 0, size.what};
   };
   if (recipe.model.vocab_size > 0) {  // embeddings, the output bias and the logits
-    static const AttentionSize vocabulary = {"vocab_size", nullptr, "vocabulary rows (embeddings and logits)", nullptr};
+    static const AttentionSize vocabulary = {"vocab_size", nullptr, "vocabulary rows (embeddings and logits)"};
     BartConfig smaller = c;
     smaller.vocab_size = std::min(c.vocab_size, recipe.data.tokenizer.train.vocab_size);
     if (smaller.vocab_size < c.vocab_size) {

@@ -106,14 +106,9 @@ void AttentionConfig::validate(const std::string& key) const {
   TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
   TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);
   TARN_CHECK(align_decay >= 0 && align_decay < 1, key, ".align_decay: must be in [0, 1) (0 = off), got ", align_decay);
-  TARN_CHECK(!align_gate || align_decay > 0, key, ".align_gate: needs align_decay > 0 (the decayed read it gates)");
   TARN_CHECK(taylor_order == 2 || taylor_order == 4, key,
              ".taylor_order: must be 2 or 4 (an even order keeps the kernel positive), got ", taylor_order);
   TARN_CHECK(taylor_dim >= 1 && taylor_dim <= 255, key, ".taylor_dim: must be 1..255, got ", taylor_dim);
-  const int64_t features = kernels::cpu::taylor_feature_count(taylor_dim, static_cast<int>(taylor_order));
-  TARN_CHECK(features <= kernels::cpu::kMaxTaylorFeatures, key, ".taylor_dim: ", taylor_dim, " at order ",
-             taylor_order, " gives ", features, " features, above the ", kernels::cpu::kMaxTaylorFeatures,
-             " the kernels take");
 }
 
 }  // namespace tarn

@@ -121,7 +121,8 @@ struct AttentionConfig {
   // "hybrid(window 64, elu1)", "hybrid(window 64, delta conv 4)"
   std::string str() const;
   // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
-  // the same ranges earlier, with the file and line).
+  // the same ranges earlier, with the file and line). The rules between keys are the kinds'
+  // (layers/attention/settings.h), which BartConfig::validate applies.
   void validate(const std::string& key) const;
 };
 

@@ -7,6 +7,7 @@
 #include "framework/model_presets.h"
 #include "kernels/check.h"
 #include "layers/attention/registry.h"
+#include "layers/attention/settings.h"
 
 namespace tarn {
 
@@ -47,10 +48,18 @@ const AttentionConfig& layer_attention(const std::vector<AttentionConfig>& per_l
   return per_layer[static_cast<size_t>(layer)];
 }
 
-void validate_layers(const std::vector<AttentionConfig>& per_layer, int64_t layers, const std::string& key) {
-  TARN_CHECK(per_layer.empty() || static_cast<int64_t>(per_layer.size()) == layers, key, ": ", per_layer.size(),
-             " entries for ", layers, " layers");
-  for (size_t i = 0; i < per_layer.size(); ++i) per_layer[i].validate(str_cat(key, "[", i, "]"));
+// One attention setting serving as `use`: its ranges (AttentionConfig::validate), then the rules
+// the recipe checks (layers/attention/settings.h): alignment's, and with `kind_rules` its kind's.
+// Thrown at `key`.
+void validate_attention(const AttentionConfig& a, AttentionUse use, bool kind_rules, const std::string& key) {
+  a.validate(key);
+  SettingReport report;
+  report.error = [&](const std::string& field, const std::string& message) {
+    throw Error(str_cat(key, ".", field, ": ", message));
+  };
+  report.warn = [](const std::string&, const std::string&) {};
+  check_attention_alignment(a, use, report);
+  if (kind_rules) check_attention_kind(a, use, report);
 }
 
 std::string layers_str(const std::vector<AttentionConfig>& per_layer, const AttentionConfig& stack) {
@@ -118,18 +127,21 @@ void BartConfig::validate(const std::string& prefix) const {
   id(pad_token_id, "pad_token_id");
   id(eos_token_id, "eos_token_id");
   id(decoder_start_token_id, "decoder_start_token_id");
-  encoder_self_attention.validate(prefix + "encoder_self_attention");
-  decoder_self_attention.validate(prefix + "decoder_self_attention");
-  cross_attention.validate(prefix + "cross_attention");
-  validate_layers(encoder_self_layers, encoder_layers, prefix + "encoder_self_layers");
-  validate_layers(decoder_self_layers, decoder_layers, prefix + "decoder_self_layers");
-  validate_layers(cross_layers, decoder_layers, prefix + "cross_layers");
-  // Hybrid cross-attention mixes its window with linear attention only (the recipe explains).
-  for (size_t i = 0; i < cross_layers.size(); ++i)
-    TARN_CHECK(!cross_layers[i].is_hybrid() || !cross_layers[i].has_delta_block(), prefix, "cross_layers[", i,
-               "]: hybrid cross-attention takes global linear only");
-  TARN_CHECK(!cross_attention.is_hybrid() || !cross_attention.has_delta_block() || !cross_layers.empty(), prefix,
-             "cross_attention: hybrid cross-attention takes global linear only");
+  // Each stack as the recipe checks it: alignment's rules for the stack's setting, every rule for
+  // the setting of each layer (the stack's, or each per-layer entry).
+  auto stack = [&](const AttentionConfig& all, const std::vector<AttentionConfig>& per_layer, int64_t layers,
+                   AttentionUse use, const char* name, const char* layers_name) {
+    validate_attention(all, use, per_layer.empty(), prefix + name);
+    TARN_CHECK(per_layer.empty() || static_cast<int64_t>(per_layer.size()) == layers, prefix, layers_name, ": ",
+               per_layer.size(), " entries for ", layers, " layers");
+    for (size_t i = 0; i < per_layer.size(); ++i)
+      validate_attention(per_layer[i], use, true, str_cat(prefix, layers_name, "[", i, "]"));
+  };
+  stack(encoder_self_attention, encoder_self_layers, encoder_layers, {false, false}, "encoder_self_attention",
+        "encoder_self_layers");
+  stack(decoder_self_attention, decoder_self_layers, decoder_layers, {false, true}, "decoder_self_attention",
+        "decoder_self_layers");
+  stack(cross_attention, cross_layers, decoder_layers, {true, false}, "cross_attention", "cross_layers");
 }
 
 std::string BartConfig::str() const {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "app/recipe/first_given.h"
-#include "kernels/taylor_map.h"
+#include "layers/attention/settings.h"
 
 namespace tarn::recipe_sections {
 namespace {
@@ -21,6 +21,7 @@ struct StackField {
   bool decoder;  // its layer count is decoder_layers (else encoder_layers)
   bool causal, cross;
   const char* description;
+  AttentionUse use() const { return {cross, causal}; }
 };
 constexpr StackField kAttentionStacks[] = {
     {"encoder_self", &AttentionStacksRecipe::encoder_self, false, false, false,
@@ -28,20 +29,6 @@ constexpr StackField kAttentionStacks[] = {
     {"decoder_self", &AttentionStacksRecipe::decoder_self, true, true, false, "decoder self-attention (causal)"},
     {"cross", &AttentionStacksRecipe::cross, true, false, true, "decoder-to-encoder attention"},
 };
-
-// Hybrid cross-attention mixes the window with linear attention only: delta and gated read the
-// source through a state written once, which has no window to share the projections with.
-constexpr const char* kCrossHybridGlobal =
-    "hybrid cross-attention takes global: linear (a feature map); delta and gated are self-attention only "
-    "under hybrid (use kind: delta or gated on their own in cross-attention)";
-
-// Aligned decay pairs a target position with the source position of the same index: there is
-// no second sequence to align with in self-attention (kind gated decays there).
-constexpr const char* kSelfAlignDecay =
-    "cross-attention only: it weighs source position j by its distance from target position i (for a decay in "
-    "self-attention, use kind: gated or delta)";
-
-constexpr const char* kAlignGateNeedsDecay = "needs align_decay > 0 (the decayed read it gates)";
 
 // The keys of a stack (S = AttentionStackRecipe) or of one per-layer entry (S = AttentionConfig),
 // in four groups, in schema order (the order of to_yaml, help and resume reports).
@@ -150,61 +137,12 @@ const config::Schema& layer_schema(bool causal) {
   return causal ? *causal_stack : *plain;
 }
 
-// Reports an issue of one setting's key (relative to the setting: "align_decay").
-using Report = std::function<void(const std::string& key, const std::string& message)>;
-
-// The rules between one setting's keys (each key's own range is the schema's). Alignment: a
-// stack's own settings always (also beside `layers`, as its entries' defaults) and each entry.
-void check_alignment(const AttentionConfig& a, bool cross, const Report& error) {
-  if (!cross && a.align_decay > 0) error("align_decay", kSelfAlignDecay);
-  if (a.align_gate && !(a.align_decay > 0)) error("align_gate", kAlignGateNeedsDecay);
-}
-
-// The kind's combination with the stack and the kernels' limits: a stack without `layers` and
-// each entry.
-void check_combination(const AttentionConfig& a, bool cross, const Report& error) {
-  if (cross && a.is_hybrid() && a.has_delta_block()) {
-    error("global", kCrossHybridGlobal);
-    return;
-  }
-  if (!a.uses_feature_map() || a.feature_map != kernels::cpu::FeatureMap::taylor) return;
-  const int64_t features = kernels::cpu::taylor_feature_count(a.taylor_dim, static_cast<int>(a.taylor_order));
-  if (features > kernels::cpu::kMaxTaylorFeatures)
-    error("taylor_dim", str_cat(a.taylor_dim, " at taylor_order ", a.taylor_order, " gives ", features,
-                                " features, above the ", kernels::cpu::kMaxTaylorFeatures, " the kernels take"));
-}
-
 // Warnings for keys given to a stack that its kind (or, in a hybrid, its global part) ignores:
-// accepted, but probably not what was meant.
-void warn_ignored_keys(const std::string& prefix, const AttentionStackRecipe& a, bool cross, Loader& loader) {
-  const std::string ignored = a.is_hybrid() ? str_cat("ignored: global is ", attention_kind_name(a.global))
-                                            : str_cat("ignored: kind is ", attention_kind_name(a.kind));
-  auto warn_if_given = [&](const char* key, const std::string& why) {
-    if (loader.given(prefix + "." + key)) loader.warn(prefix + "." + key, why);
-  };
-  if (!a.has_delta_block()) warn_if_given("conv_size", ignored);
-  if (!a.is_hybrid()) {
-    for (const char* key : {"window", "global"}) warn_if_given(key, ignored);
-  }
-  if (a.is_hybrid() && cross && a.has_delta_block()) return;  // an error (check_combination)
-  if (!a.uses_feature_map()) {
-    for (const char* key :
-         {"feature_map", "favor_features", "favor_redraw_every", "eps", "taylor_order", "taylor_dim", "align_decay"})
-      warn_if_given(key, ignored);
-    if (a.is_softmax()) warn_if_given("chunk", "ignored: kind is softmax");
-    return;
-  }
-  if (a.is_hybrid()) warn_if_given("align_decay", "ignored: kind is hybrid (its window aligns)");
-  if (a.feature_map == kernels::cpu::FeatureMap::identity) {
-    loader.warn_at(first_given(loader, {prefix + ".feature_map", prefix + ".kind", prefix}), prefix + ".feature_map",
-                   "identity makes linear attention a mean over positions: for ablations only");
-  }
-  if (a.feature_map != kernels::cpu::FeatureMap::taylor) {
-    for (const char* key : {"taylor_order", "taylor_dim"}) warn_if_given(key, "ignored: feature_map is not taylor");
-  }
-  if (a.feature_map != kernels::cpu::FeatureMap::favor) {
-    for (const char* key : {"favor_features", "favor_redraw_every"})
-      warn_if_given(key, "ignored: feature_map is not favor");
+// accepted, but probably not what was meant. The kind says which it reads.
+void warn_ignored_keys(const std::string& prefix, const AttentionConfig& a, AttentionUse use, Loader& loader) {
+  for (const std::string& key : attention_setting_keys()) {
+    if (!loader.given(prefix + "." + key)) continue;
+    if (const std::string why = ignored_attention_key(a, use, key); !why.empty()) loader.warn(prefix + "." + key, why);
   }
 }
 
@@ -219,11 +157,13 @@ AttentionConfig resolve_entry(const StackField& stack, const AttentionStackRecip
   for (const ConfigIssue& issue : sub.errors())
     loader.error_at(entry.origin, issue.key.empty() ? entry_key : entry_key + "." + issue.key, issue.message);
   if (sub.ok()) {
-    const Report error = [&](const std::string& key, const std::string& message) {
+    SettingReport report;
+    report.error = [&](const std::string& key, const std::string& message) {
       loader.error_at(entry.origin, entry_key + "." + key, message);
     };
-    check_combination(layer, stack.cross, error);
-    check_alignment(layer, stack.cross, error);
+    report.warn = [](const std::string&, const std::string&) {};  // a stack's warnings are enough
+    check_attention_kind(layer, stack.use(), report);
+    check_attention_alignment(layer, stack.use(), report);
   }
   return layer;
 }
@@ -264,13 +204,17 @@ void check_attention(const AttentionStacksRecipe& attention, Loader& loader) {
   for (const StackField& stack : kAttentionStacks) {
     const std::string prefix = std::string("model.attention.") + stack.key;
     const AttentionStackRecipe& a = attention.*stack.member;
-    const Report error = [&](const std::string& key, const std::string& message) {
-      loader.error(prefix + "." + key, message);
+    SettingReport report;
+    report.error = [&](const std::string& key, const std::string& message) { loader.error(prefix + "." + key, message); };
+    // A warning about a key the stack may not give itself (the identity map is the default's
+    // kind's): at the key, else at the kind, else at the stack.
+    report.warn = [&](const std::string& key, const std::string& message) {
+      loader.warn_at(first_given(loader, {prefix + "." + key, prefix + ".kind", prefix}), prefix + "." + key, message);
     };
-    check_alignment(a, stack.cross, error);
+    check_attention_alignment(a, stack.use(), report);
     if (!a.layers.empty()) continue;  // settings beside `layers` are its entries' defaults
-    check_combination(a, stack.cross, error);
-    warn_ignored_keys(prefix, a, stack.cross, loader);
+    check_attention_kind(a, stack.use(), report);
+    warn_ignored_keys(prefix, a, stack.use(), loader);
   }
 }
 

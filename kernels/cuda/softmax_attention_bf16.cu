@@ -17,21 +17,24 @@
 //   dQ        one block per (batch*head, tile of 64 queries), looping over key tiles: the same S,
 //             dP and dS, then dQ += dS K.
 // Each gradient element is summed by one warp in a fixed order: no atomics, deterministic.
-// Where d and e are at most 64, dK, dV and dQ keep S, dP, P and dS in mma.sync accumulators as the
-// forward does (the *_registers_kernel variants); wider rows stage them through shared memory.
+// The backward, like the forward, keeps S, dP, P and dS in mma.sync accumulators at every width
+// (kDim 32, 64, 128 covers the padded d and e), P and dS the A operands of the gradient products
+// straight from registers. At kDim = 128 dK and dV alone take 128 accumulator registers a lane,
+// so the dK, dV kernel takes each query tile in four passes of 16 queries (S^T, dP^T of 16 x 16
+// per warp instead of 16 x 64, as FlashAttention-2's backward narrows its tiles at head dim 128):
+// the same products in the same order, no spills (tools/check_register_budget.py; passes of 32
+// queries spill at sm_90). dQ's 64 accumulators leave room for whole 16 x 64 tiles.
 //
 // Each block is 4 warps; warp w owns rows 16 w .. 16 w + 15 of the block's tile (queries in the
-// forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; in the backward's
-// elementwise steps (kernels/cuda/mma.cuh, wmma) lane l works on row l / 2, columns l % 2, l % 2 + 2, ... Score tiles (S, dP) are f32 in
-// shared memory, P and dS bf16; rows of q, k, v, dout are copied to shared memory as bf16,
-// zero-padded to 64 rows and to a multiple of 16 columns. Under causal masking, 16x16 tiles the
-// mask hides entirely are neither computed nor multiplied (their elements never read).
+// forward and dQ, keys in dK, dV) and computes their 16 x 64 score tiles; each lane holds rows g
+// and g + 8 of them (g = lane / 4), columns 2 (lane % 4) and + 1 of each 8. Rows of q, k, v, dout
+// are copied to shared memory as bf16, zero-padded to 64 rows and to a multiple of 16 columns.
+// Under causal masking or a window, 16x16 tiles the mask hides entirely are neither computed nor
+// multiplied.
 //
 // Barriers per tile step: __syncthreads() after the loads (every warp reads every loaded row) and
-// at the end of the step (the next loads overwrite what this one reads; it also orders the
-// forward's O stores before the next rescale). Between the fragment stores of S (dP) and the
-// lanes' reads, and between the lanes' writes of P (dS, the rescaled O) and the fragment loads
-// that read them, __syncwarp(): those rows belong to one warp.
+// at the end of the step (the next loads overwrite what this one reads). Scores never pass
+// through shared memory, so no warp-level barrier is needed between them.
 #include <cmath>
 #include <cstdint>
 
@@ -59,10 +62,7 @@ constexpr int kTiles = kTile / kT;                 // 16-row tiles per block til
 constexpr int kWarps = kTiles;                     // a warp per 16 rows
 constexpr int kThreads = kWarps * device::kWarp;
 constexpr int kMaxDim = 128;                       // largest d and e
-constexpr int kPadBf16 = 8;                        // row padding: staggered banks, ld a multiple
-constexpr int kPadF32 = 4;                         // of 16 bytes (wmma)
-constexpr int kLdScore = kTile + kPadF32;          // f32 S, dP (64 columns)
-constexpr int kLdProb = kTile + kPadBf16;          // bf16 P, dS
+constexpr int kPadBf16 = 8;                        // row padding: staggered banks, ld a multiple of 8
 constexpr size_t kDefaultSmem = 48 * 1024;         // dynamic shared memory without opting in
 
 inline const bf16* device_bf16(const ::tarn::bf16* p) { return reinterpret_cast<const bf16*>(p); }
@@ -80,14 +80,14 @@ struct Shape {
   int64_t tiles;     // tiles per slice of the launched kernel
 };
 
-// forward, dkdv_regs and dq_regs keep scores in registers (widths up to 64 for the backward);
-// dkdv and dq stage them through shared memory (the backward at widths up to 128).
-enum class Pass { forward, dkdv, dq, dkdv_regs, dq_regs };
+// Every pass keeps its scores in registers; the backward's passes also hold dO rows, and dK, dV
+// its query tile's lse and D.
+enum class Pass { forward, dkdv, dq };
 
-// Byte offsets of a pass's shared memory; each part starts on 128 bytes (wmma needs 32).
+// Byte offsets of a pass's shared memory; each part starts on 128 bytes (ldmatrix needs 16).
 struct Layout {
   int ldd, lde;  // bf16 rows of width pd, of width pe
-  size_t q, k, v, dout, s, dp, p, ds, key_ok, lse, delta, bytes;
+  size_t q, k, v, dout, key_ok, lse, delta, bytes;
   size_t k2, v2, key_ok2;  // the forward's second K, V buffers: the next tile loads while this one computes
 };
 
@@ -97,8 +97,6 @@ __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
   Layout L{};
   L.ldd = pd + kPadBf16, L.lde = pe + kPadBf16;
   const size_t rows_d = round128(sizeof(bf16) * kTile * L.ldd), rows_e = round128(sizeof(bf16) * kTile * L.lde);
-  const size_t scores = round128(sizeof(float) * kTile * kLdScore);
-  const size_t probs = round128(sizeof(bf16) * kTile * kLdProb);
   const size_t vec = round128(sizeof(float) * kTile);
   size_t at = 0;
   L.q = at, at += rows_d;
@@ -109,20 +107,9 @@ __host__ __device__ __forceinline__ Layout layout(Pass pass, int pd, int pe) {
     const size_t second = at - L.k;
     L.k2 = L.k + second, L.v2 = L.v + second, L.key_ok2 = L.key_ok + second;
     at += second;
-  }
-  if (pass == Pass::dkdv_regs || pass == Pass::dq_regs) {
+  } else {
     L.dout = at, at += rows_e;
-    if (pass == Pass::dkdv_regs) L.lse = at, at += vec, L.delta = at, at += vec;
-  } else if (pass != Pass::forward) {  // (the forward keeps scores, probabilities and output in registers)
-    L.s = at, at += scores;
-    L.dout = at, at += rows_e;
-    L.dp = at, at += scores;
-    L.ds = at, at += probs;
-    if (pass == Pass::dkdv) {
-      L.p = at, at += probs;
-      L.lse = at, at += vec;
-      L.delta = at, at += vec;
-    }
+    if (pass == Pass::dkdv) L.lse = at, at += vec, L.delta = at, at += vec;
   }
   L.bytes = at + mma::kSharedSlack;  // the kernels align the start (mma::align_shared)
   return L;
@@ -228,53 +215,6 @@ __device__ __forceinline__ bool hidden(const Shape& sh, int64_t i, int64_t j) {
 __device__ __forceinline__ KeyRange key_span(const Shape& sh, int64_t i0) {
   const KeyRange keys = keys_of_block(i0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
   return {keys.begin / kTile * kTile, keys.end};
-}
-
-// c[16 x 16] (f32 fragment) += a[16 x depth] b^T, with a and b row-major bf16 (b's rows are the
-// output columns): the "NT" product of S = Q K^T, dP = dO V^T and their transposes.
-__device__ __forceinline__ void product_nt(mma::Accumulator& c, const bf16* a, const bf16* b, int ld, int depth) {
-  for (int t = 0; t < depth; t += kT) {
-    mma::FragmentA<mma::RowMajor> fa;
-    mma::FragmentB<mma::ColMajor> fb;
-    mma::load(fa, a + t, ld);
-    mma::load(fb, b + t, ld);
-    mma::multiply_add(c, fa, fb);
-  }
-}
-
-// The warp's 16 x 64 score tile: out[., 16 t ..] = a (16 rows) . b (rows 16 t ..)^T for each
-// 16-column tile t whose pairs the causal mask does not all hide (rows from a_row, columns from
-// b_row: query first in the forward and dQ, key first in dK, dV).
-__device__ __forceinline__ void scores_nt(float* out, const bf16* a, const bf16* b, int ld, int depth, const Shape& sh,
-                                          int64_t a_row, int64_t b_row, bool a_is_query) {
-  for (int t = 0; t < kTiles; ++t) {
-    const int64_t other = b_row + t * kT;
-    if (a_is_query ? hidden(sh, a_row, other) : hidden(sh, other, a_row)) continue;
-    mma::Accumulator c;
-    mma::zero(c);
-    product_nt(c, a, b + t * kT * ld, ld, depth);
-    mma::store(out + t * kT, c, kLdScore);
-  }
-}
-
-// The warp's accumulators (16 x 16 f32 fragments) written as bf16 rows [row0, row0 + 16) of dst
-// (rows x width), through a 16 x 16 f32 staging tile of the warp's own shared memory.
-template <int kCT>
-__device__ __forceinline__ void write_fragments(bf16* dst, int64_t rows, int width, int64_t row0,
-                                                const mma::Accumulator (&acc)[kCT], int tiles, float* stage) {
-  const int lane = threadIdx.x % device::kWarp, row = lane / 2, half = lane % 2;
-  const int64_t r = row0 + row;
-#pragma unroll
-  for (int t = 0; t < kCT; ++t) {
-    if (t >= tiles) break;
-    mma::store(stage, acc[t], kLdScore);
-    __syncwarp();
-    for (int c = half; c < kT; c += 2) {
-      const int col = t * kT + c;
-      if (r < rows && col < width) dst[r * width + col] = mma::to_bf16(stage[row * kLdScore + c]);
-    }
-    __syncwarp();  // read before the next tile overwrites the staging tile
-  }
 }
 
 // The online softmax's combination of a lane quad's values for its rows (g and g + 8 of the
@@ -446,185 +386,50 @@ __global__ void softmax_attention_bf16_delta_kernel(const bf16* dout, const bf16
   }
 }
 
-// dk: (B,H,Nk,d), dv: (B,H,Nk,e), either may be null. grid: slices * key tiles, the first first
-// (under causal masking the most queries see them). Warp w holds keys j0 + 16 w .. and their dK,
-// dV in kCT fragments each (kCT 16-column tiles cover d and e).
-template <int kCT>
-__global__ void __launch_bounds__(kThreads)
-    softmax_attention_bf16_dkdv_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                                       const float* lse, const float* dvec, bf16* dk, bf16* dv) {
-  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
-  unsigned char* smem = mma::align_shared(smem_unaligned);
-  const Layout L = layout(Pass::dkdv, sh.pd, sh.pe);
-  const Buffers B = buffers(smem, L);
-  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
-  float* st = reinterpret_cast<float*>(smem + L.s);    // S^T (keys x queries)
-  float* dpt = reinterpret_cast<float*>(smem + L.dp);  // dP^T
-  bf16* ptb = reinterpret_cast<bf16*>(smem + L.p);     // P^T
-  bf16* dstb = reinterpret_cast<bf16*>(smem + L.ds);   // dS^T
-  float *key_ok = B.key_ok, *lse_s = B.lse, *d_s = B.delta;
-  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
-  const int wr = warp * kT, row = lane / 2, half = lane % 2;
-  const int dtiles = sh.pd / kT, etiles = sh.pe / kT;
-  const int64_t bh = blockIdx.x % sh.slices;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) / sh.slices * kTile;
-  const int64_t j = j0 + wr + row;  // this lane's key
-  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  load_key_tile(B, L, sh, bh, k, v, pad, j0);
-
-  mma::Accumulator dk_acc[kCT], dv_acc[kCT];
-#pragma unroll
-  for (int t = 0; t < kCT; ++t) mma::zero(dk_acc[t]), mma::zero(dv_acc[t]);
-  float* srow = st + (wr + row) * kLdScore;
-  float* dprow = dpt + (wr + row) * kLdScore;
-  // Only the query tiles that see some key of this tile (causal: none before j0; window).
-  const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
-  for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
-    load_query_tile(B, L, sh, bh, q, dout, lse, dvec, i0);
-    __syncthreads();
-    scores_nt(st + wr * kLdScore, ks + wr * L.ldd, qs, L.ldd, sh.pd, sh, j0 + wr, i0, false);
-    scores_nt(dpt + wr * kLdScore, vs + wr * L.lde, dos, L.lde, sh.pe, sh, j0 + wr, i0, false);
-    __syncwarp();
-    const bool key_seen = key_ok[wr + row] != 0.0f;
-    for (int c = half; c < kTile; c += 2) {
-      const int64_t i = i0 + c;
-      // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf). Hidden
-      // tiles were not computed: their S and dP are never read.
-      const bool seen = key_seen && i < sh.n_q && sees(sh, i, j);
-      const float p = seen ? expf(srow[c] * sh.scale - lse_s[c]) : 0.0f;
-      ptb[(wr + row) * kLdProb + c] = mma::to_bf16(p);
-      dstb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_s[c]) * sh.scale : 0.0f);
-    }
-    __syncwarp();
-    for (int t = 0; t < kTiles; ++t) {
-      if (hidden(sh, i0 + t * kT, j0 + wr)) continue;
-      mma::FragmentA<mma::RowMajor> fp, fds;
-      mma::load(fp, ptb + wr * kLdProb + t * kT, kLdProb);
-      mma::load(fds, dstb + wr * kLdProb + t * kT, kLdProb);
-#pragma unroll
-      for (int c = 0; c < kCT; ++c) {
-        mma::FragmentB<mma::RowMajor> fb;
-        if (c < etiles) {  // dV += P^T dO
-          mma::load(fb, dos + t * kT * L.lde + c * kT, L.lde);
-          mma::multiply_add(dv_acc[c], fp, fb);
-        }
-        if (c < dtiles) {  // dK += dS^T Q
-          mma::load(fb, qs + t * kT * L.ldd + c * kT, L.ldd);
-          mma::multiply_add(dk_acc[c], fds, fb);
-        }
-      }
-    }
-    __syncthreads();
-  }
-
-  float* stage = st + wr * kLdScore;  // the warp's rows of S^T, free after the last step
-  if (dk) write_fragments(dk + bh * sh.n_k * sh.d, sh.n_k, sh.d, j0 + wr, dk_acc, dtiles, stage);
-  if (dv) write_fragments(dv + bh * sh.n_k * sh.e, sh.n_k, sh.e, j0 + wr, dv_acc, etiles, stage);
-}
-
-// dq: (B,H,Nq,d). grid: slices * query tiles, the last first. Warp w holds queries i0 + 16 w ..
-// and their dQ in kCT fragments.
-template <int kCT>
-__global__ void __launch_bounds__(kThreads)
-    softmax_attention_bf16_dq_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                                     const float* lse, const float* dvec, bf16* dq) {
-  TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
-  unsigned char* smem = mma::align_shared(smem_unaligned);
-  const Layout L = layout(Pass::dq, sh.pd, sh.pe);
-  const Buffers B = buffers(smem, L);
-  bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
-  float* sf = reinterpret_cast<float*>(smem + L.s);
-  float* dpf = reinterpret_cast<float*>(smem + L.dp);
-  bf16* dsb = reinterpret_cast<bf16*>(smem + L.ds);
-  float* key_ok = B.key_ok;
-  const int warp = threadIdx.x / device::kWarp, lane = threadIdx.x % device::kWarp;
-  const int wr = warp * kT, row = lane / 2, half = lane % 2;
-  const int dtiles = sh.pd / kT;
-  const int64_t bh = blockIdx.x % sh.slices;
-  const int64_t i0 = (sh.tiles - 1 - static_cast<int64_t>(blockIdx.x) / sh.slices) * kTile;
-  const int64_t i = i0 + wr + row;  // this lane's query
-  const float* pad = sh.pad ? sh.pad + (bh / sh.heads) * sh.n_k : nullptr;
-  load_query_rows(B, L, sh, bh, q, dout, i0);
-  const float lse_i = i < sh.n_q ? lse[bh * sh.n_q + i] : INFINITY;
-  const float d_i = i < sh.n_q ? dvec[bh * sh.n_q + i] : 0.0f;
-
-  mma::Accumulator dq_acc[kCT];
-#pragma unroll
-  for (int t = 0; t < kCT; ++t) mma::zero(dq_acc[t]);
-  float* srow = sf + (wr + row) * kLdScore;
-  float* dprow = dpf + (wr + row) * kLdScore;
-  const KeyRange span = key_span(sh, i0);
-  for (int64_t j0 = span.begin; j0 < span.end; j0 += kTile) {
-    load_key_tile(B, L, sh, bh, k, v, pad, j0);
-    __syncthreads();
-    scores_nt(sf + wr * kLdScore, qs + wr * L.ldd, ks, L.ldd, sh.pd, sh, i0 + wr, j0, true);
-    scores_nt(dpf + wr * kLdScore, dos + wr * L.lde, vs, L.lde, sh.pe, sh, i0 + wr, j0, true);
-    __syncwarp();
-    for (int c = half; c < kTile; c += 2) {
-      const bool seen = key_ok[c] != 0.0f && i < sh.n_q && sees(sh, i, j0 + c);
-      const float p = seen ? expf(srow[c] * sh.scale - lse_i) : 0.0f;
-      dsb[(wr + row) * kLdProb + c] = mma::to_bf16(seen ? p * (dprow[c] - d_i) * sh.scale : 0.0f);
-    }
-    __syncwarp();
-    for (int t = 0; t < kTiles; ++t) {  // dQ += dS K
-      if (hidden(sh, i0 + wr, j0 + t * kT)) continue;
-      mma::FragmentA<mma::RowMajor> fds;
-      mma::load(fds, dsb + wr * kLdProb + t * kT, kLdProb);
-#pragma unroll
-      for (int c = 0; c < kCT; ++c) {
-        if (c >= dtiles) break;
-        mma::FragmentB<mma::RowMajor> fb;
-        mma::load(fb, ks + t * kT * L.ldd + c * kT, L.ldd);
-        mma::multiply_add(dq_acc[c], fds, fb);
-      }
-    }
-    __syncthreads();
-  }
-  write_fragments(dq + bh * sh.n_q * sh.d, sh.n_q, sh.d, i0 + wr, dq_acc, dtiles, sf + wr * kLdScore);
-}
-
-// The backward with scores in registers (kernels/cuda/warp_mma.cuh), for pd, pe <= kDim <= 64
-// (wider rows would not leave the registers to hold them): the same passes and rounding as the
-// kernels above, with S, dP, P and dS as mma.sync accumulators and P, dS the A operands of the
-// gradient products straight from registers.
+// The backward (kernels/cuda/warp_mma.cuh): S, dP, P and dS as mma.sync accumulators, P and dS
+// the A operands of the gradient products straight from registers. A warp's score tile is its 16
+// rows by the 64 of the other side, taken kPairs 16-column pairs at a time (pair p: columns
+// 16 p .. 16 p + 15, in out[2 p] and out[2 p + 1]).
 //
-// The warp's 16 x 64 products a b^T of rows a0 .. a0 + 15 of `a` with the 64 rows of `b` (both
-// bf16 row-major in shared memory, depth `depth`), on the 16-column pairs `skip` does not hide.
-template <int kDim, typename Skip>
-__device__ __forceinline__ void scores_registers(wm::FragC (&out)[2 * kTiles], const bf16* a, const bf16* b, int ld,
-                                                 int depth, int a0, Skip skip) {
+// out = rows a0 .. a0 + 15 of `a` times rows 16 p0 .. 16 (p0 + kPairs) - 1 of `b`, transposed
+// (both bf16 row-major in shared memory, depth `depth`), on the pairs `skip` does not hide.
+template <int kDim, int kPairs, typename Skip>
+__device__ __forceinline__ void scores_registers(wm::FragC (&out)[2 * kPairs], const bf16* a, const bf16* b, int ld,
+                                                 int depth, int a0, int p0, Skip skip) {
 #pragma unroll
-  for (int t = 0; t < 2 * kTiles; ++t) wm::zero(out[t]);
+  for (int t = 0; t < 2 * kPairs; ++t) wm::zero(out[t]);
 #pragma unroll
   for (int kk = 0; kk < kDim / kT; ++kk) {
     if (kk * kT >= depth) continue;
     wm::FragA fa;
     wm::load_a(fa, a, ld, a0, kk * kT);
 #pragma unroll
-    for (int pp = 0; pp < kTiles; ++pp) {
-      if (skip(pp)) continue;
+    for (int pp = 0; pp < kPairs; ++pp) {
+      if (skip(p0 + pp)) continue;
       wm::FragB b2[2];
-      wm::load_b_n_major(b2, b, ld, pp * kT, kk * kT);
+      wm::load_b_n_major(b2, b, ld, (p0 + pp) * kT, kk * kT);
       wm::mma(out[2 * pp], fa, b2[0]);
       wm::mma(out[2 * pp + 1], fa, b2[1]);
     }
   }
 }
 
-// acc (16 x kDim) += x (16 x 64, accumulators rounded to bf16) m, m's 64 rows k-major in shared
-// memory with `width` columns.
-template <int kDim, typename Skip>
-__device__ __forceinline__ void times_rows(wm::FragC (&acc)[kDim / 8], const wm::FragC (&x)[2 * kTiles], const bf16* m,
-                                           int ld, int width, Skip skip) {
+// acc (16 x kDim) += x m, with x the pairs p0 .. p0 + kPairs - 1 of a score tile (accumulators
+// rounded to bf16) and m's rows 16 p0 .. k-major in shared memory with `width` columns. Pair by
+// pair in order: a pass over all 64 columns and passes over parts of them add the same terms in
+// the same order.
+template <int kDim, int kPairs, typename Skip>
+__device__ __forceinline__ void times_rows(wm::FragC (&acc)[kDim / 8], const wm::FragC (&x)[2 * kPairs], const bf16* m,
+                                           int ld, int width, int p0, Skip skip) {
 #pragma unroll
-  for (int pp = 0; pp < kTiles; ++pp) {
-    if (skip(pp)) continue;
+  for (int pp = 0; pp < kPairs; ++pp) {
+    if (skip(p0 + pp)) continue;
     const wm::FragA fa = wm::accumulator_to_a(x[2 * pp], x[2 * pp + 1]);
 #pragma unroll
     for (int t = 0; t < kDim / kT; ++t) {
       if (t * kT >= width) continue;
       wm::FragB b2[2];
-      wm::load_b_k_major(b2, m, ld, pp * kT, t * kT);
+      wm::load_b_k_major(b2, m, ld, (p0 + pp) * kT, t * kT);
       wm::mma(acc[2 * t], fa, b2[0]);
       wm::mma(acc[2 * t + 1], fa, b2[1]);
     }
@@ -649,14 +454,22 @@ __device__ __forceinline__ void store_registers(bf16* dst, int64_t rows, int wid
   }
 }
 
+// Query pairs per pass of the dK, dV kernel: all four up to kDim = 64; at 128, where dK and dV
+// hold 128 accumulators a lane, one (S^T and dP^T of 16 x 16: 16 registers instead of 64; two
+// pairs, 32 registers, still spill at sm_90).
+__host__ __device__ constexpr int dkdv_pairs(int dim) { return dim > 64 ? kTiles / 4 : kTiles; }
+
+// dk: (B,H,Nk,d), dv: (B,H,Nk,e), either may be null. grid: slices * key tiles, the first first
+// (under causal masking the most queries see them). Warp w holds keys j0 + 16 w .. and their dK,
+// dV in kDim / 8 accumulator fragments each (kDim covers the padded d and e).
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
-    softmax_attention_bf16_dkdv_registers_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v,
-                                                 const bf16* dout, const float* lse, const float* dvec, bf16* dk,
-                                                 bf16* dv) {
+    softmax_attention_bf16_dkdv_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                                       const float* lse, const float* dvec, bf16* dk, bf16* dv) {
+  constexpr int kPairs = dkdv_pairs(kDim);
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
-  const Layout L = layout(Pass::dkdv_regs, sh.pd, sh.pe);
+  const Layout L = layout(Pass::dkdv, sh.pd, sh.pe);
   const Buffers B = buffers(smem, L);
   bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
   float *key_ok = B.key_ok, *lse_s = B.lse, *d_s = B.delta;
@@ -671,42 +484,55 @@ __global__ void __launch_bounds__(kThreads)
   wm::FragC dk_acc[kDim / 8], dv_acc[kDim / 8];
 #pragma unroll
   for (int t = 0; t < kDim / 8; ++t) wm::zero(dk_acc[t]), wm::zero(dv_acc[t]);
+  // Only the query tiles that see some key of this tile (causal: none before j0; window).
   const KeyRange queries = queries_of_block(j0, kTile, sh.n_q, sh.n_k, sh.causal != 0, sh.window);
   for (int64_t i0 = queries.begin / kTile * kTile; i0 < queries.end; i0 += kTile) {
     load_query_tile(B, L, sh, bh, q, dout, lse, dvec, i0);
     __syncthreads();
     const auto skip = [&](int pp) { return hidden(sh, i0 + pp * kT, j0 + wr); };
-    wm::FragC st[2 * kTiles], dpt[2 * kTiles];  // S^T and dP^T: the warp's keys x 64 queries
-    scores_registers<kDim>(st, ks, qs, L.ldd, sh.pd, wr, skip);
-    scores_registers<kDim>(dpt, vs, dos, L.lde, sh.pe, wr, skip);
-    const bool seen0 = key_ok[wr + wm::c_row(lane, 0)] != 0.0f, seen1 = key_ok[wr + wm::c_row(lane, 2)] != 0.0f;
+    // Query pairs p0 .. p0 + kPairs - 1 of the tile.
+    const auto pass = [&](int p0) {
+      wm::FragC st[2 * kPairs], dpt[2 * kPairs];  // S^T and dP^T: the warp's keys x 16 kPairs queries
+      scores_registers<kDim, kPairs>(st, ks, qs, L.ldd, sh.pd, wr, p0, skip);
+      scores_registers<kDim, kPairs>(dpt, vs, dos, L.lde, sh.pe, wr, p0, skip);
+      const bool seen0 = key_ok[wr + wm::c_row(lane, 0)] != 0.0f, seen1 = key_ok[wr + wm::c_row(lane, 2)] != 0.0f;
 #pragma unroll
-    for (int t = 0; t < 2 * kTiles; ++t)
+      for (int t = 0; t < 2 * kPairs; ++t)
 #pragma unroll
-      for (int el = 0; el < 4; ++el) {
-        const int c = 8 * t + wm::c_col(lane, el);
-        const int64_t i = i0 + c;
-        // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf).
-        const bool seen = (el < 2 ? seen0 : seen1) && i < sh.n_q && sees(sh, i, el < 2 ? key0 : key1);
-        const float p = seen ? expf(st[t].r[el] * sh.scale - lse_s[c]) : 0.0f;
-        dpt[t].r[el] = seen ? p * (dpt[t].r[el] - d_s[c]) * sh.scale : 0.0f;  // dS^T
-        st[t].r[el] = p;
-      }
-    times_rows<kDim>(dv_acc, st, dos, L.lde, sh.pe, skip);   // dV += P^T dO
-    times_rows<kDim>(dk_acc, dpt, qs, L.ldd, sh.pd, skip);   // dK += dS^T Q
+        for (int el = 0; el < 4; ++el) {
+          const int c = kT * p0 + 8 * t + wm::c_col(lane, el);
+          const int64_t i = i0 + c;
+          // P = exp(S - lse): 0 where invisible or where the query sees no key (lse = +inf).
+          const bool seen = (el < 2 ? seen0 : seen1) && i < sh.n_q && sees(sh, i, el < 2 ? key0 : key1);
+          const float p = seen ? expf(st[t].r[el] * sh.scale - lse_s[c]) : 0.0f;
+          dpt[t].r[el] = seen ? p * (dpt[t].r[el] - d_s[c]) * sh.scale : 0.0f;  // dS^T
+          st[t].r[el] = p;
+        }
+      times_rows<kDim, kPairs>(dv_acc, st, dos, L.lde, sh.pe, p0, skip);  // dV += P^T dO
+      times_rows<kDim, kPairs>(dk_acc, dpt, qs, L.ldd, sh.pd, p0, skip);  // dK += dS^T Q
+    };
+    if constexpr (kPairs == kTiles) {
+      pass(0);
+    } else {
+#pragma unroll 1
+      for (int p0 = 0; p0 < kTiles; p0 += kPairs) pass(p0);
+    }
     __syncthreads();
   }
   if (dk) store_registers<kDim>(dk + bh * sh.n_k * sh.d, sh.n_k, sh.d, j0 + wr, dk_acc);
   if (dv) store_registers<kDim>(dv + bh * sh.n_k * sh.e, sh.n_k, sh.e, j0 + wr, dv_acc);
 }
 
+// dq: (B,H,Nq,d). grid: slices * query tiles, the last first. Warp w holds queries i0 + 16 w ..
+// and their dQ in kDim / 8 fragments (64 registers at kDim = 128: S and dP of all 64 keys fit
+// beside them).
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
-    softmax_attention_bf16_dq_registers_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                                               const float* lse, const float* dvec, bf16* dq) {
+    softmax_attention_bf16_dq_kernel(Shape sh, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                                     const float* lse, const float* dvec, bf16* dq) {
   TARN_DYNAMIC_SHARED(unsigned char, smem_unaligned);
   unsigned char* smem = mma::align_shared(smem_unaligned);
-  const Layout L = layout(Pass::dq_regs, sh.pd, sh.pe);
+  const Layout L = layout(Pass::dq, sh.pd, sh.pe);
   const Buffers B = buffers(smem, L);
   bf16 *qs = B.q, *ks = B.k, *vs = B.v, *dos = B.dout;
   float* key_ok = B.key_ok;
@@ -731,8 +557,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const auto skip = [&](int pp) { return hidden(sh, i0 + wr, j0 + pp * kT); };
     wm::FragC s[2 * kTiles], dp[2 * kTiles];
-    scores_registers<kDim>(s, qs, ks, L.ldd, sh.pd, wr, skip);
-    scores_registers<kDim>(dp, dos, vs, L.lde, sh.pe, wr, skip);
+    scores_registers<kDim, kTiles>(s, qs, ks, L.ldd, sh.pd, wr, 0, skip);
+    scores_registers<kDim, kTiles>(dp, dos, vs, L.lde, sh.pe, wr, 0, skip);
 #pragma unroll
     for (int t = 0; t < 2 * kTiles; ++t)
 #pragma unroll
@@ -743,12 +569,11 @@ __global__ void __launch_bounds__(kThreads)
         const float p = seen ? expf(s[t].r[el] * sh.scale - (el < 2 ? lse0 : lse1)) : 0.0f;
         dp[t].r[el] = seen ? p * (dp[t].r[el] - (el < 2 ? d0 : d1)) * sh.scale : 0.0f;  // dS
       }
-    times_rows<kDim>(dq_acc, dp, ks, L.ldd, sh.pd, skip);  // dQ += dS K
+    times_rows<kDim, kTiles>(dq_acc, dp, ks, L.ldd, sh.pd, 0, skip);  // dQ += dS K
     __syncthreads();
   }
   store_registers<kDim>(dq + bh * sh.n_q * sh.d, sh.n_q, sh.d, i0 + wr, dq_acc);
 }
-
 void check_args(const char* op, const SoftmaxAttentionDims& dims, const SoftmaxAttentionConfig& cfg) {
   TARN_ASSERT(dims.batch >= 0 && dims.heads >= 0 && dims.n_q >= 0 && dims.n_k >= 0, op,
               ": negative extent in (B=", dims.batch, ", H=", dims.heads, ", Nq=", dims.n_q, ", Nk=", dims.n_k, ")");
@@ -790,33 +615,22 @@ void launch_tiles(const char* op, Pass pass, void (*kernel)(P...), const Shape& 
   tarn::launch(kernel, static_cast<unsigned>(blocks), kThreads, smem, nullptr, sh, std::forward<A>(args)...);
 }
 
-// Fragments per row of dK, dV (dQ): 16-column tiles of the wider of d and e, as 2, 4 or 8.
-int column_tiles(const Shape& sh) {
+// The fragments' width kDim (32, 64 or 128) that covers the padded d and e.
+int kernel_dim(const Shape& sh) {
   const int t = (sh.pd > sh.pe ? sh.pd : sh.pe) / kT;
-  return t <= 2 ? 2 : t <= 4 ? 4 : 8;
+  return t <= 2 ? 32 : t <= 4 ? 64 : 128;
 }
 
-template <int kCT>
+template <int kDim>
 void backward_with(const Shape& key_tiles, const Shape& query_tiles, const bf16* q, const bf16* k, const bf16* v,
                    const bf16* dout, const float* lse, const float* dvec, bf16* dq, bf16* dk, bf16* dv) {
   const char* op = "softmax_attention_bf16_backward";
-  if constexpr (kCT <= 4) {  // widths up to 64: scores in registers
-    constexpr int kDim = kCT * kT;
-    if ((dk || dv) && key_tiles.n_k > 0)
-      launch_tiles(op, Pass::dkdv_regs, softmax_attention_bf16_dkdv_registers_kernel<kDim>, key_tiles, q, k, v, dout,
-                   lse, dvec, dk, dv);
-    if (dq && query_tiles.n_q > 0)
-      launch_tiles(op, Pass::dq_regs, softmax_attention_bf16_dq_registers_kernel<kDim>, query_tiles, q, k, v, dout,
-                   lse, dvec, dq);
-  } else {  // widths up to 128: scores staged through shared memory
-    if ((dk || dv) && key_tiles.n_k > 0)
-      launch_tiles(op, Pass::dkdv, softmax_attention_bf16_dkdv_kernel<kCT>, key_tiles, q, k, v, dout, lse, dvec, dk,
-                   dv);
-    if (dq && query_tiles.n_q > 0)
-      launch_tiles(op, Pass::dq, softmax_attention_bf16_dq_kernel<kCT>, query_tiles, q, k, v, dout, lse, dvec, dq);
-  }
+  if ((dk || dv) && key_tiles.n_k > 0)
+    launch_tiles(op, Pass::dkdv, softmax_attention_bf16_dkdv_kernel<kDim>, key_tiles, q, k, v, dout, lse, dvec, dk,
+                 dv);
+  if (dq && query_tiles.n_q > 0)
+    launch_tiles(op, Pass::dq, softmax_attention_bf16_dq_kernel<kDim>, query_tiles, q, k, v, dout, lse, dvec, dq);
 }
-
 }  // namespace
 
 size_t softmax_attention_bf16_forward_workspace_floats(const SoftmaxAttentionDims& dims,
@@ -833,9 +647,9 @@ void softmax_attention_bf16_forward(const SoftmaxAttentionDims& dims, const Soft
   (void)workspace, (void)workspace_floats;
   const Shape sh = make_shape(dims, cfg, dims.n_q);
   if (sh.slices == 0 || dims.n_q == 0) return;
-  const auto kernel = column_tiles(sh) == 2   ? softmax_attention_bf16_forward_kernel<32>
-                      : column_tiles(sh) == 4 ? softmax_attention_bf16_forward_kernel<64>
-                                              : softmax_attention_bf16_forward_kernel<128>;
+  const auto kernel = kernel_dim(sh) == 32   ? softmax_attention_bf16_forward_kernel<32>
+                      : kernel_dim(sh) == 64 ? softmax_attention_bf16_forward_kernel<64>
+                                             : softmax_attention_bf16_forward_kernel<128>;
   launch_tiles(op, Pass::forward, kernel, sh, device_bf16(q), device_bf16(k), device_bf16(v), device_bf16(out), lse);
 }
 
@@ -864,10 +678,10 @@ void softmax_attention_bf16_backward(const SoftmaxAttentionDims& dims, const Sof
   const Shape key_tiles = make_shape(dims, cfg, dims.n_k), query_tiles = make_shape(dims, cfg, dims.n_q);
   const bf16 *q16 = device_bf16(q), *k16 = device_bf16(k), *v16 = device_bf16(v), *do16 = device_bf16(dout);
   bf16 *dq16 = device_bf16(dq), *dk16 = device_bf16(dk), *dv16 = device_bf16(dv);  // null stays null
-  switch (column_tiles(key_tiles)) {
-    case 2: backward_with<2>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
-    case 4: backward_with<4>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
-    default: backward_with<8>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+  switch (kernel_dim(key_tiles)) {
+    case 32: backward_with<32>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+    case 64: backward_with<64>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
+    default: backward_with<128>(key_tiles, query_tiles, q16, k16, v16, do16, lse, workspace, dq16, dk16, dv16); break;
   }
 }
 

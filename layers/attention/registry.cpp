@@ -76,6 +76,7 @@ Registry& registry() {
 void register_attention_kind(AttentionKindEntry entry) {
   TARN_CHECK(!entry.name.empty() && entry.make, "register_attention_kind: an entry needs a name and a builder");
   AttentionKind::named(entry.name);  // a recipe may name it from now on (AttentionKind::all)
+  register_attention_kind_settings(entry.name, entry.settings);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = std::find_if(r.entries.begin(), r.entries.end(), [&](const auto& e) { return e.name == entry.name; });

@@ -9,6 +9,7 @@
 
 #include "framework/io/json.h"
 #include "layers/attention/kind.h"
+#include "layers/attention/settings.h"
 
 namespace tarn {
 
@@ -30,9 +31,13 @@ struct AttentionKindEntry {
   // The export's settings of one module (config.json, docs/design.md section 8): the members
   // after "kind" that a reader needs to compute the kind. Null: none.
   std::function<void(const AttentionConfig&, json::Json&)> export_settings;
+  // The recipe's part: which settings the kind reads, the rules between them, and which scale
+  // its memory (settings.h). register_attention_kind passes it on to settings.h's list, which
+  // the recipe reads without linking the layers; a built-in kind's part is in that list.
+  AttentionKindSettings settings;
 };
 
-// Adds `entry`, or replaces the entry of the same name.
+// Adds `entry`, or replaces the entry of the same name (and its settings).
 void register_attention_kind(AttentionKindEntry entry);
 // The entry named `name`; throws tarn::Error listing the known kinds when there is none.
 const AttentionKindEntry& attention_kind_entry(const std::string& name);

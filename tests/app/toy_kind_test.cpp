@@ -15,6 +15,7 @@
 
 #include "app/export.h"
 #include "app/generate.h"
+#include "app/recipe/recipe.h"
 #include "app/trained_model.h"
 #include "app/trainer.h"
 #include "framework/autograd.h"
@@ -99,6 +100,11 @@ void register_previous_token() {
   };
   e.parameters = [](const AttentionConfig&, const AttentionSizes& s) { return s.heads; };
   e.decode_state_bytes = [](const AttentionConfig&, const AttentionSizes& s, double) { return 2 * 4.0 * s.d_model; };
+  // Its recipe part: it reads no setting beyond its kind (the default: each key given is
+  // reported ignored), and one rule: a sequence's previous token is self-attention's.
+  e.settings.check = [](const AttentionConfig&, AttentionUse use, const SettingReport& report) {
+    if (use.cross) report.error("kind", "previous_token reads the sequence's own previous token: self-attention only");
+  };
   register_attention_kind(e);
 }
 
@@ -161,6 +167,33 @@ TEST(ToyKind, ARegisteredKindTrainsFromARecipeDecodesAndExports) {
   const auto tensors = load_safetensors(e.dir + "/model.safetensors").tensors;
   EXPECT_TRUE(std::any_of(tensors.begin(), tensors.end(),
                           [](const auto& t) { return t.first == "model.decoder.layers.0.self_attn.prev_bias"; }));
+}
+
+TEST(ToyKind, ItsRecipeRulesAndIgnoredKeysAreReportedAtTheirLines) {
+  register_previous_token();
+  const std::string data = "data:\n  train: corpus/train.txt\n";
+  const Recipe warned = parse_recipe(data + "model:\n  attention:\n    encoder_self: {kind: previous_token, chunk: 8}\n",
+                                     "w.yaml");
+  ASSERT_EQ(warned.warnings.size(), 1u);
+  EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.encoder_self.chunk: ignored: kind is previous_token");
+  for (const std::string cross : {"cross: {kind: previous_token}", "cross: {layers: [linear, previous_token]}"}) {
+    try {
+      parse_recipe(data + "model:\n  preset: tiny\n  attention:\n    " + cross + "\n", "bad.yaml");
+      ADD_FAILURE() << cross << " was accepted";
+    } catch (const ConfigError& err) {
+      EXPECT_NE(std::string(err.what()).find("bad.yaml:6: model.attention.cross."), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("kind: previous_token reads the sequence's own previous token"),
+                std::string::npos)
+          << err.what();
+    }
+  }
+  // The model's own check applies the same rule.
+  BartConfig c = BartConfig::tiny();
+  c.cross_attention.kind = AttentionKind::named("previous_token");
+  EXPECT_THROW(c.validate(), Error);
+  c.cross_attention = c.encoder_self_attention;
+  c.encoder_self_attention.kind = AttentionKind::named("previous_token");
+  EXPECT_NO_THROW(c.validate());
 }
 
 TEST(ToyKind, AnUnregisteredKindIsRefusedNamingTheKnownOnes) {

@@ -1,7 +1,8 @@
 // bf16 softmax attention (kernels/cuda/softmax_attention_bf16.cu, tensor cores) against the CPU
 // f32 kernel of kernels/softmax_attention.h run on the same bf16-rounded inputs: forward (out
-// and lse) and every gradient, on lengths around the 64-row tiles (1, 63, 64, 65, 150), d = 32
-// and 64, d != e (down to 5 and 3: the scalar row loads, zero-padded tiles), causal and
+// and lse) and every gradient, on lengths around the 64-row tiles (1, 63, 64, 65, 150), d = 32,
+// 64 and 128 (and 72, 100, 120: widths the kernels pad to 128), d != e (down to 5 and 3: the
+// scalar row loads, zero-padded tiles), causal and
 // bidirectional, key padding (with queries that see no key: out = 0, lse = +inf, zero
 // gradients), cross attention with Nq != Nk, under every emulated thread order (the GPU target
 // runs only where there is a device).
@@ -157,6 +158,25 @@ TEST_P(SoftmaxAttentionBf16Conformance, ValueDimDifferentFromHeadDimMatchesCpu) 
   // Widths that are not multiples of 8: rows copied one value at a time, tiles zero-padded.
   Check({1, 2, 66, 66, 17, 33}, true, Keys::some_padded, 2412);
   Check({2, 1, 45, 71, 5, 3}, false, Keys::some_padded, 2416);
+}
+
+TEST_P(SoftmaxAttentionBf16Conformance, WideHeadsForwardAndBackwardMatchCpu) {
+  // The kernels' widest fragments (kDim = 128: the dK, dV kernel takes each query tile in four
+  // passes of 16 queries), at d = e = 128 and at widths padded up to it: 72 (16-byte rows, tiles
+  // zero-padded to 80) and 120; causal, bidirectional, windowed, with and without padded keys.
+  uint32_t seed = 3000;
+  for (int64_t d : {128, 72, 120}) {
+    Check({2, 1, 150, 150, d, d}, true, Keys::all, seed += 4);
+    Check({2, 1, 150, 150, d, d}, true, Keys::some_padded, seed += 4);
+    Check({2, 1, 150, 150, d, d}, false, Keys::all, seed += 4);
+    Check({2, 1, 150, 150, d, d}, false, Keys::some_padded, seed += 4);
+    Check({2, 1, 150, 150, d, d}, true, Keys::some_padded, seed += 4, 65);
+    Check({2, 1, 150, 150, d, d}, false, Keys::all, seed += 4, 16);
+  }
+  // Unequal wide widths, one not a multiple of 8 (scalar row loads), queries that see no key.
+  Check({1, 2, 97, 97, 100, 128}, true, Keys::some_padded, 3100);
+  Check({2, 1, 65, 65, 128, 72}, false, Keys::batch1_all_padded, 3104);
+  Check({2, 1, 63, 130, 120, 128}, false, Keys::some_padded, 3108, 16);
 }
 
 TEST_P(SoftmaxAttentionBf16Conformance, CrossAttentionWithDifferentLengthsMatchesCpu) {
