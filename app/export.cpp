@@ -23,7 +23,7 @@ namespace {
 json::Json attention_json(const AttentionConfig& a) { return attention_export_settings(a); }
 
 // A stack's settings, with "layers": one object per layer when the recipe chose them per layer.
-json::Json stack_json(const AttentionStackRecipe& stack) {
+json::Json stack_json(const AttentionStack& stack) {
   json::Json o = attention_json(stack);
   if (stack.per_layer.empty()) return o;
   std::vector<json::Json> layers;
@@ -38,8 +38,8 @@ constexpr const char* kNotPlainBart =
 
 // True when every layer of every stack is softmax: HF's own BART computes that model.
 bool softmax_only(const Recipe& r) {
-  for (const AttentionStackRecipe* s : {&r.model.attention.encoder_self, &r.model.attention.decoder_self,
-                                        &r.model.attention.cross}) {
+  for (const AttentionStack* s : {&r.model.attention.encoder_self, &r.model.attention.decoder_self,
+                                  &r.model.attention.cross}) {
     if (s->per_layer.empty() && !s->is_softmax()) return false;
     for (const AttentionConfig& a : s->per_layer)
       if (!a.is_softmax()) return false;
@@ -75,10 +75,10 @@ std::string config_json(const BartConfig& c, const Recipe& r, const std::string&
   o["d_model"] = c.d_model;
   o["encoder_layers"] = c.encoder_layers;
   o["decoder_layers"] = c.decoder_layers;
-  o["encoder_attention_heads"] = c.encoder_attention_heads;
-  o["decoder_attention_heads"] = c.decoder_attention_heads;
-  o["encoder_ffn_dim"] = c.encoder_ffn_dim;
-  o["decoder_ffn_dim"] = c.decoder_ffn_dim;
+  o["encoder_attention_heads"] = c.heads;
+  o["decoder_attention_heads"] = c.heads;
+  o["encoder_ffn_dim"] = c.ffn_dim;
+  o["decoder_ffn_dim"] = c.ffn_dim;
   o["max_position_embeddings"] = c.max_position_embeddings;
   o["activation_function"] = "gelu";
   o["dropout"] = static_cast<double>(c.dropout);

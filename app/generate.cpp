@@ -195,7 +195,7 @@ std::vector<int32_t> repeated_ngram_completions(const std::vector<int32_t>& toke
 double decoding_memory_bytes(const BartConfig& c, int64_t rows, int64_t source_len, int64_t max_length) {
   const double r = static_cast<double>(rows), d = static_cast<double>(c.d_model);
   const int64_t steps = std::min(max_length, c.max_position_embeddings);
-  const int64_t heads = c.decoder_attention_heads;
+  const int64_t heads = c.heads;
   const double encoder = 4.0 * r * static_cast<double>(source_len) * d;
   double states = 0;  // per hypothesis, each decoder layer with its own attention
   const AttentionSizes self{d, static_cast<double>(heads), false}, cross{d, static_cast<double>(heads), true};

@@ -129,7 +129,7 @@ ImportResult import_hf_bart(const std::string& hf_dir, const std::string& out_di
   if (const double wanted = model_cfg.footprint().parameters(); wanted > 2 * values + 1e6)
     TARN_CHECK(false, cfg.path(), ": its sizes (vocabulary ", model_cfg.vocab_size, ", d_model ", model_cfg.d_model,
                ", encoder_layers ", model_cfg.encoder_layers, ", decoder_layers ", model_cfg.decoder_layers,
-               ", ffn_dim ", model_cfg.encoder_ffn_dim, ", max_position_embeddings ", model_cfg.max_position_embeddings,
+               ", ffn_dim ", model_cfg.ffn_dim, ", max_position_embeddings ", model_cfg.max_position_embeddings,
                ") make a model of ", wanted, " parameters, but ", st_path, " holds ", values,
                " values: config.json does not describe these weights");
   BartForConditionalGeneration model(model_cfg);

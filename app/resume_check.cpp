@@ -49,7 +49,7 @@ ConfigOrigin origin_of(const Recipe& recipe, const std::string& key) {
 }
 
 // One layer's settings in stack `stack` of `r`: its `layers` entry, else the stack's own.
-const AttentionConfig& layer_of(const AttentionStackRecipe& stack, size_t i) {
+const AttentionConfig& layer_of(const AttentionStack& stack, size_t i) {
   return stack.per_layer.empty() ? static_cast<const AttentionConfig&>(stack) : stack.per_layer[i];
 }
 
@@ -116,8 +116,8 @@ ResumeComparison compare_for_resume(const Recipe& checkpoint, const Recipe& reci
   for (const auto& section : attention->children) {
     if (section->is_leaf()) continue;
     // Every section of model.attention is an attention stack (app/recipe/attention_recipe.cpp).
-    auto* sa = static_cast<AttentionStackRecipe*>(section->locate(&a));
-    auto* sb = static_cast<AttentionStackRecipe*>(section->locate(&b));
+    auto* sa = static_cast<AttentionStack*>(section->locate(&a));
+    auto* sb = static_cast<AttentionStack*>(section->locate(&b));
     if (sa->per_layer.empty() && sb->per_layer.empty()) continue;  // compared below, key by key
     // A layer count that differs is model.encoder_layers or decoder_layers, reported below.
     const size_t layers = sa->per_layer.empty()   ? sb->per_layer.size()
@@ -125,13 +125,16 @@ ResumeComparison compare_for_resume(const Recipe& checkpoint, const Recipe& reci
                                                   : std::min(sa->per_layer.size(), sb->per_layer.size());
     for (size_t i = 0; i < layers; ++i) {
       Recipe la = a, lb = a;
-      *static_cast<AttentionStackRecipe*>(section->locate(&la)) = AttentionStackRecipe{layer_of(*sa, i), {}, {}};
-      *static_cast<AttentionStackRecipe*>(section->locate(&lb)) = AttentionStackRecipe{layer_of(*sb, i), {}, {}};
+      *static_cast<AttentionStack*>(section->locate(&la)) = layer_of(*sa, i);
+      *static_cast<AttentionStack*>(section->locate(&lb)) = layer_of(*sb, i);
       for (const config::Field* f : schema.differences(la, lb))
         add(str_cat(section->path, ".layers[", i, "]", f->path.substr(section->path.size())),
             config::Schema::value_text(*f, &la), config::Schema::value_text(*f, &lb));
     }
-    *sb = *sa;  // done with this stack
+    *sb = *sa;  // done with this stack, and with its `layers` as written (kept beside the stack)
+    const config::Field* entries = section->child("layers");
+    TARN_ASSERT(entries != nullptr, "the recipe schema has no ", section->path, ".layers");
+    *static_cast<std::vector<YamlEntry>*>(entries->locate(&b)) = *static_cast<std::vector<YamlEntry>*>(entries->locate(&a));
   }
 
   for (const config::Field* f : schema.differences(a, b))

@@ -33,29 +33,11 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// The recipe's model as a BartConfig, every size as written (no checks): what model_config
-// validates and check_memory sizes.
-BartConfig mapped_model_config(const Recipe& recipe, int64_t vocab_size) {
-  const ModelRecipe& m = recipe.model;
-  BartConfig c = BartConfig::preset(m.preset == "custom" ? "small" : m.preset);
+// The recipe's model section is the model's config (ModelRecipe : BartConfig), every size as
+// written; a vocabulary of 0 there is the tokenizer's, given here.
+BartConfig recipe_model_config(const Recipe& recipe, int64_t vocab_size) {
+  BartConfig c = recipe.model;
   c.vocab_size = vocab_size;
-  c.d_model = m.d_model;
-  c.encoder_layers = m.encoder_layers;
-  c.decoder_layers = m.decoder_layers;
-  c.encoder_attention_heads = c.decoder_attention_heads = m.heads;
-  c.encoder_ffn_dim = c.decoder_ffn_dim = m.ffn_dim;
-  c.max_position_embeddings = m.max_positions;
-  c.dropout = static_cast<float>(m.dropout);
-  c.attention_dropout = static_cast<float>(m.attention_dropout);
-  c.activation_dropout = static_cast<float>(m.activation_dropout);
-  c.scale_embedding = m.scale_embedding;
-  c.init_std = static_cast<float>(m.init_std);
-  c.encoder_self_attention = m.attention.encoder_self;
-  c.decoder_self_attention = m.attention.decoder_self;
-  c.cross_attention = m.attention.cross;
-  c.encoder_self_layers = m.attention.encoder_self.per_layer;
-  c.decoder_self_layers = m.attention.decoder_self.per_layer;
-  c.cross_layers = m.attention.cross.per_layer;
   return c;
 }
 
@@ -165,7 +147,7 @@ Tokenizer open_tokenizer(const Recipe& recipe) {
 // max_positions included, and the model checks its config when it is built: only the
 // tokenizer, known now, is left to check.
 BartConfig model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
-  BartConfig c = mapped_model_config(recipe, recipe.model.vocab_size > 0 ? recipe.model.vocab_size : tokenizer_vocab);
+  BartConfig c = recipe_model_config(recipe, recipe.model.vocab_size > 0 ? recipe.model.vocab_size : tokenizer_vocab);
   TARN_CHECK(c.vocab_size >= tokenizer_vocab, "model.vocab_size: ", c.vocab_size,
              " is smaller than the tokenizer's vocabulary (", tokenizer_vocab, ")");
   return c;
@@ -179,7 +161,7 @@ BartConfig sized_model_config(const Recipe& recipe, int64_t tokenizer_vocab) {
   const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size
                         : tokenizer_vocab > 0       ? tokenizer_vocab
                                                     : recipe.data.tokenizer.train.vocab_size;
-  return mapped_model_config(recipe, vocab);
+  return recipe_model_config(recipe, vocab);
 }
 
 TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
@@ -200,15 +182,15 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   // layer (cross attention on top). For small-linear this counts 288 MiB of the ~346 MiB the
   // allocator's live peak (619 MiB) holds beyond state and logits; the whole estimate is 561 MiB
   // (Train.MemoryEstimateIsALowerBoundOfTheLivePeak keeps it below the live peak).
-  const double encoder = static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.encoder_ffn_dim));
-  const double decoder = static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.decoder_ffn_dim));
+  const double encoder = static_cast<double>(c.encoder_layers) * (8 * d + 2 * static_cast<double>(c.ffn_dim));
+  const double decoder = static_cast<double>(c.decoder_layers) * (12 * d + 2 * static_cast<double>(c.ffn_dim));
   t.activations = 4 * micro_batch * (encoder + decoder);
   // Attention. The kernels' largest workspace (linear attention's [num | den] rows, B H N (e + 1)
   // floats: one at a time), and where softmax attention trains with attention dropout, the
   // probabilities it must keep (HF's composed path: at least P and its dropped copy, 2 x 4 bytes
   // per head and query-key pair). Sized for batches of the longest sequences the data allows,
   // which a batch can be made of: B Nq Nk = micro_batch x Nk.
-  t.attention = 4 * micro_batch * (d + static_cast<double>(std::max(c.encoder_attention_heads, c.decoder_attention_heads)));
+  t.attention = 4 * micro_batch * (d + static_cast<double>(c.heads));
   // What each attention module adds, as its kind counts it (layers/attention/registry.h:
   // AttentionKindEntry::training_bytes): what the tape keeps of it (wide feature maps, aligned
   // cross-attention's chunk scores, softmax probabilities under attention dropout), and the
@@ -221,8 +203,7 @@ TrainingMemory training_memory_of(const BartConfig& c, const Recipe& recipe) {
   const double longest = static_cast<double>(std::max(data.max_source_len, data.max_target_len));
   double widest_workspace = 0;
   c.for_each_attention([&](BartConfig::Stack s, int64_t, const AttentionConfig& a, double count) {
-    const int64_t heads = s == BartConfig::Stack::encoder_self ? c.encoder_attention_heads : c.decoder_attention_heads;
-    const AttentionSizes sizes{d, static_cast<double>(heads), s == BartConfig::Stack::cross};
+    const AttentionSizes sizes{d, static_cast<double>(c.heads), s == BartConfig::Stack::cross};
     const AttentionBatch batch{micro_batch, longest, s == BartConfig::Stack::decoder_self ? target : source,
                                c.attention_dropout > 0};
     const AttentionTrainingBytes b = attention_training_bytes(a, sizes, batch);
@@ -303,12 +284,11 @@ struct AttentionSizeShare {
 AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const BartConfig& c, double need) {
   struct Stack {
     const char* name;
-    AttentionConfig BartConfig::*all;
-    std::vector<AttentionConfig> BartConfig::*layers;
+    AttentionStack AttentionStacks::*stack;
   };
-  const Stack stacks[] = {{"encoder_self", &BartConfig::encoder_self_attention, &BartConfig::encoder_self_layers},
-                          {"decoder_self", &BartConfig::decoder_self_attention, &BartConfig::decoder_self_layers},
-                          {"cross", &BartConfig::cross_attention, &BartConfig::cross_layers}};
+  const Stack stacks[] = {{"encoder_self", &AttentionStacks::encoder_self},
+                          {"decoder_self", &AttentionStacks::decoder_self},
+                          {"cross", &AttentionStacks::cross}};
   const AttentionConfig defaults;
   AttentionSizeShare best;
   auto consider = [&](const BartConfig& smaller, std::string key, ConfigOrigin where, const AttentionSize& size,
@@ -329,8 +309,8 @@ AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const Bart
     }
   }
   for (const Stack& s : stacks) {
-    const AttentionConfig& all = c.*s.all;
-    const std::vector<AttentionConfig>& layers = c.*s.layers;
+    const AttentionStack& all = c.attention.*s.stack;
+    const std::vector<AttentionConfig>& layers = all.per_layer;
     const std::string prefix = std::string("model.attention.") + s.name;
     for (const AttentionSize& size : kAttentionSizes) {
       const int64_t value = all.*size.field, fallback = defaults.*size.field;
@@ -339,8 +319,9 @@ AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const Bart
       for (const AttentionConfig& a : layers) applies = applies || (a.*size.field == value && size.applies(a));
       if (applies && value != fallback) {
         BartConfig smaller = c;
-        (smaller.*s.all).*size.field = fallback;
-        for (AttentionConfig& a : smaller.*s.layers)
+        AttentionStack& stack = smaller.attention.*s.stack;
+        stack.*size.field = fallback;
+        for (AttentionConfig& a : stack.per_layer)
           if (a.*size.field == value) a.*size.field = fallback;
         consider(smaller, prefix + "." + size.key, recipe.where(prefix + "." + size.key), size, value);
       }
@@ -348,7 +329,7 @@ AttentionSizeShare largest_attention_size_share(const Recipe& recipe, const Bart
         const int64_t own = layers[i].*size.field;
         if (own == value || own == fallback || !size.applies(layers[i])) continue;
         BartConfig smaller = c;
-        ((smaller.*s.layers)[i]).*size.field = fallback;
+        (smaller.attention.*s.stack).per_layer[i].*size.field = fallback;
         consider(smaller, str_cat(prefix, ".layers[", i, "].", size.key), recipe.where(prefix + ".layers"), size, own);
       }
     }
@@ -385,7 +366,7 @@ void check_memory(const Recipe& recipe, int64_t tokenizer_vocab) {
   if (key == "model.d_model" && static_cast<double>(c.max_position_embeddings) > static_cast<double>(c.vocab_size))
     key = "model.max_positions";
   if (key == "model.encoder_layers" || key == "model.decoder_layers")
-    if (static_cast<double>(c.encoder_ffn_dim) > 8.0 * static_cast<double>(c.d_model)) key = "model.ffn_dim";
+    if (static_cast<double>(c.ffn_dim) > 8.0 * static_cast<double>(c.d_model)) key = "model.ffn_dim";
   // Layers the preset gave, of a d_model the recipe gave: d_model^2 is the lever.
   if ((key == "model.encoder_layers" || key == "model.decoder_layers") && recipe.origins.count(key) == 0 &&
       recipe.origins.count("model.d_model") > 0)

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "framework/attention_config_keys.h"
 #include "kernels/check.h"
 #include "kernels/taylor_map.h"
 
@@ -90,25 +91,13 @@ int64_t AttentionConfig::feature_count(int64_t head_dim) const {
 }
 
 void AttentionConfig::validate(const std::string& key) const {
-  if (is_softmax()) return;
-  TARN_CHECK(chunk > 0 && chunk <= kMaxChunk, key, ".chunk: must be in [1, ", kMaxChunk, "], got ", chunk);
-  if (is_hybrid()) {
-    TARN_CHECK(window >= 1 && window <= kMaxWindow, key, ".window: must be in [1, ", kMaxWindow, "], got ", window);
-    TARN_CHECK(global == Kind::linear || global == Kind::delta || global == Kind::gated, key,
-               ".global: must be linear, delta or gated, got ", attention_kind_name(global));
-  }
-  if (has_delta_block()) {  // delta, gated and hybrid over them: no feature map's settings
-    TARN_CHECK(conv_size >= 1, key, ".conv_size: must be >= 1 (1 = no convolution), got ", conv_size);
-    return;
-  }
-  TARN_CHECK(favor_features >= 0 && favor_features <= kMaxFavorFeatures, key, ".favor_features: must be in [0, ",
-             kMaxFavorFeatures, "] (0 = head_dim), got ", favor_features);
-  TARN_CHECK(favor_redraw_every >= 0, key, ".favor_redraw_every: must be >= 0 (0 = never), got ", favor_redraw_every);
-  TARN_CHECK(eps > 0, key, ".eps: must be positive, got ", eps);
-  TARN_CHECK(align_decay >= 0 && align_decay < 1, key, ".align_decay: must be in [0, 1) (0 = off), got ", align_decay);
-  TARN_CHECK(taylor_order == 2 || taylor_order == 4, key,
-             ".taylor_order: must be 2 or 4 (an even order keeps the kernel positive), got ", taylor_order);
-  TARN_CHECK(taylor_dim >= 1 && taylor_dim <= 255, key, ".taylor_dim: must be 1..255, got ", taylor_dim);
+  // The ranges the recipe's keys have, declared once (framework/attention_config_keys.h); the
+  // schema is made anew because the kinds a program registers join the choices of `kind`.
+  config::Schema schema("attention setting");
+  declare_attention_setting(schema.root<AttentionConfig>(), /*causal=*/false);
+  schema.check_values(*this, [&](const std::string& path, const std::string& message) {
+    throw Error(str_cat(key, ".", path, ": ", message));
+  });
 }
 
 }  // namespace tarn

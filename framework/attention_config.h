@@ -120,9 +120,10 @@ struct AttentionConfig {
   // "softmax", "linear(elu1)", "linear(taylor, align 0.9)", "delta(conv 4)", "gated(conv 4)",
   // "hybrid(window 64, elu1)", "hybrid(window 64, delta conv 4)"
   std::string str() const;
-  // Throws tarn::Error naming `key`.field for a value out of range (the recipe's schema checks
-  // the same ranges earlier, with the file and line). The rules between keys are the kinds'
-  // (layers/attention/settings.h), which BartConfig::validate applies.
+  // Throws tarn::Error naming `key`.field for a value out of the range its recipe key declares
+  // (framework/attention_config_keys.h: the recipe's loader checks the same declaration, with the
+  // file and line). The rules between keys are the kinds' (layers/attention/settings.h), which
+  // BartConfig::validate applies.
   void validate(const std::string& key) const;
 };
 

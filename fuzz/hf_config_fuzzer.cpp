@@ -36,7 +36,7 @@ void import_config(const std::string& text) {
                {"decoder_layers", r.model.decoder_layers},
                {"encoder_attention_heads", r.model.heads},
                {"encoder_ffn_dim", r.model.ffn_dim},
-               {"max_position_embeddings", r.model.max_positions}};
+               {"max_position_embeddings", r.model.max_position_embeddings}};
   for (const auto& s : sizes) {
     if (cfg.integer(s.field) != s.recipe) {
       std::fprintf(stderr, "config.json %s = %lld became %lld in the recipe:\n%s\n", s.field,

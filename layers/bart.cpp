@@ -37,7 +37,7 @@ BartStack<Layer>::BartStack(const BartConfig& c, int64_t layer_count, const Embe
       layernorm_embedding(c.d_model, c.layer_norm_eps),
       embed_tokens_(&embed_tokens),
       embed_scale_(embed_scale(c)),
-      dropout_p_(c.dropout),
+      dropout_p_(static_cast<float>(c.dropout)),
       dropout_(&dropout) {
   this->register_module("embed_positions", embed_positions);
   for (int64_t i = 0; i < layer_count; ++i) {
@@ -159,7 +159,7 @@ BartForConditionalGeneration::BartForConditionalGeneration(const BartConfig& con
   register_module("model", model);
   register_buffer("final_logits_bias", final_logits_bias);
   Philox rng(seed);
-  init::bart_init_(*this, rng, {config_.init_std, config_.pad_token_id});
+  init::bart_init_(*this, rng, {static_cast<float>(config_.init_std), config_.pad_token_id});
 }
 
 Tensor BartForConditionalGeneration::encode(const std::vector<int32_t>& src_ids, const Shape& src_shape,

@@ -1,8 +1,9 @@
 #pragma once
 // BartConfig: every number that fixes the shape and behaviour of the model (docs/design.md section
-// 3). No YAML here: the trainer maps recipe keys onto these fields and calls validate().
-// Field names follow HuggingFace's BartConfig where one exists (d_model, encoder_layers,
-// encoder_attention_heads, encoder_ffn_dim, max_position_embeddings, ...).
+// 3). No YAML here: the recipe's model section (app/recipe/model_recipe.h) is a BartConfig whose
+// keys its schema binds to these fields. Field names follow HuggingFace's BartConfig where one
+// exists (d_model, encoder_layers, max_position_embeddings, ...); tarn has one head count and
+// one feed-forward size for both stacks.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,22 +13,42 @@
 
 namespace tarn {
 
+// One attention stack of the BART layout: the setting every layer uses, or one per layer.
+struct AttentionStack : AttentionConfig {
+  AttentionStack() = default;
+  AttentionStack(const AttentionConfig& every_layer) : AttentionConfig(every_layer) {}  // NOLINT: a stack of one setting
+  // The stack's setting becomes `every_layer`'s, for every layer (any per-layer list is cleared).
+  AttentionStack& operator=(const AttentionConfig& every_layer) {
+    AttentionConfig::operator=(every_layer);
+    per_layer.clear();
+    return *this;
+  }
+  // Empty: every layer of the stack uses the stack's setting; else one entry per layer
+  // (encoder_layers, decoder_layers, decoder_layers for the three stacks).
+  std::vector<AttentionConfig> per_layer;
+  const AttentionConfig& of(int64_t layer) const;  // the setting of `layer`
+};
+
+// The three attention stacks: encoder self-attention, decoder self-attention (always causal),
+// and decoder-to-encoder attention.
+struct AttentionStacks {
+  AttentionStack encoder_self, decoder_self, cross;
+};
+
 struct BartConfig {
   int64_t vocab_size = 1000;
   int64_t d_model = 64;
   int64_t encoder_layers = 2;
   int64_t decoder_layers = 2;
-  int64_t encoder_attention_heads = 4;
-  int64_t decoder_attention_heads = 4;
-  int64_t encoder_ffn_dim = 256;
-  int64_t decoder_ffn_dim = 256;
+  int64_t heads = 4;      // attention heads of every stack (HF's encoder_ and decoder_attention_heads)
+  int64_t ffn_dim = 256;  // feed-forward inner size of every layer (HF's encoder_ and decoder_ffn_dim)
   int64_t max_position_embeddings = 128;
 
-  float dropout = 0.1f;             // hidden states (after embeddings, attention, fc2)
-  float attention_dropout = 0.0f;   // softmax probabilities (linear attention has none to drop)
-  float activation_dropout = 0.0f;  // after the GELU of the feed-forward
+  double dropout = 0.1;             // hidden states (after embeddings, attention, fc2)
+  double attention_dropout = 0.0;   // softmax probabilities (linear attention has none to drop)
+  double activation_dropout = 0.0;  // after the GELU of the feed-forward
   bool scale_embedding = false;     // multiply token embeddings by sqrt(d_model); BART-base: false
-  float init_std = 0.02f;           // normal init of Linear / Embedding weights, as HF
+  double init_std = 0.02;           // normal init of Linear / Embedding weights, as HF
   float layer_norm_eps = 1e-5f;
 
   int32_t bos_token_id = 0;
@@ -35,15 +56,10 @@ struct BartConfig {
   int32_t eos_token_id = 2;
   int32_t decoder_start_token_id = 2;  // the target shifted right starts with </s>
 
-  AttentionConfig encoder_self_attention;
-  AttentionConfig decoder_self_attention;  // always causal
-  AttentionConfig cross_attention;
-  // Attention chosen per layer: empty = every layer of the stack uses the stack's setting above;
-  // else one entry per layer of the stack (encoder_layers, decoder_layers, decoder_layers).
-  std::vector<AttentionConfig> encoder_self_layers, decoder_self_layers, cross_layers;
-  const AttentionConfig& encoder_self_attention_of(int64_t layer) const;
-  const AttentionConfig& decoder_self_attention_of(int64_t layer) const;
-  const AttentionConfig& cross_attention_of(int64_t layer) const;
+  AttentionStacks attention;
+  const AttentionConfig& encoder_self_attention_of(int64_t layer) const { return attention.encoder_self.of(layer); }
+  const AttentionConfig& decoder_self_attention_of(int64_t layer) const { return attention.decoder_self.of(layer); }
+  const AttentionConfig& cross_attention_of(int64_t layer) const { return attention.cross.of(layer); }
 
   // Presets. tiny: tests; small: the CPU default; base: BART-base dimensions (GPUs).
   static BartConfig tiny();
@@ -55,7 +71,7 @@ struct BartConfig {
   BartConfig& with_attention(const AttentionConfig& a);
 
   // Throws tarn::Error naming the offending field (e.g. "model.d_model: 100 is not divisible
-  // by encoder_attention_heads = 12"). `prefix` is prepended to field names.
+  // by heads = 12"). `prefix` is prepended to field names.
   void validate(const std::string& prefix = "model.") const;
   std::string str() const;  // one line, for logs
 

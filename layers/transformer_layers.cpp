@@ -7,7 +7,9 @@
 namespace tarn {
 
 PostNormLayer::PostNormLayer(const BartConfig& c, DropoutStreams& dropout)
-    : dropout_p_(c.dropout), activation_dropout_p_(c.activation_dropout), dropout_(&dropout) {}
+    : dropout_p_(static_cast<float>(c.dropout)),
+      activation_dropout_p_(static_cast<float>(c.activation_dropout)),
+      dropout_(&dropout) {}
 
 void PostNormLayer::register_attention(const std::string& name, MultiHeadAttention& attn, LayerNorm& norm) {
   register_module(name, attn);
@@ -31,11 +33,11 @@ Tensor PostNormLayer::dropped(const Tensor& x) const { return dropout_->apply(x,
 
 EncoderLayer::EncoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
     : PostNormLayer(c, dropout),
-      self_attn(c.d_model, c.encoder_attention_heads, c.encoder_self_attention_of(index), /*causal=*/false,
-                c.attention_dropout, init, dropout),
+      self_attn(c.d_model, c.heads, c.encoder_self_attention_of(index), /*causal=*/false,
+                static_cast<float>(c.attention_dropout), init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
-      fc1(c.d_model, c.encoder_ffn_dim, init),
-      fc2(c.encoder_ffn_dim, c.d_model, init),
+      fc1(c.d_model, c.ffn_dim, init),
+      fc2(c.ffn_dim, c.d_model, init),
       final_layer_norm(c.d_model, c.layer_norm_eps) {
   register_attention("self_attn", self_attn, self_attn_layer_norm);
   register_feed_forward(fc1, fc2, final_layer_norm);
@@ -48,14 +50,14 @@ Tensor EncoderLayer::forward(const Tensor& x, const PaddingMask& padding) const 
 
 DecoderLayer::DecoderLayer(const BartConfig& c, int64_t index, ParamInit& init, DropoutStreams& dropout)
     : PostNormLayer(c, dropout),
-      self_attn(c.d_model, c.decoder_attention_heads, c.decoder_self_attention_of(index), /*causal=*/true,
-                c.attention_dropout, init, dropout),
+      self_attn(c.d_model, c.heads, c.decoder_self_attention_of(index), /*causal=*/true,
+                static_cast<float>(c.attention_dropout), init, dropout),
       self_attn_layer_norm(c.d_model, c.layer_norm_eps),
-      encoder_attn(c.d_model, c.decoder_attention_heads, c.cross_attention_of(index), /*causal=*/false,
-                   c.attention_dropout, init, dropout, /*cross=*/true),
+      encoder_attn(c.d_model, c.heads, c.cross_attention_of(index), /*causal=*/false,
+                   static_cast<float>(c.attention_dropout), init, dropout, /*cross=*/true),
       encoder_attn_layer_norm(c.d_model, c.layer_norm_eps),
-      fc1(c.d_model, c.decoder_ffn_dim, init),
-      fc2(c.decoder_ffn_dim, c.d_model, init),
+      fc1(c.d_model, c.ffn_dim, init),
+      fc2(c.ffn_dim, c.d_model, init),
       final_layer_norm(c.d_model, c.layer_norm_eps) {
   register_attention("self_attn", self_attn, self_attn_layer_norm);
   register_attention("encoder_attn", encoder_attn, encoder_attn_layer_norm);

@@ -1,46 +1,38 @@
 #pragma once
 // The recipe's `model.attention` section: one stack per attention of the BART layout
-// (encoder_self, decoder_self, cross), each parsed straight into the type the model and the
-// kernels read (framework/attention_config.h), and optionally chosen per layer. The rules that
-// tie an attention setting's keys together live here, once for a stack and its per-layer
-// entries alike.
+// (encoder_self, decoder_self, cross), each parsed straight into the model's own stack
+// (AttentionStack, layers/config.h: an AttentionConfig, framework/attention_config.h, and its
+// per-layer settings), and optionally chosen per layer through `layers`, which the recipe keeps
+// as written (AttentionLayerEntries) and resolves into the stack's per_layer. The rules between
+// a setting's keys are its kind's (layers/attention/settings.h); they are reported here, at the
+// keys' lines, for a stack and its per-layer entries alike.
 #include <cstdint>
 #include <vector>
 
-#include "framework/attention_config.h"
 #include "framework/config/config_error.h"
 #include "framework/config/schema.h"
 
 namespace tarn {
 
-// One stack's attention, optionally chosen per layer: `layers` holds one entry per layer of the
-// stack as given (a kind name, or a map of settings that override the stack's), `per_layer`
-// what they resolve to once every source is applied (empty without `layers`).
-struct AttentionStackRecipe : AttentionConfig {
-  std::vector<YamlEntry> layers;
-  std::vector<AttentionConfig> per_layer;
-};
+struct ModelRecipe;
 
-// A recipe's stacks are linear attention unless it says otherwise.
-struct AttentionStacksRecipe {
-  AttentionStackRecipe encoder_self{AttentionConfig::linear_attention(), {}, {}};
-  AttentionStackRecipe decoder_self{AttentionConfig::linear_attention(), {}, {}};  // always causal
-  AttentionStackRecipe cross{AttentionConfig::linear_attention(), {}, {}};
+// Each stack's `layers` as written: one entry per layer of the stack (a kind name, or a map of
+// settings that override the stack's); empty = every layer as the stack.
+struct AttentionLayerEntries {
+  std::vector<YamlEntry> encoder_self, decoder_self, cross;
 };
 
 namespace recipe_sections {
 
-// Declares model.attention's stacks and their keys.
-void declare_attention(config::SectionBuilder<AttentionStacksRecipe> attention);
+// Declares model.attention's stacks and their keys (in `model`'s section).
+void declare_attention(config::SectionBuilder<ModelRecipe> model);
 
-// Parses each stack's `layers` entries over the stack's settings into `per_layer`, checking
+// Parses each stack's `layers` entries over the stack's settings into its per_layer, checking
 // each entry (its issues at the entry's line, under model.attention.STACK.layers[i]).
-// `encoder_layers` and `decoder_layers` are the stacks' layer counts.
-void resolve_attention_layers(AttentionStacksRecipe& attention, int64_t encoder_layers, int64_t decoder_layers,
-                              config::Loader& loader);
+void resolve_attention_layers(ModelRecipe& model, config::Loader& loader);
 
 // The rules between a stack's keys, and warnings for keys its kind ignores.
-void check_attention(const AttentionStacksRecipe& attention, config::Loader& loader);
+void check_attention(const ModelRecipe& model, config::Loader& loader);
 
 }  // namespace recipe_sections
 }  // namespace tarn

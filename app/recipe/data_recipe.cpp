@@ -58,12 +58,12 @@ void declare_noising(SectionBuilder<NoisingRecipe> noising) {
 void check_lengths(const Recipe& r, Loader& loader) {
   const ModelRecipe& m = r.model;
   const DataRecipe& d = r.data;
-  if (d.max_source_len > m.max_positions) {
-    loader.error("data.max_source_len", str_cat("expected at most model.max_positions = ", m.max_positions, ", got ",
+  if (d.max_source_len > m.max_position_embeddings) {
+    loader.error("data.max_source_len", str_cat("expected at most model.max_positions = ", m.max_position_embeddings, ", got ",
                                                 d.max_source_len));
   }
-  if (d.max_target_len > m.max_positions) {
-    loader.error("data.max_target_len", str_cat("expected at most model.max_positions = ", m.max_positions, ", got ",
+  if (d.max_target_len > m.max_position_embeddings) {
+    loader.error("data.max_target_len", str_cat("expected at most model.max_positions = ", m.max_position_embeddings, ", got ",
                                                 d.max_target_len));
   }
   if (d.pack_tokens > d.max_source_len) {

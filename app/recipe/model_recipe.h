@@ -1,32 +1,25 @@
 #pragma once
-// The recipe's `model` section: the encoder-decoder's sizes (or a preset's), its regularisation
-// and initialisation, and its attention (app/recipe/attention_recipe.h). app/session.h maps it
-// onto the model's own config (BartConfig, layers/config.h).
+// The recipe's `model` section: the model's own config (BartConfig, layers/config.h), whose
+// fields its schema binds straight to their keys (d_model, heads, ffn_dim, dropout, attention,
+// ...; max_positions is max_position_embeddings), so the model is built from the recipe without
+// a copy. Beside them, what only a recipe says: a preset of sizes, the weights to start from,
+// and each attention stack's `layers` as written (app/recipe/attention_recipe.h).
 #include <cstdint>
 #include <string>
 
 #include "app/recipe/attention_recipe.h"
 #include "framework/config/schema.h"
+#include "layers/config.h"
 
 namespace tarn {
 
-struct ModelRecipe {
+struct ModelRecipe : BartConfig {
+  // The `small` preset's sizes (load_recipe fills sizes not given from model.preset), the
+  // tokenizer's vocabulary (vocab_size 0), and linear attention in every stack.
+  ModelRecipe();
   std::string preset = "small";  // tiny | small | base | custom
-  int64_t vocab_size = 0;        // 0 = the tokenizer's vocabulary size
-  // Sizes: the defaults below are the `small` preset; load_recipe fills them from the preset.
-  int64_t d_model = 256;
-  int64_t encoder_layers = 4;
-  int64_t decoder_layers = 4;
-  int64_t heads = 4;  // attention heads of every stack
-  int64_t ffn_dim = 1024;
-  int64_t max_positions = 512;
-  double dropout = 0.1;
-  double attention_dropout = 0.0;
-  double activation_dropout = 0.0;
-  bool scale_embedding = false;
-  double init_std = 0.02;
-  std::string init_from;  // a checkpoint or run folder: a new run's first weights (app/init_from.h)
-  AttentionStacksRecipe attention;
+  std::string init_from;         // a checkpoint or run folder: a new run's first weights (app/init_from.h)
+  AttentionLayerEntries attention_layers;
 };
 
 namespace recipe_sections {

@@ -67,7 +67,7 @@ void check_cross_field(const Recipe& r, Loader& loader) {
   check_model_sizes(r.model, loader);
   check_data(r, loader);
   check_run(r, loader);
-  check_attention(r.model.attention, loader);
+  check_attention(r.model, loader);
   warn_unused_data(r.data, loader);
   warn_unused_validation(r, loader);
 }

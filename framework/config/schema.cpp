@@ -285,6 +285,40 @@ std::string Schema::value_text(const Field& f, const void* object) {
   }
 }
 
+void Schema::check_object(const void* object,
+                          const std::function<void(const std::string& path, const std::string& message)>& issue) const {
+  for (const Field* f : fields()) {
+    if (!f->is_leaf() || f->type == FieldType::fixed) continue;  // a fixed key holds no value
+    const void* p = f->locate(const_cast<void*>(object));
+    bool good = true;
+    switch (f->type) {
+      case FieldType::integer:
+        good = in_range(*f, static_cast<double>(*static_cast<const int64_t*>(p))) && (!f->accept || f->accept(p));
+        break;
+      case FieldType::number:
+        good = in_range(*f, *static_cast<const double*>(p)) && (!f->accept || f->accept(p));
+        break;
+      case FieldType::numbers:
+        for (size_t i = 0; i < f->count; ++i) {
+          const double* x = static_cast<const double*>(p) + i;
+          good = good && in_range(*f, *x) && (!f->accept || f->accept(x));
+        }
+        break;
+      case FieldType::boolean: good = !f->accept || f->accept(p); break;
+      case FieldType::string: {
+        const auto& text = *static_cast<const std::string*>(p);
+        good = !(f->required && text.empty()) && (!f->accept || f->accept(p));
+        break;
+      }
+      case FieldType::choice:  // a value none of the choices names (an enum's) reads "(none)"
+        good = std::find(f->choices.begin(), f->choices.end(), f->chosen(p)) != f->choices.end();
+        break;
+      default: break;  // entries are the caller's to check
+    }
+    if (!good) issue(f->path, "expected " + expectation(*f) + ", got " + value_text(*f, object));
+  }
+}
+
 std::string Schema::emit(const void* object, const std::function<bool(const Field&)>& omit) const {
   std::string out;
   std::function<void(const Field&, int)> walk = [&](const Field& section, int depth) {

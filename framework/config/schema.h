@@ -176,6 +176,18 @@ class SectionBuilder {
   FieldRef<std::vector<YamlEntry>> entries(std::vector<YamlEntry> S::*m, std::string key, std::string description) {
     return FieldRef<std::vector<YamlEntry>>(add(FieldType::entries, std::move(key), std::move(description), m));
   }
+  // The same for a key of this section whose value an enclosing section's struct keeps, in its
+  // member `holder` (of type H) at `m`: for a type that must not hold a YAML entry, e.g. a
+  // model's attention stack whose `layers` the recipe keeps beside the model's settings.
+  template <class O, class H>
+  FieldRef<std::vector<YamlEntry>> entries(const SectionBuilder<O>& outer, H O::*holder, std::vector<YamlEntry> H::*m,
+                                           std::string key, std::string description) {
+    auto outer_locate = outer.section_->locate;
+    return FieldRef<std::vector<YamlEntry>>(add_field(
+        FieldType::entries, std::move(key), std::move(description), [outer_locate, holder, m](void* root) -> void* {
+          return &(static_cast<O*>(outer_locate(root))->*holder.*m);
+        }));
+  }
   // A key bound to no member that accepts exactly one value (written as `value_text`), to state
   // a rule in the file itself, e.g. `causal: true` for a decoder's self-attention.
   void fixed(std::string key, std::string description, std::string value_text, std::string why) {
@@ -195,6 +207,8 @@ class SectionBuilder {
     return add_schema_field(section_, type, std::move(key), std::move(description), std::move(locate));
   }
 
+  template <class>
+  friend class SectionBuilder;
   Field* section_;
 };
 
@@ -242,6 +256,16 @@ class Schema {
     check_type(typeid(T));
     return differing_fields(&a, &b);
   }
+  // Checks the values an object already holds (a config built in code, not parsed) against each
+  // field's range, choices and check, as the Loader checks what it parses: `issue(path,
+  // message)` for each value out of range, in schema order, the message worded as the Loader's
+  // with the value as to_yaml writes it ("expected a number in [0, 1), got 1.0").
+  template <class T>
+  void check_values(const T& object,
+                    const std::function<void(const std::string& path, const std::string& message)>& issue) const {
+    check_type(typeid(T));
+    check_object(&object, issue);
+  }
   // Annotated YAML: every key with its default, description and constraint, for --help.
   std::string describe() const;
 
@@ -255,6 +279,8 @@ class Schema {
   bool equal_objects(const void* a, const void* b) const;
   std::string difference(const void* a, const void* b) const;
   std::vector<const Field*> differing_fields(const void* a, const void* b) const;
+  void check_object(const void* object,
+                    const std::function<void(const std::string& path, const std::string& message)>& issue) const;
 
   std::string title_;
   Field root_;

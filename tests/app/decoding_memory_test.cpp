@@ -95,7 +95,7 @@ std::unique_ptr<BartForConditionalGeneration> endless_model(AttentionKind kind, 
   AttentionConfig self = AttentionConfig::linear_attention();
   self.kind = kind;
   if (kind == AttentionKind::hybrid) self.window = 16;
-  c.decoder_self_attention = self;
+  c.attention.decoder_self = self;
   auto model = std::make_unique<BartForConditionalGeneration>(c, 7);
   model->eval();
   float* bias = model->final_logits_bias.f32();

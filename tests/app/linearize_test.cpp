@@ -124,7 +124,7 @@ TEST(Linearize, TheShippedBartBaseRecipeStartsFromAnImportAndLinearizes) {
   EXPECT_EQ(r.model.encoder_layers, 6);
   EXPECT_EQ(r.model.heads, 12);
   EXPECT_EQ(r.model.ffn_dim, 3072);
-  EXPECT_EQ(r.model.max_positions, 1024);
+  EXPECT_EQ(r.model.max_position_embeddings, 1024);
   EXPECT_EQ(r.model.init_from, "runs/bart-base");
   EXPECT_EQ(r.data.tokenizer.model, "runs/bart-base/tokenizer.json");
   EXPECT_TRUE(r.data.bos);

@@ -232,10 +232,10 @@ TEST(MemoryCheck, DecodingCountsBeamTimesLengthAndTheConvolutionTails) {
                    (kLength - 1) * per_token);
   // Tails: conv_size - 1 rows of q, k and v kept, and a window of conv_size rows convolved.
   BartConfig taps = delta;
-  taps.decoder_self_attention.conv_size = 1004;
+  taps.attention.decoder_self.conv_size = 1004;
   EXPECT_DOUBLE_EQ(decoding_memory_bytes(taps, kBeam, 512, kLength) - decoding_memory_bytes(delta, kBeam, 512, kLength),
                    kBeam * base.decoder_layers * 4.0 * base.d_model * (3 + 2) * 1000);
-  taps.decoder_self_attention.conv_size = std::numeric_limits<int64_t>::max();
+  taps.attention.decoder_self.conv_size = std::numeric_limits<int64_t>::max();
   const double huge = decoding_memory_bytes(taps, 1, 512, 1);
   EXPECT_TRUE(std::isfinite(huge));
   EXPECT_GT(huge, 1e21);

@@ -189,10 +189,10 @@ TEST(ToyKind, ItsRecipeRulesAndIgnoredKeysAreReportedAtTheirLines) {
   }
   // The model's own check applies the same rule.
   BartConfig c = BartConfig::tiny();
-  c.cross_attention.kind = AttentionKind::named("previous_token");
+  c.attention.cross.kind = AttentionKind::named("previous_token");
   EXPECT_THROW(c.validate(), Error);
-  c.cross_attention = c.encoder_self_attention;
-  c.encoder_self_attention.kind = AttentionKind::named("previous_token");
+  c.attention.cross = c.attention.encoder_self;
+  c.attention.encoder_self.kind = AttentionKind::named("previous_token");
   EXPECT_NO_THROW(c.validate());
 }
 

@@ -75,6 +75,30 @@ TEST(SchemaEngine, RangesAreInclusiveOrExclusiveAsDeclared) {
   EXPECT_EQ(first_error("name: a\ninner: {count: 11}\n"), "toy.yaml:2: inner.count: expected an integer in [1, 10], got 11");
 }
 
+TEST(SchemaEngine, CheckValuesHoldsABuiltObjectToTheRangesTheLoaderApplies) {
+  std::vector<std::string> issues;
+  auto collect = [&](const std::string& path, const std::string& message) { issues.push_back(path + ": " + message); };
+  Toy t;
+  t.name = "a";
+  toy_schema().check_values(t, collect);
+  EXPECT_TRUE(issues.empty()) << issues.front();  // the defaults and a name: in range
+  t.rate = 0;
+  t.weights[1] = -1;
+  t.inner.count = 11;
+  t.inner.mode = "medium";
+  t.name.clear();
+  toy_schema().check_values(t, collect);
+  // In schema order, worded as the loader's messages, each value as to_yaml writes it (a fixed
+  // key holds no value to check).
+  const std::vector<std::string> expected = {
+      "rate: expected a number in (0, 1], got 0.0",
+      "name: expected a non-empty string, got \"\"",
+      "weights: expected a list of 3 numbers, each >= 0, got [1.0, -1.0, 3.0]",
+      "inner.count: expected an integer in [1, 10], got 11",
+      "inner.mode: expected one of fast, slow, got medium"};
+  EXPECT_EQ(issues, expected);
+}
+
 TEST(SchemaEngine, FixedKeyAcceptsOnlyItsValue) {
   EXPECT_EQ(first_error("name: a\ninner:\n  sealed: false\n"),
             "toy.yaml:3: inner.sealed: expected true (toys are sealed), got false");

@@ -48,11 +48,11 @@ void expect_model_matches_on_cuda(const testing::AttentionSetup& setup) {
   // the loss's forward path (7 source, 5 target positions, 10 labels), twice that for a
   // gradient (the backward retraces it), and the decoding steps' forward path.
   // Delta and gated attentions add their recurrences' roundings (4 taps of convolution).
-  const int64_t head = cfg.d_model / cfg.encoder_attention_heads;
+  const int64_t head = cfg.d_model / cfg.heads;
   auto recurrence = [&](const AttentionConfig& a, int64_t n) {
     return a.is_gated_recurrence() ? testing::delta_attention_path(head, n, a.conv_size) : 0;
   };
-  const int64_t path = testing::bart_forward_path(cfg.d_model, cfg.encoder_attention_heads, cfg.encoder_ffn_dim,
+  const int64_t path = testing::bart_forward_path(cfg.d_model, cfg.heads, cfg.ffn_dim,
                                                   cfg.encoder_layers, cfg.decoder_layers, cfg.vocab_size, 7, 5, 10) +
                        cfg.encoder_layers * recurrence(setup.encoder_self, 7) +
                        cfg.decoder_layers * (recurrence(setup.decoder_self, 5) + recurrence(setup.cross, 7));

@@ -114,7 +114,7 @@ TEST(BartDecoding, HybridStatesStayWithinTheWindow) {
     a.window = 3;
     a.global = global;
     BartConfig c = tiny_config(AttentionConfig::linear_attention());
-    c.encoder_self_attention = c.decoder_self_attention = a;
+    c.attention.encoder_self = c.attention.decoder_self = a;
     SCOPED_TRACE(a.str());
     BartForConditionalGeneration model(c, 5);
     model.eval();

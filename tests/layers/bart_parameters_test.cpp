@@ -138,9 +138,9 @@ TEST(BartParameters, AttentionChosenPerLayerGivesEachLayerItsOwnParameters) {
   AttentionConfig hybrid = AttentionConfig::linear_attention(), delta;
   hybrid.kind = AttentionKind::hybrid;
   delta.kind = AttentionKind::delta;
-  c.encoder_self_layers = {AttentionConfig::linear_attention(), hybrid};
-  c.decoder_self_layers = {delta, AttentionConfig::softmax_attention()};
-  c.cross_layers = {AttentionConfig::softmax_attention(), AttentionConfig::linear_attention(FeatureMap::taylor)};
+  c.attention.encoder_self.per_layer = {AttentionConfig::linear_attention(), hybrid};
+  c.attention.decoder_self.per_layer = {delta, AttentionConfig::softmax_attention()};
+  c.attention.cross.per_layer = {AttentionConfig::softmax_attention(), AttentionConfig::linear_attention(FeatureMap::taylor)};
   BartForConditionalGeneration model(c, /*seed=*/3);
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : model.named_parameters()) shapes[name] = t->shape();
@@ -152,12 +152,12 @@ TEST(BartParameters, AttentionChosenPerLayerGivesEachLayerItsOwnParameters) {
   EXPECT_EQ(shapes.count("model.decoder.layers.0.encoder_attn.taylor_proj.weight"), 0u);
   EXPECT_EQ(shapes.count("model.decoder.layers.1.encoder_attn.taylor_proj.weight"), 1u);
   // A list whose length is not the stack's layer count is refused, naming the field.
-  c.decoder_self_layers.push_back(delta);
+  c.attention.decoder_self.per_layer.push_back(delta);
   try {
     c.validate();
     FAIL() << "3 entries for 2 decoder layers were accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.decoder_self_layers: 3 entries for 2 layers"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.attention.decoder_self.per_layer: 3 entries for 2 layers"), std::string::npos)
         << e.what();
   }
 }
@@ -169,7 +169,7 @@ TEST(BartParameters, DeltaAttentionKeepsItsLayersInitialValues) {
   BartConfig c = BartConfig::tiny();
   AttentionConfig delta;
   delta.kind = AttentionKind::delta;
-  c.encoder_self_attention = c.decoder_self_attention = c.cross_attention = delta;
+  c.attention.encoder_self = c.attention.decoder_self = c.attention.cross = delta;
   BartForConditionalGeneration model(c, /*seed=*/3);
   int kept = 0, drawn = 0;
   for (const auto& [name, t] : model.named_parameters()) {
@@ -204,8 +204,8 @@ TEST(BartConfigTest, PresetsHaveTheStatedDimensions) {
   EXPECT_EQ(small.vocab_size, 8000);
   const BartConfig base = BartConfig::preset("base");
   EXPECT_EQ(base.d_model, 768);
-  EXPECT_EQ(base.encoder_attention_heads, 12);
-  EXPECT_EQ(base.decoder_ffn_dim, 3072);
+  EXPECT_EQ(base.heads, 12);
+  EXPECT_EQ(base.ffn_dim, 3072);
   EXPECT_EQ(base.vocab_size, 50265);
   EXPECT_EQ(base.max_position_embeddings, 1024);
   EXPECT_FALSE(base.scale_embedding);
@@ -216,18 +216,18 @@ TEST(BartConfigTest, PresetsHaveTheStatedDimensions) {
 
 TEST(BartConfigTest, ValidateNamesTheOffendingField) {
   BartConfig c = BartConfig::tiny();
-  c.encoder_attention_heads = 5;
+  c.heads = 5;
   try {
     c.validate();
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.d_model: 64 is not divisible by encoder_attention_heads = 5"),
+    EXPECT_NE(std::string(e.what()).find("model.heads: expected a divisor of model.d_model = 64, got 5"),
               std::string::npos)
         << e.what();
   }
   c = BartConfig::tiny();
-  c.cross_attention = AttentionConfig::linear_attention();
-  c.cross_attention.chunk = 0;
+  c.attention.cross = AttentionConfig::linear_attention();
+  c.attention.cross.chunk = 0;
   EXPECT_THROW(c.validate(), Error);
   EXPECT_THROW(parse_feature_map("cosine"), Error);  // a map's name is parsed once, with the recipe
   c = BartConfig::tiny();
@@ -242,8 +242,8 @@ TEST(BartFootprint, CountsExactlyTheParametersTheModelRegisters) {
   std::vector<BartConfig> configs = {BartConfig::tiny(), BartConfig::small()};
   BartConfig odd = BartConfig::tiny();
   odd.vocab_size = 77, odd.d_model = 24, odd.encoder_layers = 3, odd.decoder_layers = 1;
-  odd.encoder_ffn_dim = 40, odd.decoder_ffn_dim = 40, odd.max_position_embeddings = 33;
-  odd.encoder_attention_heads = odd.decoder_attention_heads = 3;
+  odd.ffn_dim = 40, odd.ffn_dim = 40, odd.max_position_embeddings = 33;
+  odd.heads = 3;
   configs.push_back(odd);
   for (const BartConfig& c : configs) {
     BartForConditionalGeneration model(c);

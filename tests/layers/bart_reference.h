@@ -426,10 +426,10 @@ class BartReference {
     Mat x = embed(ids, "encoder");
     for (int64_t l = 0; l < c_.encoder_layers; ++l) {
       const std::string name = "model.encoder.layers." + std::to_string(l);
-      const Mat a = attention(x, x, name + ".self_attn", c_.encoder_self_attention_of(l), c_.encoder_attention_heads,
+      const Mat a = attention(x, x, name + ".self_attn", c_.encoder_self_attention_of(l), c_.heads,
                               false, pad);
       const Mat h = layer_norm(add(x, a), name + ".self_attn_layer_norm");
-      x = feed_forward(h, name, c_.encoder_ffn_dim);
+      x = feed_forward(h, name, c_.ffn_dim);
     }
     return x;
   }
@@ -438,13 +438,13 @@ class BartReference {
     Mat x = embed(ids, "decoder");
     for (int64_t l = 0; l < c_.decoder_layers; ++l) {
       const std::string name = "model.decoder.layers." + std::to_string(l);
-      const Mat a = attention(x, x, name + ".self_attn", c_.decoder_self_attention_of(l), c_.decoder_attention_heads, true,
+      const Mat a = attention(x, x, name + ".self_attn", c_.decoder_self_attention_of(l), c_.heads, true,
                               {});
       Mat h = layer_norm(add(x, a), name + ".self_attn_layer_norm");
-      const Mat c = attention(h, enc, name + ".encoder_attn", c_.cross_attention_of(l), c_.decoder_attention_heads, false,
+      const Mat c = attention(h, enc, name + ".encoder_attn", c_.cross_attention_of(l), c_.heads, false,
                               src_pad, /*cross=*/true);
       h = layer_norm(add(h, c), name + ".encoder_attn_layer_norm");
-      x = feed_forward(h, name, c_.decoder_ffn_dim);
+      x = feed_forward(h, name, c_.ffn_dim);
     }
     return x;
   }

@@ -42,10 +42,8 @@ TEST(BartReference, ForwardMatchesNaiveLoopsWithScaledEmbeddingsAndOneLayerEach)
   BartConfig c = tiny_config(AttentionConfig::softmax_attention());
   c.scale_embedding = true;
   c.encoder_layers = c.decoder_layers = 1;
-  c.encoder_attention_heads = 2;
-  c.decoder_attention_heads = 8;
-  c.encoder_ffn_dim = 96;
-  c.decoder_ffn_dim = 32;
+  c.heads = 2;  // one head count and feed-forward size for both stacks (hf_import refuses two)
+  c.ffn_dim = 96;
   expect_matches_reference(c, 21);
   c.with_attention(AttentionConfig::linear_attention(FeatureMap::elu1));
   expect_matches_reference(c, 22);

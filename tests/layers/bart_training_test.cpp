@@ -185,7 +185,7 @@ TEST(BartTraining, FavorProjectionsAreSeededBuffersRedrawnOnSchedule) {
   favor.favor_features = 20;
   favor.favor_redraw_every = 3;
   BartConfig c = tiny_config(favor);
-  c.encoder_self_attention = AttentionConfig::softmax_attention();
+  c.attention.encoder_self = AttentionConfig::softmax_attention();
   BartForConditionalGeneration model(c, 4), twin(c, 4), other(c, 5);
   // Decoder self- and cross-attention of two layers; the encoder uses softmax.
   const auto projections = model.favor_projections();

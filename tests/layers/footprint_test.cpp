@@ -59,22 +59,22 @@ TEST(BartFootprint, CountsEveryAttentionKindsParametersAndBuffersExactly) {
   std::vector<BartConfig> configs;
   for (const AttentionConfig& self : self_kinds) {
     BartConfig c = BartConfig::tiny();
-    c.vocab_size = 50, c.d_model = 24, c.encoder_attention_heads = c.decoder_attention_heads = 3;
-    c.encoder_ffn_dim = c.decoder_ffn_dim = 32, c.max_position_embeddings = 16;
-    c.encoder_self_attention = c.decoder_self_attention = self;
+    c.vocab_size = 50, c.d_model = 24, c.heads = 3;
+    c.ffn_dim = 32, c.max_position_embeddings = 16;
+    c.attention.encoder_self = c.attention.decoder_self = self;
     configs.push_back(c);
   }
   for (const AttentionConfig& cross : cross_kinds) {
     BartConfig c = configs.front();
-    c.cross_attention = cross;
+    c.attention.cross = cross;
     configs.push_back(c);
   }
   // Per-layer lists: each entry counted as itself.
   BartConfig mixed = configs.front();
   mixed.encoder_layers = 3;
-  mixed.encoder_self_layers = {delta, taylor, hybrid_favor};
-  mixed.decoder_self_layers = {hybrid_delta, map(FeatureMap::hedgehog)};
-  mixed.cross_layers = {favor, gated};
+  mixed.attention.encoder_self.per_layer = {delta, taylor, hybrid_favor};
+  mixed.attention.decoder_self.per_layer = {hybrid_delta, map(FeatureMap::hedgehog)};
+  mixed.attention.cross.per_layer = {favor, gated};
   configs.push_back(mixed);
   for (const BartConfig& c : configs) {
     c.validate();
@@ -93,10 +93,10 @@ TEST(BartFootprint, ConvolutionTapsScaleTheParametersWithoutWrapping) {
   a.conv_size = 4;
   c.with_attention(a);
   const double at4 = c.footprint().parameters();
-  c.decoder_self_attention.conv_size = 5;
+  c.attention.decoder_self.conv_size = 5;
   // One more tap: d_model values per convolution (q, k, v) per decoder layer.
   EXPECT_EQ(c.footprint().parameters() - at4, 3.0 * 64 * 2);
-  c.decoder_self_attention.conv_size = std::numeric_limits<int64_t>::max();
+  c.attention.decoder_self.conv_size = std::numeric_limits<int64_t>::max();
   const double huge = c.footprint().parameters();
   EXPECT_TRUE(std::isfinite(huge));
   EXPECT_GT(huge, 1e21);

@@ -127,11 +127,11 @@ inline std::vector<AttentionSetup> all_attention_setups() {
 }
 inline BartConfig config_for(const AttentionSetup& s, int64_t vocab = 48) {
   BartConfig c = tiny_config(s.encoder_self, vocab);
-  c.decoder_self_attention = s.decoder_self;
-  c.cross_attention = s.cross;
-  c.encoder_self_layers = s.encoder_self_layers;
-  c.decoder_self_layers = s.decoder_self_layers;
-  c.cross_layers = s.cross_layers;
+  c.attention.decoder_self = s.decoder_self;
+  c.attention.cross = s.cross;
+  c.attention.encoder_self.per_layer = s.encoder_self_layers;
+  c.attention.decoder_self.per_layer = s.decoder_self_layers;
+  c.attention.cross.per_layer = s.cross_layers;
   return c;
 }
 

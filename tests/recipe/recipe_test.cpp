@@ -135,7 +135,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   }
 
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
-  for (const AttentionStackRecipe* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
+  for (const AttentionStack* stack : {&hybrid.model.attention.encoder_self, &hybrid.model.attention.decoder_self}) {
     EXPECT_TRUE(stack->per_layer.empty());
     EXPECT_EQ(stack->kind, AttentionKind::hybrid);
     EXPECT_EQ(stack->global, AttentionKind::delta);
@@ -231,7 +231,7 @@ TEST(RecipeDefaults, StructDefaultsAreTheSmallPreset) {
   EXPECT_EQ(r.model.d_model, d.model.d_model);
   EXPECT_EQ(r.model.heads, d.model.heads);
   EXPECT_EQ(r.model.ffn_dim, d.model.ffn_dim);
-  EXPECT_EQ(r.model.max_positions, d.model.max_positions);
+  EXPECT_EQ(r.model.max_position_embeddings, d.model.max_position_embeddings);
 }
 
 TEST(RecipeDefaults, PresetFillsSizesAndExplicitSizesWin) {
@@ -240,7 +240,7 @@ TEST(RecipeDefaults, PresetFillsSizesAndExplicitSizesWin) {
   EXPECT_EQ(r.model.heads, 12);
   EXPECT_EQ(r.model.decoder_layers, 6);
   EXPECT_EQ(r.model.encoder_layers, 2);
-  EXPECT_EQ(r.model.max_positions, 1024);
+  EXPECT_EQ(r.model.max_position_embeddings, 1024);
 }
 
 // The attention keys parse straight into the type the model and the kernels read, once.
@@ -359,7 +359,7 @@ TEST(RecipeDefaults, CustomPresetTakesEverySizeGiven) {
   EXPECT_EQ(r.model.d_model, 96);
   EXPECT_EQ(r.model.heads, 3);
   EXPECT_EQ(r.model.decoder_layers, 3);
-  EXPECT_EQ(r.model.max_positions, 300);
+  EXPECT_EQ(r.model.max_position_embeddings, 300);
 }
 
 TEST(RecipeDefaults, EmptySectionsAreAllowed) {

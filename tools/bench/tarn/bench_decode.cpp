@@ -52,9 +52,9 @@ struct DecodeSetup {
 
 // The decoder self-attention's kind, or its layers' kinds joined by "+" when chosen per layer.
 std::string attention_name(const BartConfig& cfg) {
-  if (cfg.decoder_self_layers.empty()) return attention_kind_name(cfg.decoder_self_attention.kind);
+  if (cfg.attention.decoder_self.per_layer.empty()) return attention_kind_name(cfg.attention.decoder_self.kind);
   std::string name;
-  for (const AttentionConfig& a : cfg.decoder_self_layers) name += (name.empty() ? "" : "+") + std::string(attention_kind_name(a.kind));
+  for (const AttentionConfig& a : cfg.attention.decoder_self.per_layer) name += (name.empty() ? "" : "+") + std::string(attention_kind_name(a.kind));
   return name;
 }
 
@@ -112,11 +112,11 @@ int run(const DecodeFlags& f) {
     if (!f.device.empty()) recipe.training.device = f.device;
     configure_threads(recipe);
     device = training_device(recipe);
-    recipe.model.max_positions = std::max({recipe.model.max_positions, positions, source_len});
+    recipe.model.max_position_embeddings = std::max({recipe.model.max_position_embeddings, positions, source_len});
     const int64_t vocab = recipe.model.vocab_size > 0 ? recipe.model.vocab_size : recipe.data.tokenizer.train.vocab_size;
     const BartConfig base = model_config(recipe, vocab);
     for (const std::string& kind : f.kinds) {
-      const BartConfig cfg = with_attention_kind(base, kind, base.decoder_self_attention);
+      const BartConfig cfg = with_attention_kind(base, kind, base.attention.decoder_self);
       auto model = std::make_unique<BartForConditionalGeneration>(cfg, 1);
       model->to(device);
       model->eval();

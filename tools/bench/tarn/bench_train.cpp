@@ -128,7 +128,7 @@ int run(TrainFlags f) {
     const int64_t batch = std::max<int64_t>(1, tokens / n);
     Recipe sized = recipe;  // the memory estimate of this batch and length
     sized.training.tokens_per_batch = batch * n;
-    sized.model.max_positions = std::max(recipe.model.max_positions, n);
+    sized.model.max_position_embeddings = std::max(recipe.model.max_position_embeddings, n);
     sized.data.max_source_len = sized.data.max_target_len = n;
     const BartConfig recipe_model = model_config(sized, vocab);
     // training_memory is a lower bound (small-linear: 561 of 619 MiB live): a quarter more
@@ -145,7 +145,7 @@ int run(TrainFlags f) {
         out.row(row);
         continue;
       }
-      configs.push_back({kind, with_attention_kind(recipe_model, kind, recipe_model.encoder_self_attention), row, {}, {}});
+      configs.push_back({kind, with_attention_kind(recipe_model, kind, recipe_model.attention.encoder_self), row, {}, {}});
     }
     for (int64_t round = 0; round < f.rounds; ++round)
       for (size_t c = 0; c < configs.size(); ++c) {
