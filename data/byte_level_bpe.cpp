@@ -164,6 +164,12 @@ void ByteLevelBpe::build(std::unordered_map<std::string, int32_t> vocab,
   for (const Special& s : specials) {
     TARN_CHECK(!seen[s.id] || id_to_token_[s.id] == s.content, source, ": added token ", s.content, " has id ", s.id,
                ", which the vocabulary gives to ", id_to_token_[s.id]);
+    // One id per token: an added token that the vocabulary (or an earlier added token) gives
+    // another id would leave that id a token the text never encodes to, and a tokenizer.json
+    // written from it would lose one of the two.
+    const auto other = vocab.find(s.content);
+    TARN_CHECK(other == vocab.end() || other->second == s.id, source, ": added token ", s.content, " has id ", s.id,
+               ", but ", other->second, " is already its id");
     id_to_token_[s.id] = s.content;
     seen[s.id] = true;
     vocab[s.content] = s.id;

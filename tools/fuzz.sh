@@ -4,7 +4,7 @@
 # the other, one process each.
 set -euo pipefail
 
-all_targets=(recipe corpus safetensors checkpoint)
+all_targets=(recipe corpus safetensors checkpoint bpe_tokenizer hf_config)
 
 usage() {
   cat <<USAGE
@@ -18,6 +18,8 @@ Targets: ${all_targets[*]} (default: all).
   corpus       data/: plain-text lines, source<TAB>target pairs, WordNet data files
   safetensors  framework/io/safetensors.cpp: check_safetensors and load_safetensors
   checkpoint   framework/io/checkpoint_dir.cpp (MANIFEST.json, COMPLETE), progress.json
+  bpe_tokenizer  data/byte_level_bpe.cpp: tokenizer.json, vocab.json + merges.txt, encode/decode
+  hf_config    app/hf_config.cpp: tarn import's config.json / generation_config.json, its recipe
 
 Each target keeps a growing corpus in build/fuzz/corpus-TARGET (seeded from
 fuzz/corpus/TARGET, which is only read). A finding is a crash, an ASan/UBSan report, an

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "data/special_ids.h"
 #include "framework/io/atomic_file.h"
@@ -193,6 +195,29 @@ TEST(HfImport, RefusesConfigFieldsTarnCannotRepresentNamingThem) {
     const std::string why = refusal(hf, c.key);
     EXPECT_NE(why.find(c.says), std::string::npos) << c.key << ": " << why;
     EXPECT_NE(why.find("config.json"), std::string::npos) << why;
+  }
+}
+
+// Sizes far beyond the weights were allocated before load_state_dict compared them (20 million
+// layers: out of memory, or std::bad_alloc, exit 1); they are refused first now, naming config.json.
+// (max_position_embeddings is bounded before: data.max_source_len must fit training.tokens_per_batch.)
+TEST(HfImport, RefusesSizesBeyondItsWeightsBeforeBuildingTheModel) {
+  const struct {
+    const char* name;
+    std::vector<std::pair<const char*, const char*>> fields;
+    const char* says;
+  } cases[] = {
+      {"layers", {{"encoder_layers", "20000000"}, {"num_hidden_layers", "20000000"}}, "encoder_layers 20000000"},
+      {"d_model", {{"d_model", "1073741824"}}, "d_model 1073741824"},
+      {"ffn", {{"encoder_ffn_dim", "1000000000"}, {"decoder_ffn_dim", "1000000000"}}, "ffn_dim 1000000000"},
+  };
+  for (const auto& c : cases) {
+    const std::string hf = hf_copy(std::string("huge_") + c.name);
+    for (const auto& [key, value] : c.fields) set_config_field(hf, key, value);
+    const std::string why = refusal(hf, std::string("huge_") + c.name);
+    EXPECT_NE(why.find("config.json: its sizes"), std::string::npos) << c.name << ": " << why;
+    EXPECT_NE(why.find(c.says), std::string::npos) << c.name << ": " << why;
+    EXPECT_NE(why.find("does not describe these weights"), std::string::npos) << c.name << ": " << why;
   }
 }
 

@@ -124,5 +124,35 @@ TEST(ByteLevelBpe, RefusesTokenizersThatAreNotByteLevelBpe) {
   refused("\"add_prefix_space\": false", "\"add_prefix_space\": true", "pre_tokenizer.add_prefix_space");
 }
 
+// Found by fuzz/bpe_tokenizer_fuzzer: an added token that the vocabulary gives another id loaded
+// (the vocabulary's id then decoded to the token but nothing encoded to it), and the
+// tokenizer.json written from it, which `tarn import` writes, was refused on reading it back
+// ("no token has id 0"). Refused on the first reading now, naming the token and both ids.
+TEST(ByteLevelBpe, RefusesAnAddedTokenThatAlreadyHasAnotherId) {
+  const std::string path = kFixture + "/hf/tokenizer.json";
+  const json::Json fixture = json::parse(read_file(path), path);
+  auto refusal = [](const json::Json& t) -> std::string {
+    try {
+      ByteLevelBpe::from_tokenizer_json(json::dump(t), "t.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  json::Json moved = fixture;  // <s> is id 0 in the vocabulary, and 400 (one past it) as an added token
+  ASSERT_EQ(json::as_string(moved["added_tokens"][0]["content"], "content"), "<s>");
+  moved["added_tokens"][0]["id"] = 400;
+  EXPECT_NE(refusal(moved).find("t.json: added token <s> has id 400, but 0 is already its id"), std::string::npos)
+      << refusal(moved);
+  json::Json twice = fixture;  // <mask> added a second time under a new id
+  json::Json again = twice["added_tokens"][4];
+  ASSERT_EQ(json::as_string(again["content"], "content"), "<mask>");
+  again["id"] = 400;
+  twice["added_tokens"].push_back(again);
+  EXPECT_NE(refusal(twice).find("added token <mask> has id 400, but 4 is already its id"), std::string::npos)
+      << refusal(twice);
+  EXPECT_EQ(refusal(fixture), "accepted");
+}
+
 }  // namespace
 }  // namespace tarn
