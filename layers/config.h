@@ -70,8 +70,9 @@ struct BartConfig {
   // Sets all three attention stacks at once (and clears any per-layer choice).
   BartConfig& with_attention(const AttentionConfig& a);
 
-  // Throws tarn::Error naming the offending field (e.g. "model.d_model: 100 is not divisible
-  // by heads = 12"). `prefix` is prepended to field names.
+  // Throws tarn::Error naming the offending field, worded as the recipe's check of the same key
+  // (e.g. "model.heads: expected a divisor of model.d_model = 100, got 12"). `prefix` is
+  // prepended to field names.
   void validate(const std::string& prefix = "model.") const;
   std::string str() const;  // one line, for logs
 
