@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <queue>
 
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
@@ -394,36 +395,56 @@ const std::string& ByteLevelBpe::id_to_token(int32_t id) const {
 
 // One pre-token: its bytes as characters, then the lowest-ranked adjacent pair merged, again
 // and again (GPT-2's bpe(); every occurrence of the pair, left to right, as tokenizers does).
+// GPT-2 rescans the word for each merge, O(n^2) in its length; here the symbols are a linked
+// list and the candidate pairs a heap by (rank, position), O(n log n), so that a long word
+// without spaces (a base64 blob, a run of digits) does not stall tarn eval. A round merges every
+// occurrence of one rank, left to right; the pairs its merges make wait until the round ends,
+// so a later rank below this one (a merges file out of order) cannot cut in, as in GPT-2's loop.
 void ByteLevelBpe::encode_word(std::string_view bytes, std::vector<int32_t>& out) const {
   const ByteMap& bm = byte_map();
-  std::vector<std::string> sym;
-  sym.reserve(bytes.size());
-  for (char c : bytes) sym.push_back(bm.to_char[static_cast<unsigned char>(c)]);
-  std::string key;
-  while (sym.size() > 1) {
-    int32_t best = INT32_MAX;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      key.assign(sym[i]).append(" ").append(sym[i + 1]);
-      auto it = merge_rank_.find(key);
-      if (it != merge_rank_.end() && it->second < best) best = it->second;
-    }
-    if (best == INT32_MAX) break;
-    const auto& [a, b] = merges_[static_cast<size_t>(best)];
-    std::vector<std::string> next;
-    next.reserve(sym.size());
-    for (size_t i = 0; i < sym.size();) {
-      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
-        next.push_back(a + b);
-        i += 2;
-      } else {
-        next.push_back(std::move(sym[i++]));
-      }
-    }
-    sym = std::move(next);
+  const size_t n = bytes.size();
+  std::vector<std::string> sym(n);
+  std::vector<size_t> prev(n), next(n);  // n: none
+  for (size_t i = 0; i < n; ++i) {
+    sym[i] = bm.to_char[static_cast<unsigned char>(bytes[i])];
+    prev[i] = i == 0 ? n : i - 1;
+    next[i] = i + 1;
   }
-  for (const std::string& s : sym) {
-    const int32_t id = token_to_id(s);
-    TARN_ASSERT(id >= 0, "byte-level BPE: symbol ", s, " is not in the vocabulary although build() checked");
+  using Candidate = std::pair<int32_t, size_t>;  // (rank, left symbol's position)
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  std::string key;
+  auto rank_of = [&](size_t i) -> int32_t {
+    key.assign(sym[i]).append(" ").append(sym[next[i]]);
+    const auto it = merge_rank_.find(key);
+    return it == merge_rank_.end() ? -1 : it->second;
+  };
+  for (size_t i = 0; i + 1 < n; ++i)
+    if (const int32_t r = rank_of(i); r >= 0) heap.push({r, i});
+  std::vector<size_t> made;  // left positions of the pairs this round's merges made
+  while (!heap.empty()) {
+    const int32_t round = heap.top().first;
+    const auto& [a, b] = merges_[static_cast<size_t>(round)];
+    while (!heap.empty() && heap.top().first == round) {
+      const size_t i = heap.top().second;
+      heap.pop();
+      // Stale: a merge took this symbol or its right neighbour since the pair was queued.
+      if (sym[i].empty() || next[i] >= n || sym[i] != a || sym[next[i]] != b) continue;
+      const size_t j = next[i];
+      sym[i] += sym[j];
+      sym[j].clear();
+      next[i] = next[j];
+      if (next[i] < n) prev[next[i]] = i;
+      if (prev[i] < n) made.push_back(prev[i]);
+      made.push_back(i);
+    }
+    for (size_t i : made)
+      if (!sym[i].empty() && next[i] < n)
+        if (const int32_t r = rank_of(i); r >= 0) heap.push({r, i});
+    made.clear();
+  }
+  for (size_t i = 0; i < n; i = next[i]) {
+    const int32_t id = token_to_id(sym[i]);
+    TARN_ASSERT(id >= 0, "byte-level BPE: symbol ", sym[i], " is not in the vocabulary although build() checked");
     out.push_back(id);
   }
 }

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
 #include "data/tokenizer.h"
 #include "framework/io/atomic_file.h"
 #include "framework/io/json.h"
@@ -69,6 +73,100 @@ TEST(ByteLevelBpe, ItsOwnTokenizerJsonReadsBackToTheSameTokenizer) {
   const ByteLevelBpe a = ByteLevelBpe::from_tokenizer_json(read_file(path), path);
   const ByteLevelBpe b = ByteLevelBpe::from_tokenizer_json(a.to_tokenizer_json(), "written");
   expect_same_ids(b, "written back");
+}
+
+// GPT-2's bpe() as written: rescan the word for the lowest-ranked pair, merge each of its
+// occurrences left to right, again. The reference encode_word's heap must equal.
+std::vector<std::string> gpt2_bpe(const std::string& word, const std::vector<std::pair<std::string, std::string>>& merges) {
+  std::vector<std::string> sym;
+  for (char c : word) sym.push_back(std::string(1, c));
+  while (sym.size() > 1) {
+    size_t best = merges.size();
+    for (size_t i = 0; i + 1 < sym.size(); ++i)
+      for (size_t r = 0; r < best; ++r)
+        if (merges[r].first == sym[i] && merges[r].second == sym[i + 1]) best = r;
+    if (best == merges.size()) break;
+    std::vector<std::string> next;
+    for (size_t i = 0; i < sym.size();) {
+      if (i + 1 < sym.size() && sym[i] == merges[best].first && sym[i + 1] == merges[best].second) {
+        next.push_back(sym[i] + sym[i + 1]);
+        i += 2;
+      } else {
+        next.push_back(sym[i++]);
+      }
+    }
+    sym = next;
+  }
+  return sym;
+}
+
+// GPT-2's bytes_to_unicode: the 256 one-byte tokens a byte-level vocabulary must hold, printable
+// bytes as themselves and the others as U+0100 onwards, in UTF-8.
+std::vector<std::string> byte_tokens() {
+  std::vector<std::string> out;
+  int shifted = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const int cp = printable ? b : 256 + shifted++;
+    std::string u;
+    if (cp < 0x80) {
+      u += static_cast<char>(cp);
+    } else {
+      u += static_cast<char>(0xC0 | (cp >> 6));
+      u += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+TEST(ByteLevelBpe, MergesAsGpt2DoesOnRandomMergeListsAndWords) {
+  // Random vocabularies over "abc" whose merges come in any order (a later rank may build on an
+  // earlier one's result or not), and random words up to 300 letters: one pre-token each.
+  std::mt19937 rng(7);
+  const std::string dir = ::testing::TempDir() + "/bpe_random";
+  std::filesystem::create_directories(dir);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<std::string> tokens = {"a", "b", "c"};
+    std::vector<std::pair<std::string, std::string>> merges;
+    for (int m = 0; m < 12; ++m) {
+      const std::string& x = tokens[rng() % tokens.size()];
+      const std::string& y = tokens[rng() % tokens.size()];
+      if (x.size() + y.size() > 8 ||
+          std::find(merges.begin(), merges.end(), std::make_pair(x, y)) != merges.end())
+        continue;
+      merges.emplace_back(x, y);
+      if (std::find(tokens.begin(), tokens.end(), x + y) == tokens.end()) tokens.push_back(x + y);
+    }
+    std::shuffle(merges.begin(), merges.end(), rng);
+    json::Json vocab = json::Json::object();
+    for (const std::string& b : byte_tokens()) vocab[b] = static_cast<int64_t>(vocab.size());
+    for (const std::string& t : tokens)
+      if (!vocab.contains(t)) vocab[t] = static_cast<int64_t>(vocab.size());
+    std::string merges_txt = "#version: 0.2\n";
+    for (const auto& [x, y] : merges) merges_txt += x + " " + y + "\n";
+    write_file_atomic(dir + "/vocab.json", json::dump(vocab));
+    write_file_atomic(dir + "/merges.txt", merges_txt);
+    const ByteLevelBpe bpe = ByteLevelBpe::from_files(dir + "/vocab.json", dir + "/merges.txt", {});
+    for (int w = 0; w < 25; ++w) {
+      std::string word(1 + rng() % 300, 'a');
+      for (char& ch : word) ch = static_cast<char>('a' + rng() % 3);
+      std::vector<int32_t> expected;
+      for (const std::string& t : gpt2_bpe(word, merges)) expected.push_back(bpe.token_to_id(t));
+      ASSERT_EQ(bpe.encode(word), expected) << "trial " << trial << ", word " << word << "\n" << merges_txt;
+    }
+  }
+}
+
+TEST(ByteLevelBpe, ALongWordWithoutSpacesEncodesAndDecodesBack) {
+  // 200,000 letters in one pre-token: GPT-2's loop rescans the word for each of its merges.
+  const ByteLevelBpe bpe = ByteLevelBpe::from_files(kFixture + "/hf/vocab.json", kFixture + "/hf/merges.txt", {});
+  std::string word;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200000; ++i) word += "etaoinshr"[rng() % 9];
+  const std::vector<int32_t> ids = bpe.encode(word);
+  EXPECT_LT(ids.size(), word.size());  // merges happened
+  EXPECT_EQ(bpe.decode(ids, {}), word);
 }
 
 TEST(ByteLevelBpe, DecodeGivesTheTextBack) {
