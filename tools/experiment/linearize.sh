@@ -35,7 +35,8 @@ esac
 mkdir -p "$out"
 common=(--set data.train=work/wordnet/train.txt --set data.valid=work/wordnet/valid.txt
         --set data.test=work/wordnet/test.txt --set data.tokenizer.model=work/wordnet/spm8000.model
-        --set logging.tensorboard=off --set training.threads="$threads" --set logging.every_steps=100)
+        --set logging.tensorboard=off --set training.threads="$threads" --set logging.every_steps=100
+        --set training.max_time_minutes=0)  # the step counts rule (small-softmax stops at 10 minutes)
 softmax=(--set model.attention.encoder_self.kind=softmax --set model.attention.decoder_self.kind=softmax
          --set model.attention.cross.kind=softmax)
 declare -A variant=(
