@@ -6,8 +6,9 @@
 # gated, hybrid, interleaved, recall) with three seeds each on the same token budget, and
 # long-sequence runs of softmax, linear, delta everywhere and hybrid (packed 2,048-token
 # examples), and (asked for by --only tasks) seq2seq tasks whose alignment is not the diagonal
-# (softmax, delta and recall on each; issue 53), then regenerates docs/experiment.md and its
-# plots from what it measured.
+# (softmax, delta and recall on each; issue 53), and (asked for by --only linearize) a softmax
+# teacher linearized into three variants (tools/experiment/linearize.sh; issue 55), then
+# regenerates docs/experiment.md and its plots from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
 #                       [--resume] [--from DIR2] [--only PHASES] [--device DEVICE]
@@ -27,8 +28,9 @@
 #                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
 #                  report, so that the experiment grows across machines and sessions.
-#   --only PHASES  comma-separated: bench, quality, long, tasks, report (default: all but tasks,
-#                  whose 54 runs take many hours on 2 cores: ask for it by name). The report
+#   --only PHASES  comma-separated: bench, quality, long, tasks, linearize, report (default: all
+#                  but tasks, whose 54 runs take many hours on 2 cores, and linearize, about 80
+#                  minutes there with 3 seeds in full mode: ask for them by name). The report
 #                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
 #                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
 #                  <DOC's folder>/experiment/data beside its plots.
@@ -93,8 +95,8 @@ done
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "experiment.sh: --jobs $jobs: expected a whole number of at least 1" >&2; exit 2; }
 for phase in ${phases//,/ }; do
   case "$phase" in
-    bench|quality|long|tasks|report) ;;
-    *) echo "experiment.sh: --only $phases: unknown phase $phase (bench, quality, long, tasks, report)" >&2; exit 2 ;;
+    bench|quality|long|tasks|linearize|report) ;;
+    *) echo "experiment.sh: --only $phases: unknown phase $phase (bench, quality, long, tasks, linearize, report)" >&2; exit 2 ;;
   esac
 done
 wants() { [[ ",$phases," == *",$1,"* ]]; }
@@ -131,21 +133,24 @@ case "$mode" in
     positions=10000
     quality_steps=100; quality_every=25; quality_batches=10
     long_steps=30; long_every=10; long_batches=5
-    task_steps=300; task_every=100; task_batches=10 ;;
+    task_steps=300; task_every=100; task_batches=10
+    linearize=(--preset small --teacher-steps 300 --transfer 15 --finetune 15) ;;
   full)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
     train_n=16,128,256,512,1024,2048,4096; train_steps=3; train_rounds=4
     positions=10000
     quality_steps=600; quality_every=50; quality_batches=20
     long_steps=300; long_every=25; long_batches=10
-    task_steps=1200; task_every=100; task_batches=20 ;;
+    task_steps=1200; task_every=100; task_batches=20
+    linearize=(--preset small --teacher-steps 1000 --transfer 50 --finetune 50) ;;
   smoke)
     attention_n=64,128; attention_max_s=1
     train_n=32,64; train_steps=1; train_rounds=1
     positions=50
     quality_steps=2; quality_every=1; quality_batches=1
     long_steps=2; long_every=1; long_batches=1
-    task_steps=2; task_every=1; task_batches=1 ;;
+    task_steps=2; task_every=1; task_batches=1
+    linearize=(--preset tiny --teacher-steps 2 --transfer 1 --finetune 1) ;;
 esac
 
 if [ -n "$task_steps_given" ]; then
@@ -341,6 +346,18 @@ if wants tasks; then
   test_data=""
 fi
 
+# Linearizing a softmax teacher (issue 55): 10% of the teacher's steps per variant; the fine-tune
+# anneals (linear decay after 10 warm-up steps) as a fine-tune of a pretrained model does, and the
+# teacher trained as long with that schedule is the control (tools/experiment/linearize.sh).
+if wants linearize; then
+  [ "$resume" = 1 ] || rm -rf "$out/linearize"
+  lin_threads=$(nproc)
+  [ "$device" = cpu ] || lin_threads=1
+  TARN=$tarn run tools/experiment/linearize.sh "${linearize[@]}" --seeds "$seeds" --threads "$lin_threads" --device "$device" \
+    --finetune-schedule linear --finetune-warmup 10 --control --out "$out/linearize" \
+    > "$out/linearize.log" 2>&1 || { echo "experiment.sh: the linearize phase failed: see $out/linearize.log" >&2; exit 1; }
+fi
+
 # The report's inputs beside its plots, without checkpoints or logs: the figures can be checked,
 # and --from goes on from them elsewhere.
 archive_inputs() {
@@ -351,7 +368,7 @@ archive_inputs() {
   # The benches' files and the notes; a training run only once finished (its test.txt written).
   (cd "$out" && {
     find . -path '*/step_*' -prune -o -type f \( -name '*.csv' -o -name '*.json' -o -name jobs.txt \
-      -o -name device.txt -o -name commands.txt -o -name mode.txt \) -print0
+      -o -name device.txt -o -name commands.txt -o -name mode.txt -o -name results.tsv \) -print0
     find . -path '*/step_*' -prune -o -type f -name test.txt -print0 |
       while IFS= read -r -d '' t; do printf '%s\0%s\0' "$t" "$(dirname "$t")/metrics.jsonl"; done
   } | xargs -0 -r cp --parents -t "$data")

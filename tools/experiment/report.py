@@ -1047,6 +1047,103 @@ def draw_tasks(tasks, plots_dir):
             for task, runs in tasks.items()]
 
 
+LINEARIZE_VARIANTS = ["linear-encoder", "all-linear", "all-delta"]
+LINEARIZE_MODES = [("linearized", "linearized (transfer + fine-tune)"),
+                   ("init-only", "teacher's weights, no transfer"), ("scratch", "from scratch")]
+
+
+def read_linearize(root):
+    """root/results.tsv of tools/experiment/linearize.sh as {(variant, mode): [test ppl]}, plus
+    the mode names with their step counts ({"linearized": "linearized-50+50", ...}); None
+    without any."""
+    path = os.path.join(root, "results.tsv")
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    results, names = {}, {}
+    for r in rows:
+        ppl, mode = number(r.get("test_ppl")), r.get("mode") or ""
+        if ppl is None:
+            continue
+        kind = "teacher" if mode.startswith("softmax-") else mode.rsplit("-", 1)[0]
+        names[kind] = mode
+        results.setdefault((r["variant"], kind), []).append(ppl)
+    return (results, names) if results else None
+
+
+def draw_linearize(lin, plots_dir):
+    results, names = lin
+    teacher = mean_or_none(results.get(("teacher", "teacher"), []))
+    variants = [v for v in LINEARIZE_VARIANTS if any((v, m) in results for m, _ in LINEARIZE_MODES)]
+    fig, ax = new_axes("Linearizing a softmax teacher: test perplexity", "variant",
+                       "test perplexity (mean of seeds; dots: seeds)", logy=True)
+    width = 0.8 / len(LINEARIZE_MODES)
+    for j, (mode, label) in enumerate(LINEARIZE_MODES):
+        xs = [i + (j - (len(LINEARIZE_MODES) - 1) / 2) * width for i in range(len(variants))]
+        means = [mean_or_none(results.get((v, mode), [])) for v in variants]
+        ax.bar([x for x, m in zip(xs, means) if m], [m for m in means if m], width, color=COLORS[j],
+               label=f"{label}: {names.get(mode, mode)}")
+        for x, v in zip(xs, variants):
+            seeds = results.get((v, mode), [])
+            ax.plot([x] * len(seeds), seeds, "k.", markersize=4)
+    ax.set_xticks(range(len(variants)))
+    ax.set_xticklabels(variants)
+    ax.grid(False, axis="x", which="both")
+    if teacher:
+        ax.axhline(teacher, color="black", linestyle="--", linewidth=1,
+                   label=f"teacher ({names.get('teacher', 'softmax')}) {fmt(teacher)}")
+        ax.axhline(1.05 * teacher, color="black", linestyle=":", linewidth=1,
+                   label=f"1.05× the teacher {fmt(1.05 * teacher)}")
+    continued = mean_or_none(results.get(("teacher", "continued"), []))
+    if continued:
+        ax.axhline(continued, color="grey", linestyle="-.", linewidth=1,
+                   label=f"teacher + {names['continued'].rsplit('-', 1)[1]} steps {fmt(continued)}")
+    return [finish(fig, ax, os.path.join(plots_dir, "linearize_test_ppl.png"), set())]
+
+
+def linearize_section(in_dir, plots, link):
+    """Issue 55, item 7: a softmax teacher linearized into three variants, against the same
+    variants from the teacher's weights without transfer and from scratch, same steps."""
+    root = os.path.join(in_dir, "linearize")
+    lin = read_linearize(root)
+    if not lin:
+        return section_not_run("Linearizing a softmax model", f"{root}/results.tsv")
+    results, names = lin
+    teacher = mean_or_none(results.get(("teacher", "teacher"), []))
+    header = ["variant"] + [f"{label}: {names.get(m, m)}, test ppl (× teacher)" for m, label in LINEARIZE_MODES] \
+        + ["seeds"]
+    body, facts = [], []
+    for v in [v for v in LINEARIZE_VARIANTS if any((v, m) in results for m, _ in LINEARIZE_MODES)]:
+        cells = []
+        for m, _ in LINEARIZE_MODES:
+            seeds = results.get((v, m), [])
+            cells.append(f"{mean_range(seeds)} ({fmt_ratio(mean_or_none(seeds), teacher)})" if seeds else "—")
+        body.append([v] + cells + ["/".join(str(len(results.get((v, m), []))) for m, _ in LINEARIZE_MODES)])
+        lin_mean = mean_or_none(results.get((v, "linearized"), []))
+        scratch = mean_or_none(results.get((v, "scratch"), []))
+        if lin_mean is not None:
+            verdict = "" if scratch is None else \
+                (", better than from scratch" if lin_mean < scratch else ", NOT better than from scratch")
+            facts.append(f"**Linearized {v}:** test ppl {fmt(lin_mean)}, {fmt_ratio(lin_mean, teacher)} the "
+                         f"teacher's {fmt(teacher)}{verdict} ({fmt(scratch)})")
+    continued = results.get(("teacher", "continued"), [])
+    rows = [md_table(header, body)]
+    if continued:
+        rows.append(f"The teacher itself, trained the same {names['continued'].rsplit('-', 1)[1]} steps more with "
+                    f"the fine-tune's optimizer (softmax, no change of attention): test ppl {mean_range(continued)} "
+                    f"({fmt_ratio(mean_or_none(continued), teacher)} the teacher), {len(continued)} seed{'s' if len(continued) > 1 else ''}.")
+    teacher_steps = names.get("teacher", "softmax-?").rsplit("-", 1)[1]
+    intro = ("A softmax model (`recipes/small-softmax.yaml`) trained as the \"pretrained\" teacher "
+             f"({teacher_steps} steps: test ppl {fmt(teacher)}), then each variant three ways over "
+             "the same steps: linearized (`model.init_from` the teacher, `linearize.steps` of attention transfer, "
+             "then ordinary training), from the teacher's weights without the transfer, and from scratch "
+             "(`tools/experiment/linearize.sh`; its `results.tsv`). linear-encoder: Hedgehog linear attention in "
+             "the encoder, softmax elsewhere; all-linear: Hedgehog in every stack; all-delta: the delta rule in "
+             "every stack. Test ppl is the run's `[test]` line (the whole test.txt); the mean (range) over seeds.")
+    return facts, "\n\n".join([intro] + [link(p) for p in plots] + rows)
+
+
 def draw_quality(runs, plots_dir):
     return [
         draw_runs(runs, os.path.join(plots_dir, "quality_valid_vs_tokens.png"),
@@ -1093,6 +1190,8 @@ def draw_all(in_dir, plots_dir, only=None):
         drawn[name] = draw(runs, plots_dir) if runs else []
     tasks = read_tasks(os.path.join(in_dir, "tasks"))
     drawn["tasks"] = draw_tasks(tasks, plots_dir) if tasks else []
+    lin = read_linearize(os.path.join(in_dir, "linearize"))
+    drawn["linearize"] = draw_linearize(lin, plots_dir) if lin else []
     return drawn
 
 
@@ -1132,7 +1231,8 @@ SECTIONS = [("attention", "Attention kernels (`tarn bench attention`)", attentio
             ("decode", "Incremental decoding (`tarn bench decode`)", decode_section),
             ("quality", "Quality: small models, several seeds", quality_section),
             ("long", "Long sequences", long_section),
-            ("tasks", "Alignments other than the diagonal (issue 53)", tasks_section)]
+            ("tasks", "Alignments other than the diagonal (issue 53)", tasks_section),
+            ("linearize", "Linearizing a softmax model (issue 55)", linearize_section)]
 
 
 def mode_line(in_dir):
