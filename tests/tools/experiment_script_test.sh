@@ -98,18 +98,20 @@ done
 grep -q "^recipes/small-delta-everywhere.yaml .*long-delta" "$FAKE_LOG" ||
   fail "the long delta run does not train small-delta-everywhere"
 
-# The linearize phase (issue 55): a teacher, its control per seed, and each variant three ways per
-# seed, in results.tsv, which the report turns into its section and keeps beside its plots.
+# The linearize phase (issue 55): a teacher, its control per seed, each variant three ways per
+# seed and from scratch for the teacher's steps too on the first seed, in results.tsv, which the report turns into its section and keeps beside its plots.
 rm -f "$FAKE_LOG"
 (cd "$root" && TARN=$fake "$script" --smoke --only linearize,report --seeds 1,2 --out "$work/lin" \
   --doc "$work/lin_doc/experiment.md" >"$work/lin.txt" 2>&1) || fail "the linearize phase failed: $(tail -3 "$work/lin.txt")"
 results=$work/lin_doc/experiment/data/linearize/results.tsv
 [ -f "$results" ] || fail "the report's inputs lack linearize/results.tsv"
-[ "$(wc -l < "$results")" = 22 ] || fail "expected a header, the teacher, 2 controls and 18 variant runs: $(cat "$results")"
-[ "$(wc -l < "$FAKE_LOG")" = 21 ] || fail "expected 21 training runs: $(cat "$FAKE_LOG")"
+[ "$(wc -l < "$results")" = 25 ] || fail "expected a header, the teacher, 2 controls and 21 variant runs: $(cat "$results")"
+[ "$(wc -l < "$FAKE_LOG")" = 24 ] || fail "expected 24 training runs: $(cat "$FAKE_LOG")"
+[ "$(grep -c -- "training.seed=1 --set training.max_steps=4 " "$FAKE_LOG")" = 3 ] ||
+  fail "expected 3 runs from scratch of the teacher's 2 steps + 1 + 1 on seed 1: $(cat "$FAKE_LOG")"
 grep -q "model.init_from=.*linearize.steps=1 .*model.attention.encoder_self.feature_map=hedgehog\|feature_map=hedgehog.*model.init_from=.*linearize.steps=1" "$FAKE_LOG" ||
   fail "no linearized Hedgehog run: $(cat "$FAKE_LOG")"
-grep -qF "**Linearized all-delta:** test ppl 2.72, 1.00× the teacher's 2.72, NOT better than from scratch (2.72)" \
+grep -qF "**Linearized all-delta:** test ppl 2.72, 1.00× the teacher's 2.72, NOT better than from scratch (2.72), NOT better than from scratch for the teacher's steps too (2.72)" \
   "$work/lin_doc/experiment.md" || fail "the report lacks the linearize facts"
 [ -s "$work/lin_doc/experiment/linearize_test_ppl.png" ] || fail "no linearize plot"
 echo "[experiment_script_test] ok"

@@ -5,14 +5,19 @@
 #   linearized:   model.init_from the teacher, linearize.steps TRANSFER, then FINETUNE steps;
 #   init only:    model.init_from the teacher, no transfer, TRANSFER + FINETUNE steps;
 #   from scratch: TRANSFER + FINETUNE steps;
+#   from scratch, long (mode scratch-long, over LONG_SEEDS): TEACHER_STEPS + TRANSFER + FINETUNE
+#                 steps, the teacher's included: all the steps behind a linearized model, spent on
+#                 the variant itself, for a user who has no pretrained model;
 #   teacher, continued: the teacher itself trained TRANSFER + FINETUNE more steps with the
 #                       fine-tune's optimizer (softmax: what those steps and that schedule are
 #                       worth without any change of attention), with --control;
-# over SEEDS; each run's test perplexity goes to OUT/results.tsv (variant, seed, mode, test ppl).
+# over SEEDS (LONG_SEEDS for scratch-long, default SEEDS); each run's test perplexity goes to
+# OUT/results.tsv (variant, seed, mode, test ppl).
 #   tools/experiment/linearize.sh [--preset tiny|small] [--teacher-steps N] [--transfer N]
 #                                 [--finetune N] [--seeds "1 2 3"] [--out DIR] [--threads T]
 #                                 [--variants "linear-encoder all-linear all-delta"]
-#                                 [--modes "linearized init scratch"] [--control]
+#                                 [--modes "linearized init scratch scratch-long"]
+#                                 [--long-seeds "1"] [--control]
 #                                 [--transfer-lr X] [--finetune-lr X] [--finetune-warmup N]
 #                                 [--finetune-schedule recipe|constant|linear|cosine|inverse_sqrt]
 #                                 [--device cpu|cuda|cuda:N]
@@ -27,7 +32,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tarn=${TARN:-$root/build/release/tools/tarn}
 preset=tiny teacher_steps=2000 transfer=100 finetune=100 seeds="1 2 3" out=runs/linearize threads=1
-variants="linear-encoder all-linear all-delta" modes="linearized init scratch" control=0
+variants="linear-encoder all-linear all-delta" modes="linearized init scratch" long_seeds="" control=0
 transfer_lr=3e-3 finetune_lr="" finetune_warmup="" finetune_schedule=recipe device=cpu
 while [ $# -gt 0 ]; do
   case $1 in
@@ -40,6 +45,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --long-seeds) long_seeds=$2; shift 2 ;;
     --control) control=1; shift ;;
     --transfer-lr) transfer_lr=$2; shift 2 ;;
     --finetune-lr) finetune_lr=$2; shift 2 ;;
@@ -55,7 +61,9 @@ case $preset in
   *) echo "linearize.sh: --preset tiny or small, got $preset" >&2; exit 2 ;;
 esac
 for m in $modes; do
-  case $m in linearized|init|scratch) ;; *) echo "linearize.sh: --modes takes linearized, init, scratch; got $m" >&2; exit 2 ;; esac
+  case $m in linearized|init|scratch|scratch-long) ;;
+    *) echo "linearize.sh: --modes takes linearized, init, scratch, scratch-long; got $m" >&2; exit 2 ;;
+  esac
 done
 finetune_opts=()  # the fine-tune's optimizer, where it differs from the recipe's
 [ "$finetune_schedule" = recipe ] || finetune_opts+=(--set optimizer.schedule="$finetune_schedule")
@@ -119,5 +127,14 @@ for v in $variants; do
       echo -e "$v\t$seed\tscratch-$total\t$(test_ppl "$out/$v-scratch-$seed.log")" >>"$out/results.tsv"
     fi
   done
+  if [[ " $modes " == *" scratch-long "* ]]; then
+    long=$((teacher_steps + total))
+    for seed in ${long_seeds:-$seeds}; do
+      # shellcheck disable=SC2086
+      run "$v-scratch-long-$seed" ${variant[$v]} --set training.seed="$seed" --set training.max_steps="$long" \
+        --set validation.every_steps="$long"
+      echo -e "$v\t$seed\tscratch-long-$long\t$(test_ppl "$out/$v-scratch-long-$seed.log")" >>"$out/results.tsv"
+    done
+  fi
 done
 cat "$out/results.tsv"
