@@ -29,8 +29,8 @@
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
 #                  report, so that the experiment grows across machines and sessions.
 #   --only PHASES  comma-separated: bench, quality, long, tasks, linearize, report (default: all
-#                  but tasks, whose 54 runs take many hours on 2 cores, and linearize, about 80
-#                  minutes there with 3 seeds in full mode: ask for them by name). The report
+#                  but tasks, whose 54 runs take many hours on 2 cores, and linearize, about 2.5
+#                  hours there in full mode, 3 seeds and three 1,100-step runs: ask for them by name). The report
 #                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
 #                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
 #                  <DOC's folder>/experiment/data beside its plots.
