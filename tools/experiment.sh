@@ -30,10 +30,10 @@
 #                  report, so that the experiment grows across machines and sessions.
 #   --only PHASES  comma-separated: bench, quality, long, tasks, linearize, report (default: all
 #                  but tasks, whose 54 runs take many hours on 2 cores, and linearize, about 2.5
-#                  hours there in full mode, 3 seeds and three 1,100-step runs: ask for them by name). The report
-#                  shows whatever DIR holds, and copies what it read (the benches' CSV and JSON,
-#                  each run's metrics.jsonl and test.txt; no checkpoints or logs) to
-#                  <DOC's folder>/experiment/data beside its plots.
+#                  hours there in full mode with 3 seeds and three 1,100-step runs: ask for them
+#                  by name). The report shows whatever DIR holds, and copies what it read (the
+#                  benches' CSV and JSON, each run's metrics.jsonl and test.txt; no checkpoints
+#                  or logs) to <DOC's folder>/experiment/data beside its plots.
 #   --settings L   comma-separated settings to train, in that order (quality: default all twelve,
 #                  as listed above; tasks: those of its three named here); --seeds L:
 #                  comma-separated seeds, each 1, 2 or 3 (default: 1,2,3), seed by seed. With

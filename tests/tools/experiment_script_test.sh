@@ -99,7 +99,8 @@ grep -q "^recipes/small-delta-everywhere.yaml .*long-delta" "$FAKE_LOG" ||
   fail "the long delta run does not train small-delta-everywhere"
 
 # The linearize phase (issue 55): a teacher, its control per seed, each variant three ways per
-# seed and from scratch for the teacher's steps too on the first seed, in results.tsv, which the report turns into its section and keeps beside its plots.
+# seed and from scratch for the teacher's steps too on the first seed, in results.tsv, which the
+# report turns into its section and keeps beside its plots.
 rm -f "$FAKE_LOG"
 (cd "$root" && TARN=$fake "$script" --smoke --only linearize,report --seeds 1,2 --out "$work/lin" \
   --doc "$work/lin_doc/experiment.md" >"$work/lin.txt" 2>&1) || fail "the linearize phase failed: $(tail -3 "$work/lin.txt")"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 55's experiment, item 7, as a standalone script (not yet part of tools/experiment.sh and
-# docs/experiment.md): a softmax "pretrained" teacher trained TEACHER_STEPS steps on WordNet,
+# Issue 55's experiment, item 7 (tools/experiment.sh's linearize phase runs it and its report
+# makes docs/experiment.md's section "Linearizing a softmax model"): a softmax "pretrained" teacher trained TEACHER_STEPS steps on WordNet,
 # then three variants (linear Hedgehog encoder; Hedgehog everywhere; the delta rule everywhere)
 #   linearized:   model.init_from the teacher, linearize.steps TRANSFER, then FINETUNE steps;
 #   init only:    model.init_from the teacher, no transfer, TRANSFER + FINETUNE steps;

@@ -1125,7 +1125,8 @@ def linearize_section(in_dir, plots, link):
         lin_mean = mean_or_none(results.get((v, "linearized"), []))
         if lin_mean is not None:
             verdicts = []
-            for m, label in (("scratch", "from scratch"), ("scratch-long", "from scratch for the teacher's steps too")):
+            for m, label in (("scratch", "from scratch"),
+                             ("scratch-long", "from scratch for the teacher's steps too")):
                 other = mean_or_none(results.get((v, m), []))
                 if other is not None:
                     verdicts.append(f"{'better' if lin_mean < other else 'NOT better'} than {label} ({fmt(other)})")
@@ -1145,7 +1146,8 @@ def linearize_section(in_dir, plots, link):
              "and from scratch for the teacher's steps plus those, all the steps behind a linearized model "
              "spent on the variant alone (`tools/experiment/linearize.sh`; its `results.tsv`). "
              "linear-encoder: Hedgehog linear attention in the encoder, softmax elsewhere; all-linear: "
-             "Hedgehog in every stack; all-delta: the delta rule in every stack. Test ppl is the run's `[test]` line (the whole test.txt); the mean (range) over seeds.")
+             "Hedgehog in every stack; all-delta: the delta rule in every stack. Test ppl is the run's "
+             "`[test]` line (the whole test.txt); the mean (range) over seeds.")
     return facts, "\n\n".join([intro] + [link(p) for p in plots] + rows)
 
 
