@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 55's experiment, item 7 (tools/experiment.sh's linearize phase runs it and its report
-# makes docs/experiment.md's section "Linearizing a softmax model"): a softmax "pretrained" teacher trained TEACHER_STEPS steps on WordNet,
-# then three variants (linear Hedgehog encoder; Hedgehog everywhere; the delta rule everywhere)
+# makes docs/experiment.md's section "Linearizing a softmax model"): a softmax "pretrained"
+# teacher trained TEACHER_STEPS steps on WordNet, then three variants (linear Hedgehog encoder;
+# Hedgehog everywhere; the delta rule everywhere)
 #   linearized:   model.init_from the teacher, linearize.steps TRANSFER, then FINETUNE steps;
 #   init only:    model.init_from the teacher, no transfer, TRANSFER + FINETUNE steps;
 #   from scratch: TRANSFER + FINETUNE steps;
@@ -91,6 +92,13 @@ run() {  # run NAME ARGS...: a training run in OUT/NAME, its log beside it
   "$tarn" train "$recipe" "${common[@]}" "$@" --set checkpoints.dir="$out/$name" >"$out/$name.log" 2>&1 ||
     { echo "linearize.sh: $name failed: $(tail -n 2 "$out/$name.log")" >&2; exit 1; }
 }
+from_scratch() {  # from_scratch VARIANT SEED MODE STEPS: from scratch, with the recipe's optimizer
+  local v=$1 seed=$2 mode=$3 steps=$4
+  # shellcheck disable=SC2086  # the variant's --set flags
+  run "$v-$mode-$seed" ${variant[$v]} --set training.seed="$seed" --set training.max_steps="$steps" \
+    --set validation.every_steps="$steps"
+  echo -e "$v\t$seed\t$mode-$steps\t$(test_ppl "$out/$v-$mode-$seed.log")" >>"$out/results.tsv"
+}
 total=$((transfer + finetune))
 [ -d "$out/teacher/step_$teacher_steps" ] ||
   run teacher "${softmax[@]}" --set training.max_steps="$teacher_steps" --set checkpoints.every_steps="$teacher_steps" \
@@ -121,19 +129,12 @@ for v in $variants; do
       echo -e "$v\t$seed\tinit-only-$total\t$(test_ppl "$out/$v-init-$seed.log")" >>"$out/results.tsv"
     fi
     if [[ " $modes " == *" scratch "* ]]; then
-      # shellcheck disable=SC2086
-      run "$v-scratch-$seed" ${variant[$v]} --set training.seed="$seed" --set training.max_steps="$total" \
-        --set validation.every_steps="$total"
-      echo -e "$v\t$seed\tscratch-$total\t$(test_ppl "$out/$v-scratch-$seed.log")" >>"$out/results.tsv"
+      from_scratch "$v" "$seed" scratch "$total"
     fi
   done
   if [[ " $modes " == *" scratch-long "* ]]; then
-    long=$((teacher_steps + total))
     for seed in ${long_seeds:-$seeds}; do
-      # shellcheck disable=SC2086
-      run "$v-scratch-long-$seed" ${variant[$v]} --set training.seed="$seed" --set training.max_steps="$long" \
-        --set validation.every_steps="$long"
-      echo -e "$v\t$seed\tscratch-long-$long\t$(test_ppl "$out/$v-scratch-long-$seed.log")" >>"$out/results.tsv"
+      from_scratch "$v" "$seed" scratch-long $((teacher_steps + total))
     done
   fi
 done
