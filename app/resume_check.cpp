@@ -83,6 +83,7 @@ const std::vector<ResumableModelKey>& model_keys_that_may_change() {
       {"model.activation_dropout", "a training-time regulariser, as model.dropout"},
       {"model.init_std", "draws the initial weights only, and a resumed run loads its weights"},
       {"model.init_from", "gives the first weights only, and a resumed run loads its weights"},
+      {"model.attention.*.align_gate_bias", "starts the gate only, and a resumed run loads its weights"},
       {"model.attention.*.chunk", "blocks the same sums differently (rows per chunk of the CPU scan, tokens between "
                                   "the delta rule's saved states, positions per block of aligned cross-attention): "
                                   "results move by f32 rounding, as between the CPU and CUDA"},

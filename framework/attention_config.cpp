@@ -71,6 +71,11 @@ std::string AttentionConfig::str() const {
     std::ostringstream decay;
     decay << align_decay;
     map += ", align " + decay.str() + (align_gate ? " gated" : "");
+    if (align_gate && align_gate_bias != 0) {
+      std::ostringstream bias;
+      bias << align_gate_bias;
+      map += " from " + bias.str();
+    }
   }
   return "linear(" + map + ")";
 }

@@ -78,6 +78,10 @@ struct AttentionConfig {
   // g aligned + (1 - g) plain, so that a head can drop the diagonal prior where the alignment
   // is not the diagonal (a reordering, an offset). Needs align_decay > 0.
   bool align_gate = false;
+  // The gate's bias at initialisation: g starts near sigmoid(align_gate_bias) (0: 1/2; -3: 0.05,
+  // mostly the plain read, so that a head must learn to take the prior rather than to drop it).
+  // Draws the first weights only. Needs align_gate.
+  double align_gate_bias = 0;
   // Delta and gated: taps of the short causal depthwise convolution on q, k and v (1 = none).
   int64_t conv_size = 4;
   // Hybrid: the softmax window (causal: the last `window` keys; bidirectional: |i - j| <= window / 2).

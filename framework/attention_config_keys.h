@@ -99,6 +99,11 @@ void declare_alignment(config::SectionBuilder<S> a) {
             "linear cross-attention with align_decay: per head and target position a learned gate mixes the "
             "decayed read with the plain read of the whole source, g aligned + (1 - g) plain, so that a head can "
             "drop the diagonal prior where target and source do not align by position (reorderings, offsets)");
+  a.number(&AttentionConfig::align_gate_bias, "align_gate_bias",
+           "align_gate: the gate's bias at initialisation, so g starts near sigmoid(bias): 0 = 1/2 each; -3 = "
+           "0.05, mostly the plain read (a head learns to take the diagonal prior instead of to drop it)")
+      .min(-20)
+      .max(20);
 }
 
 template <class S>

@@ -18,6 +18,12 @@ Tensor& Module::register_parameter(const std::string& name, Tensor& t, Init init
   return t;
 }
 
+void Module::keep_initial_value(const Tensor& t) {
+  const bool registered = std::any_of(params_.begin(), params_.end(), [&](const auto& p) { return p.second == &t; });
+  TARN_ASSERT(registered, "keep_initial_value: not a parameter of this module");
+  if (!keeps_initial_value(&t)) kept_.push_back(&t);
+}
+
 bool Module::keeps_initial_value(const Tensor* t) const {
   if (std::find(kept_.begin(), kept_.end(), t) != kept_.end()) return true;
   for (const auto& [name, m] : children_)

@@ -52,6 +52,8 @@ class Module {
   // (framework/init.h: decay rates, convolutions, norms that a layer sets by construction).
   enum class Init { drawn, kept_initial_value };
   Tensor& register_parameter(const std::string& name, Tensor& t, Init init = Init::drawn);
+  // Marks `t`, already registered here, as Init::kept_initial_value.
+  void keep_initial_value(const Tensor& t);
   // A tensor saved in checkpoints that is not trained (e.g. a FAVOR+ projection).
   Tensor& register_buffer(const std::string& name, Tensor& t);
   template <typename M>

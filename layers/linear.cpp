@@ -13,6 +13,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, ParamInit& init, bool 
   }
 }
 
+void Linear::start_bias_at(float value) {
+  TARN_ASSERT(bias.defined(), "Linear::start_bias_at: this Linear has no bias");
+  bias.fill(value);
+  keep_initial_value(bias);
+}
+
 Tensor Linear::forward(const Tensor& x) const {
   TARN_ASSERT(x.dim() >= 1 && x.shape().back() == in_features(), "Linear: input shape ", x.shape().str(),
               " does not end in in_features = ", in_features());

@@ -13,6 +13,9 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, ParamInit& init, bool with_bias = true);
 
   Tensor forward(const Tensor& x) const;  // (..., in) -> (..., out)
+  // The bias starts at `value` instead of 0, and model-wide initialisers (framework/init.h)
+  // keep it.
+  void start_bias_at(float value);
 
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }

@@ -30,7 +30,8 @@ std::vector<float> decay_powers(double g, int64_t count, int64_t stride = 1) {
 
 AlignedCrossAttention::AlignedCrossAttention(AttentionSite& site) : site_(site) {
   TARN_ASSERT(site.shape().cross, "attention: align_decay is for cross-attention only");
-  if (site.config().align_gate) gate_ = std::make_unique<HeadGate>(site, "align_gate");
+  if (site.config().align_gate)
+    gate_ = std::make_unique<HeadGate>(site, "align_gate", static_cast<float>(site.config().align_gate_bias));
   plain_ = std::make_unique<LinearAttention>(site);
 }
 

@@ -73,9 +73,10 @@ Tensor normalise(const Tensor& u, float eps) {
   return div(slice(u, 3, 0, e), add_scalar(slice(u, 3, e, e + 1), eps));
 }
 
-HeadGate::HeadGate(AttentionSite& site, const std::string& name)
+HeadGate::HeadGate(AttentionSite& site, const std::string& name, float initial_bias)
     : proj_(std::make_unique<Linear>(site.shape().d_model, site.shape().heads, site.init())),
       heads_(site.shape().heads) {
+  if (initial_bias != 0.0f) proj_->start_bias_at(initial_bias);
   site.add_module(name, *proj_);
 }
 

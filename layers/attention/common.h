@@ -32,10 +32,10 @@ Tensor append_ones(const Tensor& v);
 Tensor normalise(const Tensor& u, float eps);
 
 // g a + (1 - g) b with g = σ(x W_g^T + b_g) per head and position: W_g (H, D) and b_g (H),
-// registered on the module as `name` ("hybrid_gate", "align_gate").
+// registered on the module as `name` ("hybrid_gate", "align_gate"); b_g starts at `initial_bias`.
 class HeadGate {
  public:
-  HeadGate(AttentionSite& site, const std::string& name);
+  HeadGate(AttentionSite& site, const std::string& name, float initial_bias = 0.0f);
   // a, b (B, H, N, e); x (B, N, D), the layer's query input.
   Tensor mix(const Tensor& a, const Tensor& b, const Tensor& x) const;
 

@@ -15,6 +15,7 @@ constexpr const char* kSelfAlignDecay =
     "cross-attention only: it weighs source position j by its distance from target position i (for a decay in "
     "self-attention, use kind: gated or delta)";
 constexpr const char* kAlignGateNeedsDecay = "needs align_decay > 0 (the decayed read it gates)";
+constexpr const char* kAlignGateBiasNeedsGate = "needs align_gate: true (the gate it starts)";
 
 // The built-in kinds' parts (builtin_kinds.inc), then those programs registered.
 struct SettingsRegistry {
@@ -57,6 +58,7 @@ const std::vector<std::string>& attention_setting_keys() {
 void check_attention_alignment(const AttentionConfig& a, AttentionUse use, const SettingReport& report) {
   if (!use.cross && a.align_decay > 0) report.error("align_decay", kSelfAlignDecay);
   if (a.align_gate && !(a.align_decay > 0)) report.error("align_gate", kAlignGateNeedsDecay);
+  if (a.align_gate_bias != 0 && !a.align_gate) report.error("align_gate_bias", kAlignGateBiasNeedsGate);
 }
 
 void check_attention_kind(const AttentionConfig& a, AttentionUse use, const SettingReport& report) {

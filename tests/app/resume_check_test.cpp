@@ -145,8 +145,10 @@ TEST(ResumeCheck, EveryKeyOfTheModelSectionIsRefusedUnlessListedAsOneThatMayChan
   // the decayed read) cannot be set there; nor in tiny's cross-attention, which has no decay.
   EXPECT_EQ(unchangeable, (std::vector<std::string>{
                               "model.attention.encoder_self.align_decay", "model.attention.encoder_self.align_gate",
+                              "model.attention.encoder_self.align_gate_bias",
                               "model.attention.decoder_self.align_decay", "model.attention.decoder_self.align_gate",
-                              "model.attention.cross.align_gate"}));
+                              "model.attention.decoder_self.align_gate_bias", "model.attention.cross.align_gate",
+                              "model.attention.cross.align_gate_bias"}));
   EXPECT_EQ(allowed, (std::vector<std::string>{"model.preset", "model.dropout", "model.attention_dropout",
                                                "model.activation_dropout", "model.init_from", "model.init_std",
                                                "model.attention.encoder_self.chunk",

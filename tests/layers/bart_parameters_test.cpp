@@ -105,6 +105,32 @@ TEST(BartParameters, EmbeddingsAreTiedToTheSharedTable) {
   EXPECT_NEAR(model.lm_head(h).to_vector()[7], head + 1.0f, 1e-5);
 }
 
+// align_gate_bias (issue 53) starts every gate's bias there and changes no other draw.
+TEST(BartParameters, TheAlignGateBiasStartsTheGateAndChangesNoOtherWeight) {
+  AttentionConfig gated = AttentionConfig::linear_attention(FeatureMap::taylor);
+  gated.align_decay = 0.7;
+  gated.align_gate = true;
+  BartConfig c = BartConfig::tiny();
+  c.attention.cross = gated;
+  BartForConditionalGeneration plain(c, /*seed=*/3);
+  c.attention.cross.align_gate_bias = -3.0;
+  BartForConditionalGeneration biased(c, /*seed=*/3);
+  std::map<std::string, std::vector<float>> before;
+  for (const auto& [name, t] : plain.named_parameters()) before[name] = t->to_vector();
+  int gates = 0;
+  for (const auto& [name, t] : biased.named_parameters()) {
+    const std::vector<float> v = t->to_vector();
+    if (name.find("align_gate.bias") != std::string::npos) {
+      ++gates;
+      for (float x : v) ASSERT_EQ(x, -3.0f) << name;
+      for (float x : before.at(name)) ASSERT_EQ(x, 0.0f) << name;
+    } else {
+      ASSERT_EQ(v, before.at(name)) << name;
+    }
+  }
+  EXPECT_EQ(gates, c.decoder_layers);
+}
+
 TEST(BartParameters, InitialisationFollowsHuggingFace) {
   BartConfig c = BartConfig::tiny();
   BartForConditionalGeneration model(c, /*seed=*/3);

@@ -121,6 +121,7 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_EQ(recall.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
   EXPECT_DOUBLE_EQ(recall.model.attention.cross.align_decay, 0.9);
   EXPECT_TRUE(recall.model.attention.cross.align_gate);
+  EXPECT_DOUBLE_EQ(recall.model.attention.cross.align_gate_bias, -3.0);  // the gates start on the plain read
   EXPECT_TRUE(recall.warnings.empty());
   {  // The gate needs the decayed read it gates: an error naming the key, the file and the line.
     try {
@@ -132,6 +133,21 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
                 std::string::npos)
           << e.what();
     }
+  }
+  {  // The gate's starting bias needs the gate; with it, the recipe keeps the value.
+    const std::string cross = std::string(kMinimal) +
+                              "model:\n  attention:\n    cross: {kind: linear, feature_map: taylor, align_decay: 0.9, ";
+    try {
+      parse_recipe(cross + "align_gate_bias: -3}\n", "bad.yaml");
+      ADD_FAILURE() << "align_gate_bias without align_gate was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.yaml:5: model.attention.cross.align_gate_bias: needs align_gate: true"),
+                std::string::npos)
+          << e.what();
+    }
+    const Recipe biased = parse_recipe(cross + "align_gate: true, align_gate_bias: -3}\n", "good.yaml");
+    EXPECT_DOUBLE_EQ(biased.model.attention.cross.align_gate_bias, -3.0);
+    EXPECT_EQ(biased.model.attention.cross.str(), "linear(taylor, align 0.9 gated from -3)");
   }
 
   const Recipe hybrid = load_recipe(source_path("recipes/small-hybrid.yaml"));
