@@ -68,14 +68,11 @@ std::string AttentionConfig::str() const {
     map += " order " + std::to_string(taylor_order) + " r " + std::to_string(taylor_dim);
   if (is_hybrid()) return "hybrid(window " + std::to_string(window) + ", " + map + ")";
   if (is_aligned()) {
-    std::ostringstream decay;
-    decay << align_decay;
-    map += ", align " + decay.str() + (align_gate ? " gated" : "");
-    if (align_gate && align_gate_bias != 0) {
-      std::ostringstream bias;
-      bias << align_gate_bias;
-      map += " from " + bias.str();
-    }
+    std::ostringstream align;
+    align << ", align " << align_decay;
+    if (align_gate) align << " gated";
+    if (align_gate && align_gate_bias != 0) align << " from " << align_gate_bias;
+    map += align.str();
   }
   return "linear(" + map + ")";
 }
