@@ -24,6 +24,7 @@
 #   --resume       keep DIR and what is finished in it: a bench whose JSON exists and a run whose
 #                  test perplexity exists are not run again (an unfinished run starts over). The
 #                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
+#                  --only report always keeps DIR, as --resume does (it only reads DIR).
 #   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins;
 #                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
@@ -171,6 +172,12 @@ if [ -n "$from" ]; then
       cat "$from/$note" "$out/$note" > "$out/$note.merged" && mv "$out/$note.merged" "$out/$note"
     done
   cp -r -n "$from/." "$out/"  # -n: DIR's own mode.txt stays, for the --resume check below
+fi
+if [ "$phases" = report ] && [ "$resume" = 0 ]; then
+  # A report-only run reads DIR and nothing else: starting DIR over would delete the runs it is
+  # to report, and then archive the empty folder over the last report's inputs.
+  [ -f "$out/mode.txt" ] || { echo "experiment.sh: --only report: $out holds no experiment (no mode.txt): nothing to report (run its phases first, or give --from DIR2)" >&2; exit 2; }
+  resume=1
 fi
 if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then
   started_as=$(cat "$out/mode.txt")

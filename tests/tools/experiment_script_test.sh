@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/experiment.sh's own logic, without training or timing anything: bad --settings, --seeds
-# and --from are refused with exit 2 and a message naming the value; the report phase started
+# and --from are refused with exit 2 and a message naming the value; --only report keeps DIR (and
+# refuses one that holds no experiment); the report phase started
 # --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
 # finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
 # --from that copy states the same quality figures; notes that both folders hold keep both's lines;
@@ -28,7 +29,8 @@ fail() {
 refused() {
   local want=$1 status=0
   shift
-  "$script" "$@" --out "$work/refused" >"$work/out.txt" 2>"$work/err.txt" || status=$?
+  # Its own --doc too: should a refusal regress, the report it makes lands here, not in docs/.
+  "$script" "$@" --out "$work/refused" --doc "$work/refused_doc/experiment.md" >"$work/out.txt" 2>"$work/err.txt" || status=$?
   [ "$status" = 2 ] || fail "experiment.sh $* exited $status, not 2"
   grep -qF -- "$want" "$work/err.txt" || fail "experiment.sh $* did not say '$want' (it said: $(cat "$work/err.txt"))"
 }
@@ -36,6 +38,19 @@ refused "unknown setting small-foo" --only report --settings small-softmax,small
 refused "--seeds: 4 is not one of 1, 2, 3" --only report --seeds 1,4
 refused "no mode.txt there" --only report --from "$work"
 refused "holds a quick run, not full" --full --only report --from "$fixture"
+refused "holds no experiment (no mode.txt): nothing to report" --only report
+# A report-only run keeps DIR as --resume does: it once deleted the runs it was to report.
+mkdir -p "$work/kept/quality/small-softmax/seed1"
+echo quick > "$work/kept/mode.txt"
+cp "$fixture/quality/small-softmax/seed2/"{metrics.jsonl,test.txt} "$work/kept/quality/small-softmax/seed1/"
+"$script" --quick --only report --out "$work/kept" --doc "$work/kept_doc/experiment.md" >"$work/kept.txt" 2>&1 ||
+  fail "the report of a DIR failed: $(cat "$work/kept.txt")"
+[ -s "$work/kept/quality/small-softmax/seed1/test.txt" ] || fail "--only report deleted the runs of DIR"
+[ -s "$work/kept_doc/experiment/data/quality/small-softmax/seed1/test.txt" ] || fail "--only report did not archive DIR's run"
+status=0
+"$script" --full --only report --out "$work/kept" --doc "$work/kept_doc/experiment.md" >"$work/out.txt" 2>"$work/err.txt" || status=$?
+[ "$status" = 2 ] && grep -qF "started in quick mode, not full" "$work/err.txt" ||
+  fail "a full report of a quick DIR was not refused (exit $status): $(cat "$work/err.txt")"
 
 # The report phase, started from the fixture: the doc, and its inputs beside the plots.
 mkdir -p "$work/docs"
