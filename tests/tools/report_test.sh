@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/experiment/report.py on the fixed experiment folder tests/tools/experiment_fixture: every
-# plot is drawn as a real PNG (--plots-only and full mode), the markdown has its headline numbers
-# and crossover lines, and a folder with no inputs gives "not run" sections instead of a crash.
+# plot is drawn as a real PNG (--plots-only and full mode), the markdown has its headline numbers,
+# crossover lines and the tasks' ratios to softmax on the same seeds, and a folder with no inputs
+# gives "not run" sections instead of a crash.
 #   report_test.sh <repo root>
 set -euo pipefail
 root=$1
@@ -10,7 +11,7 @@ report=$root/tools/experiment/report.py
 fixture=$root/tests/tools/experiment_fixture
 pngs=(attention_fwd attention_fwdbwd attention_memory train_throughput train_memory
       decode_latency decode_memory quality_valid_vs_tokens quality_valid_vs_time
-      long_valid_vs_tokens long_valid_vs_time)
+      long_valid_vs_tokens long_valid_vs_time tasks_offset_valid)
 
 if ! "$python" -c 'import matplotlib' 2>/dev/null; then
   echo "python3-matplotlib is missing: run tools/setup.sh"
@@ -58,6 +59,9 @@ expect_line "$doc" "skipped: needs 34.0 GiB, limit 12.0 GiB (--max-gib)"
 expect_line "$doc" "small-linear/seed1: 1"
 # quality/device.txt (experiment.sh --device): the section says where its runs trained.
 expect_line "$doc" "These runs trained on cpu, cuda (experiment.sh --device)"
+# The tasks (issue 53): each setting against softmax on the seeds both ran (small-delta has seed 1
+# only: 6 against softmax's seed 1, 4, not against the mean of its two seeds, 6).
+expect_line "$doc" "| offset: the second half of the words, then the first half | 200 | 6.00 (4.00–8.00) (1.00×); 7.00 (5.00–9.00) (1.00×) | 6.00 (1.50×); 7.00 (1.40×) | 2.00 (2.00–2.00) (0.333×); 3.00 (3.00–3.00) (0.429×) | 1/2 |"
 # train-small-delta/train.csv joins train.csv's rows, named after its recipe.
 expect_line "$doc" "**Training step (f32) at N=1,024:** recipe (small-delta) 7,877 tokens/s vs softmax 6,606 tokens/s"
 expect_line "$doc" "**Training step (f32) at N=256:** recipe (small-delta) 8,192 tokens/s vs linear 9,102 tokens/s (0.900×)"

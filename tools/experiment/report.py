@@ -1017,13 +1017,17 @@ def tasks_section(in_dir, plots, link):
     body, facts = [], []
     for task, runs in tasks.items():
         ref = reference_setting(runs)
-        ref_ppl = mean_or_none(map(final_valid_ppl, runs[ref])) if ref else None
-        ref_test = mean_or_none(test_ppls(runs[ref])) if ref else None
         steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
         cells = []
         for s in settings:
             ppl = mean_or_none(map(final_valid_ppl, runs.get(s, [])))
             test = mean_or_none(test_ppls(runs.get(s, [])))
+            # Against softmax's runs of the same seeds: one seed's ratio to three seeds' mean would
+            # compare the seeds as much as the attention.
+            seeds_of_s = {r.seed for r in runs.get(s, [])}
+            ref_runs = [r for r in runs[ref] if r.seed in seeds_of_s] if ref else []
+            ref_ppl = mean_or_none(map(final_valid_ppl, ref_runs))
+            ref_test = mean_or_none(test_ppls(ref_runs))
             cells.append("—" if ppl is None else
                          f"{mean_range(present(map(final_valid_ppl, runs[s])))} ({fmt_ratio(ppl, ref_ppl)}); "
                          f"{mean_range(test_ppls(runs[s]))} ({fmt_ratio(test, ref_test)})")
@@ -1036,7 +1040,8 @@ def tasks_section(in_dir, plots, link):
              "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
              "long sources 2,048-token batches and 1,024 positions. The final validation ppl is each run's "
              "last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
-             "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means. " + shared_note(root)).strip()
+             "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means over the "
+             "seeds both settings ran. " + shared_note(root)).strip()
     out = [intro] + [link(p) for p in plots] + [md_table(header, body)]
     return facts, "\n\n".join(out)
 
