@@ -22,8 +22,9 @@
 #                  (default 1). Perplexity at a step does not depend on it; the runs' times do,
 #                  so the report then says their times are not speeds.
 #   --resume       keep DIR and what is finished in it: a bench whose JSON exists and a run whose
-#                  test perplexity exists are not run again (an unfinished run starts over). The
-#                  mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
+#                  test perplexity exists are not run again; an unfinished run goes on from its
+#                  newest checkpoint (one is written at every validation), as `tarn train` resumes.
+#                  The mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
 #                  --only report always keeps DIR, as --resume does (it only reads DIR).
 #   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins;
 #                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
@@ -243,9 +244,18 @@ train_setting() {  # folder, seed, recipe, extra --set flags...
     return
   fi
   mkdir -p "$dir"
-  # shellcheck disable=SC2086  # $budget holds several flags
+  # Under --resume an unfinished run goes on from its newest checkpoint (exact resume: the same
+  # weights as a run never stopped), its log kept; otherwise, or with none, it starts afresh.
+  local restart=--restart
+  if [ "$resume" = 1 ] && compgen -G "$dir/step_*" > /dev/null; then
+    restart=""
+    echo "[experiment] $dir: goes on from its newest checkpoint" >&3
+  else
+    : > "$dir.log"
+  fi
+  # shellcheck disable=SC2086  # $budget holds several flags, $restart one or none
   run "$tarn" train "$recipe" $budget "${placement[@]}" --set training.seed="$seed" --set checkpoints.dir="$dir" "$@" \
-    --restart > "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
+    $restart >> "$dir.log" 2>&1 || { echo "experiment.sh: training failed, see $dir.log" >&2; return 1; }
   # A run stopped early (SIGTERM, SIGINT) exits 0 too: only one that reached its last step counts.
   grep -q 'stopped (max_steps)' "$dir.log" ||
     { echo "experiment.sh: $dir stopped before its last step, see $dir.log" >&2; return 1; }
@@ -291,7 +301,7 @@ interleaved=(--set 'model.attention.encoder_self={layers: [delta, delta, delta, 
              --set 'model.attention.decoder_self={layers: [delta, delta, delta, softmax]}')
 budget="--set training.max_steps=$quality_steps --set training.max_time_minutes=0"
 budget="$budget --set validation.every_steps=$quality_every --set validation.max_batches=$quality_batches"
-budget="$budget --set checkpoints.every_steps=$quality_steps"
+budget="$budget --set checkpoints.every_steps=$quality_every"
 if wants quality; then
   note_jobs quality
   for seed in $seeds; do
@@ -312,7 +322,7 @@ long="--set data.pack_tokens=2048 --set data.max_source_len=2048 --set data.max_
 long="$long --set model.max_positions=2048 --set training.tokens_per_batch=4096"
 budget="--set training.max_steps=$long_steps --set training.max_time_minutes=0"
 budget="$budget --set validation.every_steps=$long_every --set validation.max_batches=$long_batches"
-budget="$budget --set checkpoints.every_steps=$long_steps"
+budget="$budget --set checkpoints.every_steps=$long_every"
 if wants long; then
   note_jobs long
   # Delta in every stack (small-delta's aligned cross-attention assumes an alignment by index,
@@ -340,7 +350,7 @@ if wants tasks; then
       pairs="--set data.kind=pairs --set data.train=work/tasks/$task/train.tsv --set data.valid=work/tasks/$task/valid.tsv
         --set data.test=work/tasks/$task/test.tsv --set data.tokenizer.model=work/wordnet/spm8000.model"
       budget="--set training.max_steps=$task_steps --set training.max_time_minutes=0 --set validation.every_steps=$task_every"
-      budget="$budget --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_steps"
+      budget="$budget --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_every"
       test_data="work/tasks/$task/test.tsv"
       for setting in $task_settings; do
         [ "$settings_given" = 0 ] || [[ " $settings " == *" $setting "* ]] || continue

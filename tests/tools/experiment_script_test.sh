@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/experiment.sh's own logic, without training or timing anything: bad --settings, --seeds
 # and --from are refused with exit 2 and a message naming the value; --only report keeps DIR (and
-# refuses one that holds no experiment); the report phase started
+# refuses one that holds no experiment); under --resume an unfinished run goes on from its
+# checkpoint; the report phase started
 # --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
 # finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
 # --from that copy states the same quality figures; notes that both folders hold keep both's lines;
@@ -112,6 +113,20 @@ done
   fail "expected one training run per setting and 4 long runs: $(cat "$FAKE_LOG")"
 grep -q "^recipes/small-delta-everywhere.yaml .*long-delta" "$FAKE_LOG" ||
   fail "the long delta run does not train small-delta-everywhere"
+
+# Under --resume an unfinished run goes on from its checkpoint (no --restart, its log kept); one
+# without a checkpoint starts afresh.
+rm -f "$FAKE_LOG"
+mkdir -p "$work/res/quality/small-softmax/seed1/step_1"
+echo smoke > "$work/res/mode.txt"
+echo "the run's first part" > "$work/res/quality/small-softmax/seed1.log"
+(cd "$root" && TARN=$fake "$script" --smoke --only quality --settings small-softmax,small-linear --seeds 1 --resume \
+  --out "$work/res" >"$work/res.txt" 2>&1) || fail "the resumed quality phase failed: $(tail -3 "$work/res.txt")"
+grep -q "^recipes/small-softmax.yaml " "$FAKE_LOG" || fail "the unfinished run did not train: $(cat "$FAKE_LOG")"
+! grep -q "^recipes/small-softmax.yaml .*--restart" "$FAKE_LOG" || fail "the unfinished run started over: $(cat "$FAKE_LOG")"
+grep -q "^recipes/small-linear.yaml .*--restart" "$FAKE_LOG" || fail "a run without a checkpoint did not start afresh: $(cat "$FAKE_LOG")"
+grep -qF "the run's first part" "$work/res/quality/small-softmax/seed1.log" || fail "the resumed run's log lost its first part"
+grep -qF "goes on from its newest checkpoint" "$work/res.txt" || fail "experiment.sh did not say the run goes on"
 
 # The linearize phase (issue 55): a teacher, its control per seed, each variant three ways per
 # seed and from scratch for the teacher's steps too on the first seed, in results.tsv, which the
