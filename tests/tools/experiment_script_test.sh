@@ -50,8 +50,9 @@ cp "$fixture/quality/small-softmax/seed2/"{metrics.jsonl,test.txt} "$work/kept/q
 [ -s "$work/kept_doc/experiment/data/quality/small-softmax/seed1/test.txt" ] || fail "--only report did not archive DIR's run"
 status=0
 "$script" --full --only report --out "$work/kept" --doc "$work/kept_doc/experiment.md" >"$work/out.txt" 2>"$work/err.txt" || status=$?
-[ "$status" = 2 ] && grep -qF "started in quick mode, not full" "$work/err.txt" ||
+if [ "$status" != 2 ] || ! grep -qF "started in quick mode, not full" "$work/err.txt"; then
   fail "a full report of a quick DIR was not refused (exit $status): $(cat "$work/err.txt")"
+fi
 
 # The report phase, started from the fixture: the doc, and its inputs beside the plots.
 mkdir -p "$work/docs"
