@@ -1020,17 +1020,17 @@ def tasks_section(in_dir, plots, link):
         steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
         cells = []
         for s in settings:
-            ppl = mean_or_none(map(final_valid_ppl, runs.get(s, [])))
-            test = mean_or_none(test_ppls(runs.get(s, [])))
+            mine = runs.get(s, [])
+            ppls, tests = present(map(final_valid_ppl, mine)), test_ppls(mine)
             # Against softmax's runs of the same seeds: one seed's ratio to three seeds' mean would
             # compare the seeds as much as the attention.
-            seeds_of_s = {r.seed for r in runs.get(s, [])}
-            ref_runs = [r for r in runs[ref] if r.seed in seeds_of_s] if ref else []
+            my_seeds = {r.seed for r in mine}
+            ref_runs = [r for r in runs[ref] if r.seed in my_seeds] if ref else []
             ref_ppl = mean_or_none(map(final_valid_ppl, ref_runs))
             ref_test = mean_or_none(test_ppls(ref_runs))
-            cells.append("—" if ppl is None else
-                         f"{mean_range(present(map(final_valid_ppl, runs[s])))} ({fmt_ratio(ppl, ref_ppl)}); "
-                         f"{mean_range(test_ppls(runs[s]))} ({fmt_ratio(test, ref_test)})")
+            cells.append("—" if not ppls else
+                         f"{mean_range(ppls)} ({fmt_ratio(mean_or_none(ppls), ref_ppl)}); "
+                         f"{mean_range(tests)} ({fmt_ratio(mean_or_none(tests), ref_test)})")
         seeds = sorted({len(v) for v in runs.values()})
         body.append([f"{task}: {task_text(task)}", "/".join(str(x) for x in steps)] + cells +
                     ["/".join(map(str, seeds))])
