@@ -45,7 +45,9 @@
 #                  tools/experiment/tasks.py (reverse, offset, skip and long-* on sources of 512
 #                  words or more), each trained with small-softmax, small-delta and small-recall
 #                  (issue 53), seeds as --seeds. --task-steps N: their steps (default: quick 300,
-#                  full 1,200, the budget of issue 53's table).
+#                  full 1,200, the budget of issue 53's table). A long task is trained through a
+#                  length curriculum: its short task (N steps), sources of 64, 128 and 256 words
+#                  (full: 300 steps each), then the long sources (full: 600 steps).
 #   --device D     train and evaluate the quality and long-sequence runs on D (training.device:
 #                  cpu, the default, or cuda, cuda:N): the same recipes and token budget, so the
 #                  same perplexities up to f32 rounding order; the report names the device. The
@@ -135,7 +137,7 @@ case "$mode" in
     positions=10000
     quality_steps=100; quality_every=25; quality_batches=10
     long_steps=30; long_every=10; long_batches=5
-    task_steps=300; task_every=100; task_batches=10
+    task_steps=300; task_every=100; task_batches=10; stage_steps=100; long_task_steps=200
     linearize=(--preset small --teacher-steps 300 --transfer 15 --finetune 15) ;;
   full)
     attention_n=128,256,512,1024,2048,4096,8192,16384,32768,65536; attention_max_s=300
@@ -143,7 +145,7 @@ case "$mode" in
     positions=10000
     quality_steps=600; quality_every=50; quality_batches=20
     long_steps=300; long_every=25; long_batches=10
-    task_steps=1200; task_every=100; task_batches=20
+    task_steps=1200; task_every=100; task_batches=20; stage_steps=300; long_task_steps=600
     linearize=(--preset small --teacher-steps 1000 --transfer 50 --finetune 50) ;;
   smoke)
     attention_n=64,128; attention_max_s=1
@@ -151,7 +153,7 @@ case "$mode" in
     positions=50
     quality_steps=2; quality_every=1; quality_batches=1
     long_steps=2; long_every=1; long_batches=1
-    task_steps=2; task_every=1; task_batches=1
+    task_steps=2; task_every=1; task_batches=1; stage_steps=1; long_task_steps=2
     linearize=(--preset tiny --teacher-steps 2 --transfer 1 --finetune 1) ;;
 esac
 
@@ -268,13 +270,15 @@ running=0
 # train_setting notes the device of each finished run.
 note_jobs() { mkdir -p "$out/$1"; echo "$jobs" >> "$out/$1/jobs.txt"; }
 # start <train_setting arguments...>: in the background once $jobs > 1, waiting for a free slot.
-start() {
+start() { start_chain train_setting "$@"; }
+# start_chain <command...>: the same for a command that trains runs one after another.
+start_chain() {
   if [ "$jobs" = 1 ]; then
-    train_setting "$@"
+    "$@"
     return
   fi
   [ "$running" -lt "$jobs" ] || wait_one
-  train_setting "$@" &
+  "$@" &
   running=$((running + 1))
 }
 finish_all() {
@@ -337,30 +341,65 @@ if wants long; then
 fi
 
 # Alignments other than the diagonal (issue 53): each task's pairs (tools/experiment/tasks.py),
-# 512-token batches on glosses; on the long sources (512 words or more, 4x any recipe's window)
-# 2,048-token batches and 1,024 positions. The same token budget for every setting of a task.
+# 512-token batches on glosses. The long sources (512 words or more, 4x any recipe's window;
+# 2,048-token batches, 1,024 positions) are learned through a length curriculum, the same for
+# every setting: from scratch not even softmax learned the long offset in 2,400 steps (validation
+# ppl 865, the unigram level), but through it softmax learns each stage. A long-<task> run starts
+# from its setting's and seed's weights (model.init_from, a new optimizer each stage) trained on
+# <task> ($task_steps steps as its own runs, but with 1,024 positions), then on sources of 64, 128
+# and 256 words ($stage_steps steps each at the long shape; under $out/curriculum), and trains
+# $long_task_steps steps on the long sources. The same token budget for every setting of a task.
+task_pairs() {  # folder of {train,valid,test}.tsv -> the --set flags reading them
+  echo "--set data.kind=pairs --set data.train=$1/train.tsv --set data.valid=$1/valid.tsv
+    --set data.test=$1/test.tsv --set data.tokenizer.model=work/wordnet/spm8000.model"
+}
+long_shape="--set model.max_positions=1024 --set data.max_source_len=1024 --set data.max_target_len=1024"
+# train_curriculum <final folder> <seed> <recipe> <task>: the stages, then the long task itself.
+train_curriculum() {
+  local dir="$1" seed="$2" recipe="$3" task="$4" setting stage_dir from="" words steps data
+  setting=$(basename "$(dirname "$dir")")
+  for words in 0 64 128 256; do
+    if [ "$words" = 0 ]; then
+      stage_dir="$out/curriculum/$task/$setting/seed$seed"; data="work/tasks/$task"; steps=$task_steps
+    else
+      stage_dir="$out/curriculum/long-$task-w$words/$setting/seed$seed"; data="work/tasks/long-$task/w$words"
+      steps=$stage_steps
+    fi
+    # The short task as in its own runs but for the long runs' position table, the others as the long task.
+    # shellcheck disable=SC2046,SC2086  # $budget and the flags are several words each
+    budget="$(task_budget "$steps")" test_data="$data/test.tsv" train_setting "$stage_dir" "$seed" "$recipe" \
+      $(task_pairs "$data") $([ "$words" = 0 ] && echo "--set model.max_positions=1024 --set training.tokens_per_batch=512" ||
+                              echo "$long_shape --set training.tokens_per_batch=2048") ${from:+--set model.init_from=$from} || return 1
+    from=$stage_dir
+  done
+  # shellcheck disable=SC2046,SC2086
+  budget="$(task_budget "$long_task_steps")" test_data="work/tasks/long-$task/test.tsv" train_setting "$dir" "$seed" \
+    "$recipe" $(task_pairs "work/tasks/long-$task") $long_shape --set training.tokens_per_batch=2048 \
+    --set model.init_from="$from"
+}
+task_budget() {  # steps -> the flags of a task run's budget
+  echo "--set training.max_steps=$1 --set training.max_time_minutes=0 --set validation.every_steps=$task_every
+    --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_every"
+}
 if wants tasks; then
-  [ -f work/tasks/long-skip/test.tsv ] || run /usr/bin/python3 tools/experiment/tasks.py --corpus work/wordnet --out work/tasks
+  [ -f work/tasks/long-skip/w256/test.tsv ] || run /usr/bin/python3 tools/experiment/tasks.py --corpus work/wordnet --out work/tasks
   note_jobs tasks
   for seed in $seeds; do
     for task in $tasks; do
-      shape="--set training.tokens_per_batch=512"
-      [[ "$task" == long-* ]] && shape="--set training.tokens_per_batch=2048 --set model.max_positions=1024
-        --set data.max_source_len=1024 --set data.max_target_len=1024"
-      pairs="--set data.kind=pairs --set data.train=work/tasks/$task/train.tsv --set data.valid=work/tasks/$task/valid.tsv
-        --set data.test=work/tasks/$task/test.tsv --set data.tokenizer.model=work/wordnet/spm8000.model"
-      budget="--set training.max_steps=$task_steps --set training.max_time_minutes=0 --set validation.every_steps=$task_every"
-      budget="$budget --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_every"
-      test_data="work/tasks/$task/test.tsv"
       for setting in $task_settings; do
         [ "$settings_given" = 0 ] || [[ " $settings " == *" $setting "* ]] || continue
-        # shellcheck disable=SC2086
-        start "$out/tasks/$task/$setting/seed$seed" "$seed" "recipes/$setting.yaml" $pairs $shape
+        dir="$out/tasks/$task/$setting/seed$seed"
+        if [[ "$task" == long-* ]]; then
+          start_chain train_curriculum "$dir" "$seed" "recipes/$setting.yaml" "${task#long-}"
+        else
+          # shellcheck disable=SC2046
+          budget="$(task_budget "$task_steps")" test_data="work/tasks/$task/test.tsv" start "$dir" "$seed" \
+            "recipes/$setting.yaml" $(task_pairs "work/tasks/$task") --set training.tokens_per_batch=512
+        fi
       done
     done
   done
   finish_all
-  test_data=""
 fi
 
 # Linearizing a softmax teacher (issue 55): 10% of the teacher's steps per variant, half attention

@@ -6,7 +6,8 @@
 # --from the fixed folder tests/tools/experiment_fixture copies its inputs (benches' CSV and JSON,
 # finished runs' metrics.jsonl and test.txt, nothing else) beside its plots; and a report made
 # --from that copy states the same quality figures; notes that both folders hold keep both's lines;
-# and every quality and long-sequence setting names a recipe that exists.
+# every quality and long-sequence setting names a recipe that exists; the tasks phase trains the
+# long tasks through their length curriculum.
 #   experiment_script_test.sh <repo root>
 set -euo pipefail
 root=$1
@@ -128,6 +129,33 @@ grep -q "^recipes/small-softmax.yaml " "$FAKE_LOG" || fail "the unfinished run d
 grep -q "^recipes/small-linear.yaml .*--restart" "$FAKE_LOG" || fail "a run without a checkpoint did not start afresh: $(cat "$FAKE_LOG")"
 grep -qF "the run's first part" "$work/res/quality/small-softmax/seed1.log" || fail "the resumed run's log lost its first part"
 grep -qF "goes on from its newest checkpoint" "$work/res.txt" || fail "experiment.sh did not say the run goes on"
+
+# The tasks phase (issue 53): a short task trains once; a long one goes through its length
+# curriculum, each stage from the last one's weights and the long run from the 256-word stage.
+# In a copy of the scripts with a corpus of its own, so that tasks.py writes nothing in the repo.
+copy=$work/copy
+mkdir -p "$copy/tools" "$copy/work/wordnet"
+cp -r "$root/tools/experiment.sh" "$root/tools/experiment" "$copy/tools/"
+cp -r "$root/recipes" "$copy/"
+for split in train valid test; do
+  for i in $(seq 1 40); do echo "gloss $i of $split has a few more words than two"; done > "$copy/work/wordnet/$split.txt"
+done
+rm -f "$FAKE_LOG"
+(cd "$copy" && TARN=$fake tools/experiment.sh --smoke --only tasks --tasks offset,long-offset --settings small-softmax \
+  --seeds 1 --out "$work/tasks" >"$work/tasks.txt" 2>&1) || fail "the tasks phase failed: $(tail -3 "$work/tasks.txt")"
+[ "$(wc -l < "$FAKE_LOG")" = 6 ] || fail "expected the offset run, 4 curriculum stages and the long run: $(cat "$FAKE_LOG")"
+[ -s "$copy/work/tasks/long-offset/w64/train.tsv" ] || fail "tasks.py wrote no 64-word stage"
+grep -q "checkpoints.dir=$work/tasks/tasks/offset/small-softmax/seed1 .*data.train=work/tasks/offset/train.tsv " "$FAKE_LOG" ||
+  fail "the short offset run did not train on offset: $(cat "$FAKE_LOG")"
+previous=$work/tasks/curriculum/offset/small-softmax/seed1
+for stage in long-offset-w64 long-offset-w128 long-offset-w256; do
+  grep -q "checkpoints.dir=$work/tasks/curriculum/$stage/small-softmax/seed1 .*model.init_from=$previous " "$FAKE_LOG" ||
+    fail "stage $stage does not start from $previous: $(cat "$FAKE_LOG")"
+  previous=$work/tasks/curriculum/$stage/small-softmax/seed1
+done
+grep -q "checkpoints.dir=$work/tasks/tasks/long-offset/small-softmax/seed1 .*data.train=work/tasks/long-offset/train.tsv .*model.init_from=$previous " "$FAKE_LOG" ||
+  fail "the long run does not start from the last stage: $(cat "$FAKE_LOG")"
+[ -s "$work/tasks/tasks/long-offset/small-softmax/seed1/test.txt" ] || fail "the long run was not evaluated"
 
 # The linearize phase (issue 55): a teacher, its control per seed, each variant three ways per
 # seed and from scratch for the teacher's steps too on the first seed, in results.tsv, which the

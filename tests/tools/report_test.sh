@@ -62,6 +62,12 @@ expect_line "$doc" "These runs trained on cpu, cuda (experiment.sh --device)"
 # The tasks (issue 53): each setting against softmax on the seeds both ran (small-delta has seed 1
 # only: 6 against softmax's seed 1, 4, not against the mean of its two seeds, 6).
 expect_line "$doc" "| offset: the second half of the words, then the first half | 200 | 6.00 (4.00–8.00) (1.00×); 7.00 (5.00–9.00) (1.00×) | 6.00 (1.50×); 7.00 (1.40×) | 2.00 (2.00–2.00) (0.333×); 3.00 (3.00–3.00) (0.429×) | 1/2 |"
+# The long tasks' curriculum, stage by stage in order of length (64 before 128).
+expect_line "$doc" "| offset (1,024 positions) | 100 | 3.00 | — | 1 |"
+expect_line "$doc" "| offset, sources of 64+ words | 100 | 5.00 | 9.00 | 1/1 |"
+expect_line "$doc" "| offset, sources of 128+ words | 100 | 7.00 | — | 1 |"
+[ "$(grep -n "sources of 64+ words" "$doc" | cut -d: -f1)" -lt "$(grep -n "sources of 128+ words" "$doc" | cut -d: -f1)" ] ||
+  fail "the curriculum's stages are not in order of length"
 # train-small-delta/train.csv joins train.csv's rows, named after its recipe.
 expect_line "$doc" "**Training step (f32) at N=1,024:** recipe (small-delta) 7,877 tokens/s vs softmax 6,606 tokens/s"
 expect_line "$doc" "**Training step (f32) at N=256:** recipe (small-delta) 8,192 tokens/s vs linear 9,102 tokens/s (0.900×)"

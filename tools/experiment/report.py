@@ -1038,12 +1038,45 @@ def tasks_section(in_dir, plots, link):
                      "; ".join(f"{s} {fmt(mean_or_none(map(final_valid_ppl, seeds)))}" for s, seeds in runs.items()))
     intro = ("Sequence-to-sequence pairs from the same glosses (`tools/experiment/tasks.py`), source and "
              "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
-             "long sources 2,048-token batches and 1,024 positions. The final validation ppl is each run's "
+             "long sources 2,048-token batches and 1,024 positions. A long task's run is the last stage of "
+             "its length curriculum (the table below it; its steps are that stage's). The final validation ppl is each run's "
              "last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
              "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means over the "
              "seeds both settings ran. " + shared_note(root)).strip()
     out = [intro] + [link(p) for p in plots] + [md_table(header, body)]
+    stages = curriculum_table(os.path.join(in_dir, "curriculum"))
+    if stages:
+        out.append(stages)
     return facts, "\n\n".join(out)
+
+
+def stage_key(name):
+    """A curriculum stage's order: its task, the short task first, then by source length."""
+    task, _, words = name.rpartition("-w")
+    if not task.startswith("long-") or not words.isdigit():
+        return (name, 0)
+    return (task[5:], int(words))
+
+
+def curriculum_table(root):
+    """The long tasks' length curriculum (tools/experiment.sh): each stage's final validation ppl
+    per setting, mean over seeds; None where no stage ran."""
+    stages = read_tasks(root)
+    if not stages:
+        return None
+    settings = ordered_settings(sorted({s for runs in stages.values() for s in runs}))
+    body = []
+    for name in sorted(stages, key=stage_key):
+        runs = stages[name]
+        task, words = stage_key(name)
+        what = f"{task}, sources of {words}+ words" if words else f"{task} (1,024 positions)"
+        steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
+        body.append([what, "/".join(str(x) for x in steps)] +
+                    [mean_range(present(map(final_valid_ppl, runs.get(s, [])))) for s in settings] +
+                    ["/".join(str(len(v)) for v in runs.values())])
+    return ("The long tasks' length curriculum, stage by stage, each from the last one's weights "
+            "(final validation ppl, mean over seeds):\n\n" +
+            md_table(["stage", "steps"] + settings + ["seeds"], body))
 
 
 def draw_tasks(tasks, plots_dir):
