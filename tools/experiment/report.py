@@ -1038,9 +1038,9 @@ def tasks_section(in_dir, plots, link):
                      "; ".join(f"{s} {fmt(mean_or_none(map(final_valid_ppl, seeds)))}" for s, seeds in runs.items()))
     intro = ("Sequence-to-sequence pairs from the same glosses (`tools/experiment/tasks.py`), source and "
              "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
-             "long sources 2,048-token batches and 1,024 positions. A long task's run is the last stage of "
-             "its length curriculum (the table below it; its steps are that stage's). The final validation ppl is each run's "
-             "last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
+             "long sources 2,048-token batches and 1,024 positions. A long task's run is the last stage "
+             "of its length curriculum (the table below it; its steps are that stage's). The final "
+             "validation ppl is each run's last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
              "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means over the "
              "seeds both settings ran. " + shared_note(root)).strip()
     out = [intro] + [link(p) for p in plots] + [md_table(header, body)]

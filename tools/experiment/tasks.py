@@ -52,12 +52,13 @@ def main():
     args = ap.parse_args()
     if args.long_words < 1:
         ap.error(f"--long-words {args.long_words}: expected a positive number")
+    bad_stages = f"--stages {args.stages}: expected comma-separated positive numbers"
     try:
         stages = [int(w) for w in args.stages.split(",")] if args.stages else []
     except ValueError:
-        stages = [0]
+        ap.error(bad_stages)
     if any(w < 1 for w in stages):
-        ap.error(f"--stages {args.stages}: expected comma-separated positive numbers")
+        ap.error(bad_stages)
     for split in ("train", "valid", "test"):
         path = os.path.join(args.corpus, split + ".txt")
         if not os.path.isfile(path):
