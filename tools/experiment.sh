@@ -354,35 +354,35 @@ task_pairs() {  # folder of {train,valid,test}.tsv -> the --set flags reading th
     --set data.test=$1/test.tsv --set data.tokenizer.model=work/wordnet/spm8000.model"
 }
 long_shape="--set model.max_positions=1024 --set data.max_source_len=1024 --set data.max_target_len=1024"
-# train_curriculum <final folder> <seed> <recipe> <task>: the stages, then the long task itself.
+# train_curriculum <final folder> <seed> <recipe> <task>: the stages, then the long task itself
+# (its last stage, in <final folder>), each from the weights of the one before.
+stage_words="64 128 256"
 train_curriculum() {
-  local dir="$1" seed="$2" recipe="$3" task="$4" setting stage_dir from="" words steps data
+  local dir="$1" seed="$2" recipe="$3" task="$4" setting stage_dir from="" words steps data shape
   setting=$(basename "$(dirname "$dir")")
-  for words in 0 64 128 256; do
-    if [ "$words" = 0 ]; then
-      stage_dir="$out/curriculum/$task/$setting/seed$seed"; data="work/tasks/$task"; steps=$task_steps
-    else
-      stage_dir="$out/curriculum/long-$task-w$words/$setting/seed$seed"; data="work/tasks/long-$task/w$words"
-      steps=$stage_steps
-    fi
-    # The short task as in its own runs but for the long runs' position table, the others as the long task.
+  for words in 0 $stage_words long; do
+    case "$words" in
+      0) # the short task as in its own runs but for the long runs' position table
+         stage_dir="$out/curriculum/$task/$setting/seed$seed"; data="work/tasks/$task"; steps=$task_steps
+         shape="--set model.max_positions=1024 --set training.tokens_per_batch=512" ;;
+      long) stage_dir="$dir"; data="work/tasks/long-$task"; steps=$long_task_steps
+         shape="$long_shape --set training.tokens_per_batch=2048" ;;
+      *) stage_dir="$out/curriculum/long-$task-w$words/$setting/seed$seed"; data="work/tasks/long-$task/w$words"
+         steps=$stage_steps; shape="$long_shape --set training.tokens_per_batch=2048" ;;
+    esac
     # shellcheck disable=SC2046,SC2086  # $budget and the flags are several words each
     budget="$(task_budget "$steps")" test_data="$data/test.tsv" train_setting "$stage_dir" "$seed" "$recipe" \
-      $(task_pairs "$data") $([ "$words" = 0 ] && echo "--set model.max_positions=1024 --set training.tokens_per_batch=512" ||
-                              echo "$long_shape --set training.tokens_per_batch=2048") ${from:+--set model.init_from=$from} || return 1
+      $(task_pairs "$data") $shape ${from:+--set model.init_from=$from} || return 1
     from=$stage_dir
   done
-  # shellcheck disable=SC2046,SC2086
-  budget="$(task_budget "$long_task_steps")" test_data="work/tasks/long-$task/test.tsv" train_setting "$dir" "$seed" \
-    "$recipe" $(task_pairs "work/tasks/long-$task") $long_shape --set training.tokens_per_batch=2048 \
-    --set model.init_from="$from"
 }
 task_budget() {  # steps -> the flags of a task run's budget
   echo "--set training.max_steps=$1 --set training.max_time_minutes=0 --set validation.every_steps=$task_every
     --set validation.max_batches=$task_batches --set checkpoints.every_steps=$task_every"
 }
 if wants tasks; then
-  [ -f work/tasks/long-skip/w256/test.tsv ] || run /usr/bin/python3 tools/experiment/tasks.py --corpus work/wordnet --out work/tasks
+  [ -f "work/tasks/long-skip/w${stage_words##* }/test.tsv" ] ||
+    run /usr/bin/python3 tools/experiment/tasks.py --corpus work/wordnet --out work/tasks --stages "${stage_words// /,}"
   note_jobs tasks
   for seed in $seeds; do
     for task in $tasks; do

@@ -1017,7 +1017,7 @@ def tasks_section(in_dir, plots, link):
     body, facts = [], []
     for task, runs in tasks.items():
         ref = reference_setting(runs)
-        steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
+        steps = final_steps(runs)
         cells = []
         for s in settings:
             mine = runs.get(s, [])
@@ -1032,7 +1032,7 @@ def tasks_section(in_dir, plots, link):
                          f"{mean_range(ppls)} ({fmt_ratio(mean_or_none(ppls), ref_ppl)}); "
                          f"{mean_range(tests)} ({fmt_ratio(mean_or_none(tests), ref_test)})")
         seeds = sorted({len(v) for v in runs.values()})
-        body.append([f"{task}: {task_text(task)}", "/".join(str(x) for x in steps)] + cells +
+        body.append([f"{task}: {task_text(task)}", steps] + cells +
                     ["/".join(map(str, seeds))])
         facts.append(f"**{task}, final valid ppl:** " +
                      "; ".join(f"{s} {fmt(mean_or_none(map(final_valid_ppl, seeds)))}" for s, seeds in runs.items()))
@@ -1040,7 +1040,8 @@ def tasks_section(in_dir, plots, link):
              "target one SentencePiece sequence each (`data.kind: pairs`); 512-token batches, and on the "
              "long sources 2,048-token batches and 1,024 positions. A long task's run is the last stage "
              "of its length curriculum (the table below it; its steps are that stage's). The final "
-             "validation ppl is each run's last validation record (a few batches of valid.tsv), all settings of a task at the same step; "
+             "validation ppl is each run's last validation record (a few batches of valid.tsv), all "
+             "settings of a task at the same step; "
              "test ppl is `tarn eval` on the whole test.tsv; × softmax is the ratio of the means over the "
              "seeds both settings ran. " + shared_note(root)).strip()
     out = [intro] + [link(p) for p in plots] + [md_table(header, body)]
@@ -1048,6 +1049,12 @@ def tasks_section(in_dir, plots, link):
     if stages:
         out.append(stages)
     return facts, "\n\n".join(out)
+
+
+def final_steps(runs):
+    """The steps of the last validation records of {setting: [Run]}, as "1200" or "600/1200"."""
+    return "/".join(str(x) for x in sorted({r.valid[-1]["step"] for seeds in runs.values()
+                                            for r in seeds if r.valid}))
 
 
 def stage_key(name):
@@ -1070,8 +1077,8 @@ def curriculum_table(root):
         runs = stages[name]
         task, words = stage_key(name)
         what = f"{task}, sources of {words}+ words" if words else f"{task} (1,024 positions)"
-        steps = sorted({r.valid[-1]["step"] for seeds in runs.values() for r in seeds if r.valid})
-        body.append([what, "/".join(str(x) for x in steps)] +
+        steps = final_steps(runs)
+        body.append([what, steps] +
                     [mean_range(present(map(final_valid_ppl, runs.get(s, [])))) for s in settings] +
                     ["/".join(str(len(v)) for v in runs.values())])
     return ("The long tasks' length curriculum, stage by stage, each from the last one's weights "
