@@ -27,7 +27,7 @@ InternedKinds& interned() {
 }  // namespace
 
 AttentionKind AttentionKind::named(const std::string& name) {
-  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid})
+  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid, routed})
     if (name == k.name()) return k;
   InternedKinds& in = interned();
   std::lock_guard<std::mutex> lock(in.mutex);
@@ -38,7 +38,7 @@ AttentionKind AttentionKind::named(const std::string& name) {
 }
 
 std::vector<AttentionKind> AttentionKind::all() {
-  std::vector<AttentionKind> kinds = {softmax, linear, delta, gated, hybrid};
+  std::vector<AttentionKind> kinds = {softmax, linear, delta, gated, hybrid, routed};
   InternedKinds& in = interned();
   std::lock_guard<std::mutex> lock(in.mutex);
   for (const std::string& n : in.names) kinds.push_back(AttentionKind(n.c_str()));
@@ -46,7 +46,7 @@ std::vector<AttentionKind> AttentionKind::all() {
 }
 
 bool AttentionKind::builtin() const {
-  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid})
+  for (const AttentionKind& k : {softmax, linear, delta, gated, hybrid, routed})
     if (std::strcmp(name_, k.name_) == 0) return true;
   return false;
 }
@@ -58,6 +58,7 @@ bool AttentionKind::operator==(const AttentionKind& o) const {
 std::string AttentionConfig::str() const {
   if (!kind.builtin()) return kind.name();  // a registered kind: its name (layers/attention/registry.h)
   if (is_softmax()) return "softmax";
+  if (is_routed()) return "routed(chunk " + std::to_string(route_chunk) + ", top " + std::to_string(route_top) + ")";
   if (is_gated_recurrence()) return std::string(attention_kind_name(kind)) + "(conv " + std::to_string(conv_size) + ")";
   if (is_hybrid() && has_delta_block())
     return "hybrid(window " + std::to_string(window) + ", " + attention_kind_name(global) + " conv " +

@@ -22,12 +22,14 @@ namespace tarn {
 // a global part over the whole sequence (`global`: linear attention on the same q, k, v, or the
 // delta or gated layer), mixed per head and position by a learned gate (in cross-attention the
 // window is around the target position and the global part linear; layers/attention/hybrid.h).
-// A kind is its name: the five above, or one a program registers (layers/attention/registry.h)
+// routed: cross-attention only, softmax over chunk means (landmarks) plus softmax over the keys
+// of the route_top chunks whose landmarks score highest, mixed by a learned gate
+// (layers/attention/routed.h). A kind is its name: the six above, or one a program registers (layers/attention/registry.h)
 // and a recipe then names like them. Built-in kinds are compile-time constants; named() interns
 // any other name, so a kind is one pointer and compares by name.
 class AttentionKind {
  public:
-  static const AttentionKind softmax, linear, delta, gated, hybrid;
+  static const AttentionKind softmax, linear, delta, gated, hybrid, routed;
   static AttentionKind named(const std::string& name);  // the built-in kind of that name, or an interned one
   // The built-in kinds, then every other name interned so far, in that order (the recipe's
   // choices for `kind`: layers/attention/registry.h interns each kind it registers).
@@ -46,6 +48,7 @@ inline constexpr AttentionKind AttentionKind::linear{"linear"};
 inline constexpr AttentionKind AttentionKind::delta{"delta"};
 inline constexpr AttentionKind AttentionKind::gated{"gated"};
 inline constexpr AttentionKind AttentionKind::hybrid{"hybrid"};
+inline constexpr AttentionKind AttentionKind::routed{"routed"};
 inline const char* attention_kind_name(AttentionKind kind) { return kind.name(); }
 
 struct AttentionConfig {
@@ -94,9 +97,14 @@ struct AttentionConfig {
   // (the gated delta rule's layer on the same projections: its convolutions, gates and output
   // norm, conv_size taps).
   Kind global = Kind::linear;
+  // Routed cross-attention: source positions per chunk (each chunk's landmark is its mean key and
+  // value) and the chunks each target position reads exactly.
+  int64_t route_chunk = 16;
+  int64_t route_top = 4;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_hybrid() const { return kind == Kind::hybrid; }
+  bool is_routed() const { return kind == Kind::routed; }
   // linear, and hybrid over linear: a feature map's settings (feature_map, favor_*, eps) apply.
   bool uses_feature_map() const { return kind == Kind::linear || (kind == Kind::hybrid && global == Kind::linear); }
   bool is_delta() const { return kind == Kind::delta; }

@@ -24,8 +24,9 @@ void declare_kind_and_feature_map(config::SectionBuilder<S> a, bool causal) {
                 "softmax (exact, O(N^2) in length), linear (feature maps, O(N)), delta (the gated delta rule, "
                 "O(N)), gated (delta without the erase: decayed linear attention, O(N)) or hybrid (softmax over a "
                 "sliding window plus linear attention, mixed by a learned gate, O(N window); in cross-attention the "
-                "window is around the target position, over linear attention only), or a kind the program "
-                "registered",
+                "window is around the target position, over linear attention only), routed (cross-attention only: "
+                "softmax over chunk means plus softmax over the keys of the route_top best chunks, mixed by a learned "
+                "gate), or a kind the program registered",
                 kinds);
   if (causal) {
     a.fixed("causal", "the decoder never attends to later positions", "true",
@@ -65,6 +66,14 @@ void declare_kind_settings(config::SectionBuilder<S> a) {
                 "or gated (that layer on the same projections, with its convolutions, gates and output norm; "
                 "self-attention only)",
                 {{"linear", AttentionKind::linear}, {"delta", AttentionKind::delta}, {"gated", AttentionKind::gated}});
+  a.integer(&AttentionConfig::route_chunk, "route_chunk",
+            "routed: source positions per chunk; each chunk's landmark is the mean of its keys and values")
+      .min(1)
+      .max(static_cast<double>(AttentionConfig::kMaxWindow));
+  a.integer(&AttentionConfig::route_top, "route_top",
+            "routed: the chunks each target position reads key by key, those whose landmarks score highest")
+      .min(1)
+      .max(static_cast<double>(AttentionConfig::kMaxWindow));
 }
 
 template <class S>

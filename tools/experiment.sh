@@ -65,14 +65,14 @@ jobs=1
 resume=0
 from=""
 device=cpu
-all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-recall"
+all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-recall small-routed"
 settings=$all_settings
 settings_given=0
 seeds="1 2 3"
 phases=bench,quality,long,report
 all_tasks="reverse offset skip long-reverse long-offset long-skip"
 tasks=$all_tasks
-task_settings="small-softmax small-delta small-recall"
+task_settings="small-softmax small-delta small-recall small-routed"
 task_steps_given=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -71,7 +71,7 @@ def global_kind(cfg):
         return kind
     if kind == "hybrid":
         return cfg.get("global", "linear")
-    if kind == "softmax":
+    if kind in ("softmax", "routed"):
         return None
     raise ValueError(f"tarn config: attention kind {kind!r} is not known to this file")
 
@@ -184,6 +184,10 @@ class TarnAttention(nn.Module):
         self.k_proj, self.v_proj, self.q_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
         if self.kind == "hybrid":
             self.hybrid_gate = nn.Linear(d, heads)
+        if self.kind == "routed":
+            if not self.cross:
+                raise ValueError("tarn config: kind routed is cross-attention only")
+            self.route_gate = nn.Linear(d, heads)  # mixes the selected read with the landmarks'
         if self.cross and self.kind == "linear" and cfg.get("align_gate", False):
             self.align_gate = nn.Linear(d, heads)  # mixes the decayed read with the plain one
         self.fmap = cfg.get("feature_map", "elu1") if self.glob == "linear" else None
@@ -232,6 +236,28 @@ class TarnAttention(nn.Module):
         s = s.masked_fill(~vis, float("-inf"))
         p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)  # a query that sees no key: 0
         return p @ v
+
+    # ---- routed cross-attention: landmarks (chunk means) and the route_top best chunks
+    def routed_part(self, x, q, k, v, kmask):
+        b, h, nk, dh = k.shape
+        c, top = self.cfg["route_chunk"], self.cfg["route_top"]
+        chunks = (nk + c - 1) // c
+        keep = torch.ones(b, nk, dtype=k.dtype, device=k.device) if kmask is None else (kmask > 0).to(k.dtype)
+        chunk_of = torch.arange(nk, device=k.device) // c
+        pool = F.one_hot(chunk_of, chunks).to(k.dtype)[None] * keep[:, :, None]  # (B, Nk, Nc)
+        count = pool.sum(1)  # (B, Nc)
+        pool = pool / count.clamp(min=1)[:, None, :]
+        lk, lv = pool.transpose(1, 2)[:, None] @ k, pool.transpose(1, 2)[:, None] @ v  # (B, H, Nc, dh)
+        qs = q / math.sqrt(dh)
+        ls = (qs @ lk.transpose(-1, -2)).masked_fill((count == 0)[:, None, None, :], -1e9)
+        compressed = torch.softmax(ls, -1) @ lv
+        # the chosen chunks: a stable sort keeps the earlier of equal scores
+        order = torch.sort(ls, -1, descending=True, stable=True).indices[..., :top]
+        chosen = torch.zeros_like(ls, dtype=torch.bool).scatter(-1, order, True) & (count > 0)[:, None, None, :]
+        vis = chosen[..., chunk_of] & (keep > 0)[:, None, None, :]
+        selected = self.softmax_part(q, k, v, vis)
+        g = torch.sigmoid(self.route_gate(x)).transpose(1, 2)[..., None]  # (B, H, N, 1)
+        return g * selected + (1.0 - g) * compressed
 
     # ---- the linear part
     def features(self, x, role):
@@ -331,6 +357,8 @@ class TarnAttention(nn.Module):
         if self.kind in ("delta", "gated"):
             return self.out_proj(self.merge(self.delta_part(x, m, qp, kp, vp, xmask, mmask, cache)))
         q = self.split(qp)
+        if self.kind == "routed":
+            return self.out_proj(self.merge(self.routed_part(x, q, self.split(kp), self.split(vp), kmask)))
         if self.kind == "softmax" or self.kind == "hybrid":
             if cache is not None and not self.cross:  # self-attention keeps every key and value
                 if "k" in cache:

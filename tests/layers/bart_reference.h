@@ -321,10 +321,83 @@ class BartReference {
     return ctx;
   }
 
+  // Routed cross-attention (layers/attention/routed.h) on one batch row, literally: per head and
+  // query, softmax over the chunks' mean keys read with their mean values, and softmax over the
+  // keys of the route_top chunks that score highest (ties to the earlier chunk), mixed by the gate.
+  Mat routed_attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg,
+                       int64_t heads, const std::vector<bool>& pad) const {
+    const int64_t d = c_.d_model, dh = d / heads;
+    const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
+    const Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");
+    const Mat gate = linear(xq, d, name + ".route_gate");
+    const int64_t chunks = (nk + cfg.route_chunk - 1) / cfg.route_chunk;
+    auto kept = [&](int64_t j) { return !(j < (int64_t)pad.size() && pad[j]); };
+    const double scaling = 1.0 / std::sqrt(static_cast<double>(dh));
+    Mat ctx(static_cast<size_t>(nq * d), 0.0);
+    for (int64_t h = 0; h < heads; ++h) {
+      Mat lk(static_cast<size_t>(chunks * dh), 0.0), lv(lk.size(), 0.0);
+      std::vector<bool> valid(static_cast<size_t>(chunks), false);
+      for (int64_t c = 0; c < chunks; ++c) {
+        int64_t n = 0;
+        for (int64_t j = c * cfg.route_chunk; j < std::min(nk, (c + 1) * cfg.route_chunk); ++j) {
+          if (!kept(j)) continue;
+          ++n;
+          for (int64_t e = 0; e < dh; ++e) {
+            lk[c * dh + e] += k[j * d + h * dh + e];
+            lv[c * dh + e] += v[j * d + h * dh + e];
+          }
+        }
+        valid[c] = n > 0;
+        for (int64_t e = 0; e < dh && n > 0; ++e) {
+          lk[c * dh + e] /= n;
+          lv[c * dh + e] /= n;
+        }
+      }
+      auto dot = [&](int64_t i, const Mat& m, int64_t row) {
+        double s = 0;
+        for (int64_t e = 0; e < dh; ++e) s += q[i * d + h * dh + e] * scaling * m[row * dh + e];
+        return s;
+      };
+      // softmax over the rows `use` allows of m's scores -> its weighted sum of w's rows
+      auto read = [&](int64_t i, const Mat& m, const Mat& w, const std::vector<bool>& use) {
+        std::vector<double> p(use.size(), 0.0), o(static_cast<size_t>(dh), 0.0);
+        double mx = -1e300, z = 0;
+        for (size_t r = 0; r < use.size(); ++r)
+          if (use[r]) mx = std::max(mx, p[r] = dot(i, m, static_cast<int64_t>(r)));
+        for (size_t r = 0; r < use.size(); ++r) z += p[r] = use[r] ? std::exp(p[r] - mx) : 0.0;
+        for (size_t r = 0; r < use.size() && z > 0; ++r)
+          for (int64_t e = 0; e < dh; ++e) o[e] += p[r] / z * w[r * dh + e];
+        return o;
+      };
+      Mat kh(static_cast<size_t>(nk * dh)), vh(kh.size());  // this head's keys and values, (nk, dh)
+      for (int64_t j = 0; j < nk; ++j)
+        for (int64_t e = 0; e < dh; ++e) {
+          kh[j * dh + e] = k[j * d + h * dh + e];
+          vh[j * dh + e] = v[j * d + h * dh + e];
+        }
+      for (int64_t i = 0; i < nq; ++i) {
+        const std::vector<double> compressed = read(i, lk, lv, valid);
+        std::vector<int64_t> order;
+        for (int64_t c = 0; c < chunks; ++c)
+          if (valid[c]) order.push_back(c);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return dot(i, lk, a) > dot(i, lk, b); });
+        std::vector<bool> chosen(static_cast<size_t>(nk), false);
+        for (size_t t = 0; t < order.size() && t < static_cast<size_t>(cfg.route_top); ++t)
+          for (int64_t j = order[t] * cfg.route_chunk; j < std::min(nk, (order[t] + 1) * cfg.route_chunk); ++j)
+            chosen[j] = kept(j);
+        const std::vector<double> selected = read(i, kh, vh, chosen);
+        const double g = 1.0 / (1.0 + std::exp(-gate[i * heads + h]));
+        for (int64_t e = 0; e < dh; ++e) ctx[i * d + h * dh + e] = g * selected[e] + (1 - g) * compressed[e];
+      }
+    }
+    return linear(ctx, d, name + ".out_proj");
+  }
+
   // HF's BartAttention on one batch row: xq (nq, D), xkv (nk, D).
   Mat attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg, int64_t heads,
                 bool causal, const std::vector<bool>& pad, bool cross = false) const {
     if (cfg.is_gated_recurrence()) return delta_attention(xq, xkv, name, heads, causal, cross, cfg.is_delta(), pad);
+    if (cfg.is_routed()) return routed_attention(xq, xkv, name, cfg, heads, pad);
     const int64_t d = c_.d_model, dh = d / heads;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");

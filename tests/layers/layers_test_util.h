@@ -72,7 +72,14 @@ inline std::vector<AttentionSetup> delta_setups() {
   // The same with align_gate (issue 53): each head's decayed and plain reads mixed by a gate.
   AttentionConfig aligned_gated = aligned;
   aligned_gated.align_gate = true;
+  // Routed cross-attention (issue 53) by chunks of 2 source positions, the best 2 read exactly:
+  // several chunks in each test source, some left out.
+  AttentionConfig routed;
+  routed.kind = AttentionKind::routed;
+  routed.route_chunk = 2;
+  routed.route_top = 2;
   return {{"delta", delta, delta, delta},
+          {"routed_cross", delta, delta, routed},
           {"delta_cross", elu, elu, plain},
           {"gated", gated, gated, gated},
           {"aligned_cross", delta, delta, aligned},

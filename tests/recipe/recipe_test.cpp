@@ -558,6 +558,44 @@ TEST(RecipeAttention, TaylorOrderAndWidthParseAndAreChecked) {
   EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.taylor_order: ignored: feature_map is not taylor");
 }
 
+TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
+  const Recipe r = parse_recipe(std::string(kMinimal) +
+                                    "model:\n  attention:\n    cross: {kind: routed, route_chunk: 8, route_top: 2}\n",
+                                "t.yaml");
+  const AttentionConfig& cross = r.model.attention.cross;
+  EXPECT_TRUE(cross.is_routed());
+  EXPECT_EQ(cross.route_chunk, 8);
+  EXPECT_EQ(cross.route_top, 2);
+  EXPECT_EQ(cross.str(), "routed(chunk 8, top 2)");
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(first_difference(r, parse_recipe(to_yaml(r), "written.yaml")), "");
+
+  // Self-attention has no source to choose chunks of; a chunk of 0 positions is no chunk.
+  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+           {"    decoder_self: {kind: routed}\n", "bad.yaml:5: model.attention.decoder_self.kind: routed is cross-attention only"},
+           {"    encoder_self: {layers: [linear, routed, linear, linear]}\n",
+            "model.attention.encoder_self.layers[1].kind: routed is cross-attention only"},
+           {"    cross: {kind: routed, route_chunk: 0}\n", "bad.yaml:5: model.attention.cross.route_chunk:"},
+           {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"}}) {
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
+      ADD_FAILURE() << attention << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  // Its keys are its own, and it reads no other kind's.
+  const Recipe warned = parse_recipe(std::string(kMinimal) +
+                                         "model:\n  attention:\n    cross: {kind: linear, route_top: 2}\n",
+                                     "w.yaml");
+  ASSERT_EQ(warned.warnings.size(), 1u);
+  EXPECT_EQ(warned.warnings[0], "w.yaml:5: model.attention.cross.route_top: ignored: kind is linear");
+  const Recipe warned_routed = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: routed, window: 8}\n", "w.yaml");
+  ASSERT_EQ(warned_routed.warnings.size(), 1u);
+  EXPECT_EQ(warned_routed.warnings[0], "w.yaml:5: model.attention.cross.window: ignored: kind is routed");
+}
+
 TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {
   const Recipe r = parse_recipe(std::string(kMinimal) +
                                     "model:\n  attention:\n"

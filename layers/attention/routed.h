@@ -1,0 +1,69 @@
+#pragma once
+// Kind routed (issue 53): cross-attention that finds its source token by content wherever it
+// sits, as Native Sparse Attention's compressed and selected branches do (Yuan et al. 2025).
+// The source is cut into chunks of route_chunk positions; each chunk's landmark key and value are
+// the means of its unpadded keys and values. Per head and target position:
+//   compressed: softmax over the landmarks, q L^T / sqrt(dh), read of the landmark values;
+//   selected:   softmax over the keys of the route_top chunks whose landmark scores are highest
+//               (ties to the earlier chunk), read of their values;
+// mixed by a learned gate g = σ(x W^T + b) ("route_gate", HeadGate): g selected + (1 - g)
+// compressed. The choice of chunks has no gradient; the landmarks learn through the compressed
+// read, which scores them as the choice does.
+//
+// Cost: the design reads N_src / route_chunk landmarks and route_top x route_chunk keys per target
+// position, whatever the source length; decoding keeps the source's keys, values and landmarks.
+// This first implementation computes the selected read as softmax over every key with the others
+// masked (O(N_tgt N_src) work and a (B, H, N_tgt, N_src) score tensor, as HF's softmax path): the
+// same numbers, for measuring what the kind learns; a kernel that gathers only the chosen chunks
+// is future work (docs/design.md).
+#include <cstdint>
+
+#include "framework/io/json.h"
+#include "layers/attention/common.h"
+
+namespace tarn {
+
+// What every target position reads of one source: its keys and values (B, H, Nk, dh), the
+// landmarks (B, H, Nc, dh), the landmarks' mask (B, 1, 1, Nc: 0, or -1e9 for a chunk of padding
+// only) and the keys' padding (B, Nk, 1 = padded; undefined when none).
+struct RoutedSource : DecodeStateOf<RoutedSource> {
+  Tensor key, value, landmark_key, landmark_value, landmark_bias, key_padding;
+  std::vector<Tensor*> tensors() override {
+    return {&key, &value, &landmark_key, &landmark_value, &landmark_bias, &key_padding};
+  }
+};
+
+class RoutedAttention : public AttentionKindLayer {
+ public:
+  explicit RoutedAttention(AttentionSite& site);
+
+  Tensor forward(const AttentionInputs& in) const override;
+  std::unique_ptr<DecodeState> start_self(int64_t batch) const override;  // refused: cross-attention only
+  Tensor step_self(const AttentionInputs& in, DecodeState& state) const override;
+  std::unique_ptr<DecodeState> precompute_cross(const AttentionInputs& in) const override;
+  Tensor step_cross(const AttentionInputs& in, const DecodeState& state, int64_t position) const override;
+
+  // Estimates: the gate's (H, D) weight and H bias; decoding keeps keys, values and landmarks;
+  // training keeps the masked scores, their softmax and its mask (3 x 4 bytes per head and
+  // query-key pair) while this implementation computes the selected read densely.
+  static double parameters(const AttentionConfig& a, const AttentionSizes& s);
+  static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
+  static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
+  static void export_settings(const AttentionConfig& a, json::Json& o);
+
+ private:
+  // The source's keys, values and padding (k, v (B, Nk, D)) -> its RoutedSource.
+  RoutedSource prepare(const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
+  // q (B, H, Nq, dh) over `src` -> the mixed context (B, Nq, D).
+  Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
+  // The additive mask (B, H, Nq, Nk) of the selected read: 0 on the unpadded keys of each row's
+  // route_top best chunks by `landmark_scores` (B, H, Nq, Nc), -1e9 elsewhere.
+  Tensor selection_bias(const Tensor& landmark_scores, const RoutedSource& src) const;
+
+  const AttentionSite& site_;
+  int64_t chunk_, top_;
+  float scaling_;
+  HeadGate gate_;
+};
+
+}  // namespace tarn
