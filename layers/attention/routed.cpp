@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "framework/ops/chunk_attention.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
@@ -84,41 +85,54 @@ RoutedSource RoutedAttention::prepare(const Tensor& k, const Tensor& v, const Pa
   return src;
 }
 
-Tensor RoutedAttention::selection_bias(const Tensor& landmark_scores, const RoutedSource& src) const {
-  const int64_t batch = landmark_scores.size(0), heads = landmark_scores.size(1), nq = landmark_scores.size(2),
-                chunks = landmark_scores.size(3), nk = src.key.size(2), top = std::min(top_, chunks);
+std::vector<int32_t> RoutedAttention::choose(const Tensor& landmark_scores) const {
+  const int64_t rows = landmark_scores.numel() / landmark_scores.size(3), chunks = landmark_scores.size(3),
+                top = std::min(top_, chunks);
   const std::vector<float> scores = landmark_scores.to_vector();
+  std::vector<int32_t> chosen(static_cast<size_t>(rows * top_), -1);
+  std::vector<int32_t> order(static_cast<size_t>(chunks));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = scores.data() + r * chunks;
+    std::iota(order.begin(), order.end(), 0);
+    // equal scores keep the earlier chunk
+    std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                      [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+    for (int64_t t = 0; t < top; ++t)
+      if (row[order[t]] > kMaskedScore / 2) chosen[r * top_ + t] = order[t];  // else a chunk of padding only
+  }
+  return chosen;
+}
+
+Tensor RoutedAttention::selected_read(const Tensor& q, const RoutedSource& src, std::vector<int32_t> chosen) const {
+  if (q.device().is_cpu() && site_.precision() == Precision::f32)
+    return chunk_attention(q, src.key, src.value, std::move(chosen), chunk_, top_, src.key_padding, scaling_);
+  // Elsewhere the same read composed: every key scored, those outside the chosen chunks masked.
+  const int64_t batch = q.size(0), heads = q.size(1), nq = q.size(2), nk = src.key.size(2);
   const std::vector<float> padded = src.key_padding.defined() ? src.key_padding.to_vector() : std::vector<float>();
   std::vector<float> bias(static_cast<size_t>(batch * heads * nq * nk), kMaskedScore);
-  std::vector<int64_t> order(static_cast<size_t>(chunks));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < nq; ++i) {
-        const float* row = scores.data() + ((b * heads + h) * nq + i) * chunks;
-        std::iota(order.begin(), order.end(), 0);
-        // stable: equal scores (a chunk of padding only, -1e9) keep the earlier chunk
-        std::partial_sort(order.begin(), order.begin() + top, order.end(),
-                          [&](int64_t x, int64_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-        float* out = bias.data() + ((b * heads + h) * nq + i) * nk;
-        for (int64_t t = 0; t < top; ++t) {
-          if (row[order[t]] <= kMaskedScore / 2) continue;  // a chunk of padding only
-          const int64_t begin = order[t] * chunk_, end = std::min(nk, begin + chunk_);
-          for (int64_t j = begin; j < end; ++j)
-            if (padded.empty() || padded[b * nk + j] == 0.0f) out[j] = 0.0f;
-        }
-      }
-  return Tensor::from_vector(bias, {batch, heads, nq, nk}).to(landmark_scores.device());
+  for (int64_t r = 0; r < batch * heads * nq; ++r) {
+    const int64_t b = r / (heads * nq);
+    for (int64_t t = 0; t < top_; ++t) {
+      const int32_t c = chosen[r * top_ + t];
+      if (c < 0) continue;
+      for (int64_t j = c * chunk_; j < std::min(nk, (c + 1) * chunk_); ++j)
+        if (padded.empty() || padded[b * nk + j] == 0.0f) bias[r * nk + j] = 0.0f;
+    }
+  }
+  const Precision precision = site_.precision();
+  const Tensor scores = add(matmul(scale(q, scaling_), src.key, false, true, precision),
+                            Tensor::from_vector(bias, {batch, heads, nq, nk}).to(q.device()));
+  return matmul(softmax(scores), src.value, false, false, precision);
 }
 
 Tensor RoutedAttention::read(const Tensor& q, const RoutedSource& src, const Tensor& x) const {
   const Precision precision = site_.precision();
-  const Tensor qs = scale(q, scaling_);
   // compressed: softmax over the landmarks
-  const Tensor landmark_scores = add(matmul(qs, src.landmark_key, false, true, precision), src.landmark_bias);
+  const Tensor landmark_scores =
+      add(matmul(scale(q, scaling_), src.landmark_key, false, true, precision), src.landmark_bias);
   const Tensor compressed = matmul(softmax(landmark_scores), src.landmark_value, false, false, precision);
   // selected: softmax over the keys of the best route_top chunks
-  const Tensor key_scores = add(matmul(qs, src.key, false, true, precision), selection_bias(landmark_scores, src));
-  const Tensor selected = matmul(softmax(key_scores), src.value, false, false, precision);
+  const Tensor selected = selected_read(q, src, choose(landmark_scores));
   return merge_heads(gate_.mix(selected, compressed, x));
 }
 

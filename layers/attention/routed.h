@@ -10,13 +10,15 @@
 // compressed. The choice of chunks has no gradient; the landmarks learn through the compressed
 // read, which scores them as the choice does.
 //
-// Cost: the design reads N_src / route_chunk landmarks and route_top x route_chunk keys per target
-// position, whatever the source length; decoding keeps the source's keys, values and landmarks.
-// This first implementation computes the selected read as softmax over every key with the others
-// masked (O(N_tgt N_src) work and a (B, H, N_tgt, N_src) score tensor, as HF's softmax path): the
-// same numbers, for measuring what the kind learns; a kernel that gathers only the chosen chunks
-// is future work (docs/design.md).
+// Cost: per target position N_src / route_chunk landmarks and route_top x route_chunk keys,
+// whatever the source length. On the CPU in f32 the selected read touches only the chosen keys
+// (framework/ops/chunk_attention.h: O(N_tgt route_top route_chunk dh)); the landmark read is
+// O(N_tgt N_src / route_chunk), as NSA's compressed branch. On CUDA, and in bf16, the selected read
+// is composed from GEMMs and an additive mask (every key scored, the rest masked: O(N_tgt N_src),
+// as HF's softmax path); a CUDA kernel that gathers the chosen chunks is not written yet.
+// Decoding keeps the source's keys, values and landmarks.
 #include <cstdint>
+#include <vector>
 
 #include "framework/io/json.h"
 #include "layers/attention/common.h"
@@ -44,8 +46,9 @@ class RoutedAttention : public AttentionKindLayer {
   Tensor step_cross(const AttentionInputs& in, const DecodeState& state, int64_t position) const override;
 
   // Estimates: the gate's (H, D) weight and H bias; decoding keeps keys, values and landmarks;
-  // training keeps the masked scores, their softmax and its mask (3 x 4 bytes per head and
-  // query-key pair) while this implementation computes the selected read densely.
+  // training, what the composed selected read keeps (the masked scores, their softmax and the
+  // mask: 3 x 4 bytes per head and query-key pair), an upper bound for the CPU's, which keeps
+  // O(N_tgt N_src / route_chunk).
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
   static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
@@ -56,9 +59,12 @@ class RoutedAttention : public AttentionKindLayer {
   RoutedSource prepare(const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // q (B, H, Nq, dh) over `src` -> the mixed context (B, Nq, D).
   Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
-  // The additive mask (B, H, Nq, Nk) of the selected read: 0 on the unpadded keys of each row's
-  // route_top best chunks by `landmark_scores` (B, H, Nq, Nc), -1e9 elsewhere.
-  Tensor selection_bias(const Tensor& landmark_scores, const RoutedSource& src) const;
+  // The route_top chunks of each query row whose `landmark_scores` (B, H, Nq, Nc) are highest,
+  // (B, H, Nq, route_top), -1 past the chunks with keys.
+  std::vector<int32_t> choose(const Tensor& landmark_scores) const;
+  // Softmax over the keys of the chosen chunks (B, H, Nq, dh): on the CPU in f32 reading only
+  // those keys (framework/ops/chunk_attention.h), elsewhere every key scored and the rest masked.
+  Tensor selected_read(const Tensor& q, const RoutedSource& src, std::vector<int32_t> chosen) const;
 
   const AttentionSite& site_;
   int64_t chunk_, top_;

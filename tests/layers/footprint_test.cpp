@@ -53,9 +53,11 @@ TEST(BartFootprint, CountsEveryAttentionKindsParametersAndBuffersExactly) {
   AttentionConfig aligned_gated = taylor;  // align_gate's (H, D) weight and H bias
   aligned_gated.align_decay = 0.9;
   aligned_gated.align_gate = true;
+  AttentionConfig routed;  // route_gate's (H, D) weight and H bias
+  routed.kind = Kind::routed;
   const std::vector<AttentionConfig> cross_kinds = {AttentionConfig::softmax_attention(), delta, gated, hybrid,
                                                     taylor, map(FeatureMap::hedgehog), favor, hybrid_favor,
-                                                    aligned_gated};
+                                                    aligned_gated, routed};
   std::vector<BartConfig> configs;
   for (const AttentionConfig& self : self_kinds) {
     BartConfig c = BartConfig::tiny();

@@ -278,7 +278,7 @@ TEST(RecipeAttention, StacksParseIntoTheModelsAttentionConfig) {
     FAIL() << "an unknown attention kind and feature map were accepted";
   } catch (const ConfigError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, delta, gated, hybrid, got "
+    EXPECT_NE(what.find("q.yaml:5: model.attention.cross.kind: expected one of softmax, linear, delta, gated, hybrid, routed, got "
                         "\"quadratic\""),
               std::string::npos)
         << what;

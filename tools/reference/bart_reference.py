@@ -119,6 +119,27 @@ class Attention:
         out[:, rows] = softmax(s[:, rows]) @ v
         return out
 
+    def routed_part(self, x, q, k, v):
+        """Routed cross-attention: softmax over the chunks' mean keys (read with their mean values),
+        and softmax over the keys of the route_top chunks that score highest, mixed by the gate."""
+        c, top = self.cfg["route_chunk"], self.cfg["route_top"]
+        m, dh = k.shape[1], q.shape[-1]
+        starts = range(0, m, c)
+        lk = np.stack([k[:, j:j + c].mean(1) for j in starts], 1)  # (H, chunks, dh)
+        lv = np.stack([v[:, j:j + c].mean(1) for j in starts], 1)
+        ls = (q / math.sqrt(dh)) @ lk.transpose(0, 2, 1)  # (H, N, chunks)
+        compressed = softmax(ls) @ lv
+        best = np.argsort(-ls, axis=-1, kind="stable")[..., :top]  # ties: the earlier chunk
+        s = (q / math.sqrt(dh)) @ k.transpose(0, 2, 1)  # (H, N, M)
+        chosen = np.zeros(s.shape, dtype=bool)
+        for h in range(s.shape[0]):
+            for i in range(s.shape[1]):
+                for b in best[h, i]:
+                    chosen[h, i, b * c:(b + 1) * c] = True
+        selected = softmax(np.where(chosen, s, -np.inf)) @ v
+        g = sigmoid(self.linear(x, "route_gate")).T[:, :, None]  # (H, N, 1)
+        return g * selected + (1.0 - g) * compressed
+
     def kernel(self, q, k):
         """(H, N, M) φ(q_i)·φ(k_j) of the linear kinds (the Taylor map as the kernel it is)."""
         fmap = self.cfg["feature_map"]
@@ -213,6 +234,8 @@ class Attention:
                 glob = self.delta_part(x, m, qp, kp, vp)
             g = sigmoid(self.linear(x, "hybrid_gate")).T[:, :, None]  # (H, N, 1)
             ctx = g * local + (1.0 - g) * glob
+        elif kind == "routed":
+            ctx = self.routed_part(x, q, k, v)
         else:
             raise SystemExit(f"bart_reference: attention kind {kind} is not written here")
         return self.linear(self.merge(ctx), "out_proj")
