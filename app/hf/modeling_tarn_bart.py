@@ -252,7 +252,7 @@ class TarnAttention(nn.Module):
         ls = (qs @ lk.transpose(-1, -2)).masked_fill((count == 0)[:, None, None, :], -1e9)
         compressed = torch.softmax(ls, -1) @ lv
         # the chosen chunks: a stable sort keeps the earlier of equal scores
-        order = torch.sort(ls, -1, descending=True, stable=True).indices[..., :top]
+        order = torch.sort(ls, stable=True, dim=-1, descending=True).indices[..., :top]
         chosen = torch.zeros_like(ls, dtype=torch.bool).scatter(-1, order, True) & (count > 0)[:, None, None, :]
         vis = chosen[..., chunk_of] & (keep > 0)[:, None, None, :]
         selected = self.softmax_part(q, k, v, vis)
