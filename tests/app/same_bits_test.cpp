@@ -59,6 +59,7 @@ const std::vector<Case>& cases() {
       {"small-gated-everywhere", "small-gated-everywhere.yaml", {}},
       {"small-hybrid", "small-hybrid.yaml", {}},
       {"small-recall", "small-recall.yaml", {}},
+      {"small-routed", "small-routed.yaml", {}},
       {"tiny-favor",
        "tiny.yaml",
        {"model.attention.encoder_self.feature_map=favor", "model.attention.decoder_self.feature_map=favor",
