@@ -11,7 +11,7 @@
 # regenerates docs/experiment.md and its plots from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
-#                       [--resume] [--from DIR2] [--only PHASES] [--device DEVICE]
+#                       [--resume | --restart] [--from DIR2] [--only PHASES] [--device DEVICE]
 #                       [--settings LIST] [--seeds LIST] [--tasks LIST] [--task-steps N]
 #
 # --quick (default) takes about 80 minutes on 2 cores; --full takes 9-10 hours there (36 quality
@@ -26,6 +26,9 @@
 #                  newest checkpoint (one is written at every validation), as `tarn train` resumes.
 #                  The mode must be the one DIR was started in. Stop with Ctrl-C, go on later.
 #                  --only report always keeps DIR, as --resume does (it only reads DIR).
+#   --restart      delete DIR and start it over. Without --resume or --restart, a DIR that holds
+#                  an experiment (its mode.txt) is refused: a new phase into an old DIR must not
+#                  delete the runs already there.
 #   --from DIR2    start DIR with the benches and runs DIR2 holds (what is in DIR already wins;
 #                  the notes, commands.txt and each phase's device.txt and jobs.txt, keep both)
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
@@ -63,6 +66,7 @@ out=work/experiment
 doc=docs/experiment.md
 jobs=1
 resume=0
+restart=0
 from=""
 device=cpu
 all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-recall small-routed"
@@ -83,6 +87,7 @@ while [ $# -gt 0 ]; do
     --doc) doc="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
     --resume) resume=1 ;;
+    --restart) restart=1 ;;
     --from) from="$2"; resume=1; shift ;;
     --only) phases="$2"; shift ;;
     --device) device="$2"; shift ;;
@@ -96,6 +101,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+[ "$resume" = 0 ] || [ "$restart" = 0 ] ||
+  { echo "experiment.sh: --restart deletes DIR, --resume and --from keep it: give one" >&2; exit 2; }
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "experiment.sh: --jobs $jobs: expected a whole number of at least 1" >&2; exit 2; }
 for phase in ${phases//,/ }; do
   case "$phase" in
@@ -186,6 +193,8 @@ if [ "$resume" = 1 ] && [ -f "$out/mode.txt" ]; then
   started_as=$(cat "$out/mode.txt")
   [ "$started_as" = "$mode" ] || { echo "experiment.sh: --resume: $out was started in $started_as mode, not $mode" >&2; exit 2; }
 else
+  [ "$restart" = 1 ] || [ ! -f "$out/mode.txt" ] ||
+    { echo "experiment.sh: $out holds an experiment already ($(cat "$out/mode.txt") mode): add --resume to go on with it, or --restart to delete it and start over" >&2; exit 2; }
   rm -rf "$out"
   mkdir -p "$out"
   echo "$mode" > "$out/mode.txt"

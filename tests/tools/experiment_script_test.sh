@@ -130,6 +130,19 @@ grep -q "^recipes/small-linear.yaml .*--restart" "$FAKE_LOG" || fail "a run with
 grep -qF "the run's first part" "$work/res/quality/small-softmax/seed1.log" || fail "the resumed run's log lost its first part"
 grep -qF "goes on from its newest checkpoint" "$work/res.txt" || fail "experiment.sh did not say the run goes on"
 
+# A DIR that holds an experiment is started over only when asked (--restart): a new phase run into
+# an old DIR without --resume once deleted an hour of training.
+status=0
+(cd "$root" && TARN=$fake "$script" --smoke --only quality --settings small-softmax --seeds 1 --out "$work/res" \
+  >"$work/out.txt" 2>"$work/err.txt") || status=$?
+[ "$status" = 2 ] && grep -qF "holds an experiment already (smoke mode): add --resume" "$work/err.txt" ||
+  fail "a DIR with an experiment was not refused (exit $status): $(cat "$work/err.txt")"
+[ -s "$work/res/quality/small-softmax/seed1.log" ] || fail "the refused call deleted DIR's runs"
+refused "give one" --only report --resume --restart
+(cd "$root" && TARN=$fake "$script" --smoke --only quality --settings small-softmax --seeds 1 --restart --out "$work/res" \
+  >"$work/out.txt" 2>&1) || fail "--restart failed: $(tail -3 "$work/out.txt")"
+! grep -qF "the run's first part" "$work/res/quality/small-softmax/seed1.log" || fail "--restart kept DIR's old run"
+
 # The tasks phase (issue 53): a short task trains once; a long one goes through its length
 # curriculum, each stage from the last one's weights and the long run from the 256-word stage.
 # In a copy of the scripts with a corpus of its own, so that tasks.py writes nothing in the repo.
