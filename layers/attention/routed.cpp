@@ -110,19 +110,25 @@ Tensor RoutedAttention::selected_read(const Tensor& q, const RoutedSource& src, 
   const int64_t batch = q.size(0), heads = q.size(1), nq = q.size(2), nk = src.key.size(2);
   const std::vector<float> padded = src.key_padding.defined() ? src.key_padding.to_vector() : std::vector<float>();
   std::vector<float> bias(static_cast<size_t>(batch * heads * nq * nk), kMaskedScore);
+  std::vector<float> seen(static_cast<size_t>(batch * heads * nq), 0.0f);  // 1 where a row sees a key
   for (int64_t r = 0; r < batch * heads * nq; ++r) {
     const int64_t b = r / (heads * nq);
     for (int64_t t = 0; t < top_; ++t) {
       const int32_t c = chosen[r * top_ + t];
       if (c < 0) continue;
       for (int64_t j = c * chunk_; j < std::min(nk, (c + 1) * chunk_); ++j)
-        if (padded.empty() || padded[b * nk + j] == 0.0f) bias[r * nk + j] = 0.0f;
+        if (padded.empty() || padded[b * nk + j] == 0.0f) {
+          bias[r * nk + j] = 0.0f;
+          seen[r] = 1.0f;
+        }
     }
   }
   const Precision precision = site_.precision();
   const Tensor scores = add(matmul(scale(q, scaling_), src.key, false, true, precision),
                             Tensor::from_vector(bias, {batch, heads, nq, nk}).to(q.device()));
-  return matmul(softmax(scores), src.value, false, false, precision);
+  // A row that sees no key reads zeros, as chunk_attention gives (a softmax of masks only is uniform).
+  return mul(matmul(softmax(scores), src.value, false, false, precision),
+             Tensor::from_vector(seen, {batch, heads, nq, 1}).to(q.device()));
 }
 
 Tensor RoutedAttention::read(const Tensor& q, const RoutedSource& src, const Tensor& x) const {
