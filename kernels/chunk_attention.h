@@ -2,7 +2,8 @@
 // Softmax attention of each query over the keys of a few chosen chunks of the keys (routed
 // cross-attention's selected read, layers/attention/routed.h), on raw row-major buffers:
 // q (BH, nq, d), k and v (BH, nk, d) with BH = batch x heads, `chosen` (BH, nq, top) chunk
-// indices (-1: none), chunk c holding keys [c chunk, min(nk, (c + 1) chunk)):
+// indices (-1: none; the others distinct within a row), chunk c holding keys
+// [c chunk, min(nk, (c + 1) chunk)):
 //
 //   out[i] = Σ_{j in chosen chunks, not padded} softmax_j(scale q_i·k_j) v_j
 //

@@ -23,7 +23,12 @@ Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::v
   TARN_ASSERT(static_cast<int64_t>(chosen.size()) == s.batch * s.heads * s.nq * top, op, ": ", chosen.size(),
               " chosen chunks for ", s.batch * s.heads * s.nq, " queries x ", top);
   const int64_t chunks = (s.nk + chunk - 1) / chunk;
-  for (int32_t c : chosen) TARN_ASSERT(c >= -1 && c < chunks, op, ": chunk ", c, " of ", chunks);
+  for (size_t row = 0; row < chosen.size(); row += static_cast<size_t>(top))
+    for (int64_t t = 0; t < top; ++t) {
+      const int32_t c = chosen[row + t];
+      TARN_ASSERT(c >= -1 && c < chunks, op, ": chunk ", c, " of ", chunks);
+      for (int64_t u = 0; u < t && c >= 0; ++u) TARN_ASSERT(chosen[row + u] != c, op, ": chunk ", c, " chosen twice");
+    }
   TARN_ASSERT(!key_padding.defined() || key_padding.numel() == s.batch * s.nk, op, ": key_padding must be (B, Nk)");
   const float* padded = key_padding.defined() ? key_padding.f32() : nullptr;
   auto picks = std::make_shared<const std::vector<int32_t>>(std::move(chosen));

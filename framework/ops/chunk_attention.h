@@ -11,7 +11,7 @@
 namespace tarn {
 
 // q (B, H, Nq, d), k and v (B, H, Nk, d) on the CPU; chosen (B, H, Nq, top) chunk indices, -1 for
-// none; chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk) f32, 1 = padded, or
+// none, the others distinct within a row; chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk) f32, 1 = padded, or
 // undefined. Returns (B, H, Nq, d); a query with no visible key gets zeros.
 Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::vector<int32_t> chosen, int64_t chunk,
                        int64_t top, const Tensor& key_padding, float scale);

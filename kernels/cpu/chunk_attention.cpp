@@ -36,7 +36,8 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
   const int64_t d = s.d, bhs = s.batch * s.heads;
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < bhs; ++bh) {
-    std::vector<float> scores(static_cast<size_t>(s.top * s.chunk));
+    // Distinct chunks (the op checks): at most nk keys, and at most top x chunk.
+    std::vector<float> scores(static_cast<size_t>(std::min(s.nk, s.top * s.chunk)));
     const float *kh = k + bh * s.nk * d, *vh = v + bh * s.nk * d;
     for (int64_t i = 0; i < s.nq; ++i) {
       const float* qi = q + (bh * s.nq + i) * d;

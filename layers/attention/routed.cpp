@@ -41,9 +41,10 @@ double RoutedAttention::decode_state_bytes(const AttentionConfig& a, const Atten
   return 2 * 4.0 * (tokens + chunks) * s.d_model + 4.0 * tokens;
 }
 
-AttentionTrainingBytes RoutedAttention::training_bytes(const AttentionConfig&, const AttentionSizes& s,
+AttentionTrainingBytes RoutedAttention::training_bytes(const AttentionConfig& a, const AttentionSizes& s,
                                                        const AttentionBatch& b) {
-  return {3 * 4.0 * s.heads * b.tokens * b.keys, 0.0};
+  const double chunks = std::ceil(b.keys / static_cast<double>(std::max<int64_t>(1, a.route_chunk)));
+  return {2 * 4.0 * s.heads * b.tokens * chunks, 0.0};
 }
 
 void RoutedAttention::export_settings(const AttentionConfig& a, json::Json& o) {
@@ -89,7 +90,7 @@ std::vector<int32_t> RoutedAttention::choose(const Tensor& landmark_scores) cons
   const int64_t rows = landmark_scores.numel() / landmark_scores.size(3), chunks = landmark_scores.size(3),
                 top = std::min(top_, chunks);
   const std::vector<float> scores = landmark_scores.to_vector();
-  std::vector<int32_t> chosen(static_cast<size_t>(rows * top_), -1);
+  std::vector<int32_t> chosen(static_cast<size_t>(rows * top), -1);
   std::vector<int32_t> order(static_cast<size_t>(chunks));
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = scores.data() + r * chunks;
@@ -98,23 +99,24 @@ std::vector<int32_t> RoutedAttention::choose(const Tensor& landmark_scores) cons
     std::partial_sort(order.begin(), order.begin() + top, order.end(),
                       [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
     for (int64_t t = 0; t < top; ++t)
-      if (row[order[t]] > kMaskedScore / 2) chosen[r * top_ + t] = order[t];  // else a chunk of padding only
+      if (row[order[t]] > kMaskedScore / 2) chosen[r * top + t] = order[t];  // else a chunk of padding only
   }
   return chosen;
 }
 
 Tensor RoutedAttention::selected_read(const Tensor& q, const RoutedSource& src, std::vector<int32_t> chosen) const {
-  if (q.device().is_cpu() && site_.precision() == Precision::f32)
-    return chunk_attention(q, src.key, src.value, std::move(chosen), chunk_, top_, src.key_padding, scaling_);
-  // Elsewhere the same read composed: every key scored, those outside the chosen chunks masked.
   const int64_t batch = q.size(0), heads = q.size(1), nq = q.size(2), nk = src.key.size(2);
+  const int64_t top = std::min(top_, src.landmark_key.size(2));  // choose()'s stride
+  if (q.device().is_cpu() && site_.precision() == Precision::f32)
+    return chunk_attention(q, src.key, src.value, std::move(chosen), chunk_, top, src.key_padding, scaling_);
+  // Elsewhere the same read composed: every key scored, those outside the chosen chunks masked.
   const std::vector<float> padded = src.key_padding.defined() ? src.key_padding.to_vector() : std::vector<float>();
   std::vector<float> bias(static_cast<size_t>(batch * heads * nq * nk), kMaskedScore);
   std::vector<float> seen(static_cast<size_t>(batch * heads * nq), 0.0f);  // 1 where a row sees a key
   for (int64_t r = 0; r < batch * heads * nq; ++r) {
     const int64_t b = r / (heads * nq);
-    for (int64_t t = 0; t < top_; ++t) {
-      const int32_t c = chosen[r * top_ + t];
+    for (int64_t t = 0; t < top; ++t) {
+      const int32_t c = chosen[r * top + t];
       if (c < 0) continue;
       for (int64_t j = c * chunk_; j < std::min(nk, (c + 1) * chunk_); ++j)
         if (padded.empty() || padded[b * nk + j] == 0.0f) {

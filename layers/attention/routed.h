@@ -46,9 +46,9 @@ class RoutedAttention : public AttentionKindLayer {
   Tensor step_cross(const AttentionInputs& in, const DecodeState& state, int64_t position) const override;
 
   // Estimates: the gate's (H, D) weight and H bias; decoding keeps keys, values and landmarks;
-  // training, what the composed selected read keeps (the masked scores, their softmax and the
-  // mask: 3 x 4 bytes per head and query-key pair), an upper bound for the CPU's, which keeps
-  // O(N_tgt N_src / route_chunk).
+  // training keeps at least the landmark scores and their softmax (2 x 4 bytes per head, query
+  // and chunk), a lower bound as every kind's (the composed path of CUDA and bf16 keeps its
+  // masked N_tgt x N_src scores too).
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
   static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
@@ -60,7 +60,7 @@ class RoutedAttention : public AttentionKindLayer {
   // q (B, H, Nq, dh) over `src` -> the mixed context (B, Nq, D).
   Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
   // The route_top chunks of each query row whose `landmark_scores` (B, H, Nq, Nc) are highest,
-  // (B, H, Nq, route_top), -1 past the chunks with keys.
+  // (B, H, Nq, min(route_top, Nc)), -1 past the chunks with keys.
   std::vector<int32_t> choose(const Tensor& landmark_scores) const;
   // Softmax over the keys of the chosen chunks (B, H, Nq, dh): on the CPU in f32 reading only
   // those keys (framework/ops/chunk_attention.h), elsewhere every key scored and the rest masked.

@@ -64,6 +64,10 @@ const std::map<std::string, SizeKey> kModelKeys = {
     // Clamped to the sequence by the kernels; aligned cross-attention's C x C scores counted.
     {"model.attention.*.chunk", {Outcome::fits, {"STACK.kind=linear"}}},
     {"model.attention.*.favor_redraw_every", {Outcome::scales_nothing, {}}},  // a step count
+    // Routed cross-attention (kind routed, set below for the cross stack; self-attention stacks
+    // ignore them): one chunk of the whole source, read key by key; every chunk there is.
+    {"model.attention.*.route_chunk", {Outcome::fits, {}}},
+    {"model.attention.*.route_top", {Outcome::fits, {}}},
 };
 
 // model.attention.cross.chunk -> model.attention.*.chunk
@@ -103,6 +107,7 @@ TEST(MemoryCheck, EveryModelSizeKeyAtItsSchemaMaximumIsRefusedNamingItOrFitsAndR
     for (std::string e : it->second.enabling)
       overrides.push_back(e.rfind("STACK", 0) == 0 ? e.replace(0, 5, stack_of(f->path)) : e);
     if (f->path == "model.attention.cross.chunk") overrides.push_back("model.attention.cross.align_decay=0.9");
+    if (f->path.rfind("model.attention.cross.route_", 0) == 0) overrides.push_back("model.attention.cross.kind=routed");
     overrides.push_back(f->path + "=" + std::to_string(value));
     SCOPED_TRACE(f->path + " = " + std::to_string(value));
     ++checked;

@@ -110,6 +110,7 @@ TEST(ChunkAttention, BadArgumentsAreRejected) {
   EXPECT_ANY_THROW(chunk_attention(q, k, k, {0}, 2, 1, Tensor(), 1.0f));          // one pick for two queries
   EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 0}, 0, 1, Tensor(), 1.0f));       // a chunk of nothing
   EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 2}, 2, 1, Tensor(), 1.0f));       // 4 keys: chunks 0 and 1 only
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 0, 1, -1}, 2, 2, Tensor(), 1.0f));  // chunk 0 twice in a row
   EXPECT_ANY_THROW(chunk_attention(q, random_tensor({1, 1, 4, 2}, 3), k, {0, 0}, 2, 1, Tensor(), 1.0f));  // d differs
 }
 
