@@ -39,10 +39,9 @@ Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::v
     Tensor dq = needs[0] ? Tensor::empty(q.shape()) : Tensor();
     Tensor dk = needs[1] ? Tensor::empty(k.shape()) : Tensor();
     Tensor dv = needs[2] ? Tensor::empty(v.shape()) : Tensor();
-    const Tensor g = dout;  // contiguous f32 on the CPU, as every gradient the tape passes
     kernels::cpu::chunk_attention_backward(s, q.f32(), k.f32(), v.f32(), picks->data(),
                                            key_padding.defined() ? key_padding.f32() : nullptr, scale, out.f32(),
-                                           lse.f32(), g.f32(), needs[0] ? dq.f32() : nullptr,
+                                           lse.f32(), dout.f32(), needs[0] ? dq.f32() : nullptr,
                                            needs[1] ? dk.f32() : nullptr, needs[2] ? dv.f32() : nullptr);
     return {dq, dk, dv};
   });
