@@ -24,9 +24,10 @@ namespace tarn {
 // window is around the target position and the global part linear; layers/attention/hybrid.h).
 // routed: cross-attention only, softmax over chunk means (landmarks) plus softmax over the keys
 // of the route_top chunks whose landmarks score highest, mixed by a learned gate
-// (layers/attention/routed.h). A kind is its name: the six above, or one a program registers (layers/attention/registry.h)
-// and a recipe then names like them. Built-in kinds are compile-time constants; named() interns
-// any other name, so a kind is one pointer and compares by name.
+// (layers/attention/routed.h). A kind is its name: the six above, or one a program registers
+// (layers/attention/registry.h) and a recipe then names like them. Built-in kinds are
+// compile-time constants; named() interns any other name, so a kind is one pointer and compares
+// by name.
 class AttentionKind {
  public:
   static const AttentionKind softmax, linear, delta, gated, hybrid, routed;
