@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda_chunk_attention.h"
 #include "kernels/cuda_delta_rule.h"
 #include "kernels/cuda_delta_rule_bf16.h"
 #include "kernels/cuda_kernels.h"
@@ -29,7 +30,7 @@ namespace tarn::kernels {
 
 // The kernels a table carries, as X(name): X is applied to each (kernels/cuda/api.inc and the
 // linear-attention declarations of kernels/cuda_kernels.h, kernels/cuda_softmax_attention.h,
-// kernels/cuda_delta_rule.h).
+// kernels/cuda_delta_rule.h, kernels/cuda_taylor_map.h, kernels/cuda_chunk_attention.h).
 #define TARN_BACKEND_KERNELS(X)                                                                      \
   X(binary)                                                                                          \
   X(binary_row)                                                                                      \
@@ -93,7 +94,12 @@ namespace tarn::kernels {
   X(causal_conv_forward)                                                                             \
   X(causal_conv_backward)                                                                            \
   X(taylor_map_forward)                                                                              \
-  X(taylor_map_backward)
+  X(taylor_map_backward)                                                                             \
+  X(chunk_mean_forward)                                                                              \
+  X(chunk_mean_backward)                                                                             \
+  X(chunk_choose)                                                                                    \
+  X(chunk_attention_forward)                                                                         \
+  X(chunk_attention_backward)
 
 // The entry points of a bf16 attention kernel, given the function types of its two
 // *_workspace_floats, its forward and its backward, and the largest d and e it takes.

@@ -1,28 +1,49 @@
 #pragma once
-// Softmax attention of each query over the keys of a few chosen chunks of the keys (routed
-// cross-attention's selected read, layers/attention/routed.h), on raw row-major buffers:
-// q (BH, nq, d), k and v (BH, nk, d) with BH = batch x heads, `chosen` (BH, nq, top) chunk
-// indices (-1: none; the others distinct within a row), chunk c holding keys
-// [c chunk, min(nk, (c + 1) chunk)):
+// Routed cross-attention's kernels (layers/attention/routed.h) on raw row-major buffers, with
+// BH = batch x heads: the source's rows (keys or values, (BH, nk, d)) are cut into chunks of
+// `chunk` rows, chunk c holding rows [c chunk, min(nk, (c + 1) chunk)), nc = ceil(nk / chunk)
+// chunks. `padded` (batch, nk), nonzero = padding, may be null (no padding). Chunk indices travel
+// as f32 integers (tarn's tensors are floating point): -1 is "none".
 //
-//   out[i] = Σ_{j in chosen chunks, not padded} softmax_j(scale q_i·k_j) v_j
+// chunk_mean: each chunk's mean over its visible rows (landmarks), (BH, nc, d), and
+//   `empty` (batch, nc): 1 where a chunk holds padding only (its mean is then 0), else 0.
+//   Backward: dx[j] = dmean[chunk of j] / (visible rows of that chunk), 0 for padding.
 //
-// Work O(BH nq top chunk d) whatever nk: the keys of other chunks are never read. A query with
-// no visible key gets zeros (lse = -inf). `padded` (batch, nk), nonzero = padding, may be null.
-// Backward from out, lse and dout: dq, dk and dv (each may be null), dk and dv summed over the
-// queries in order; parallel over BH (OpenMP), so the sums do not depend on the thread count.
+// chunk_choose: for each row of `scores` (BH, nq, nc), the `top` chunks with the highest scores,
+//   highest first, equal scores to the earlier chunk, never one flagged in `empty` (may be null);
+//   -1 past the chunks there are. No gradient: the choice is discrete.
+//
+// chunk_attention: softmax attention of each query over the keys of its chosen chunks,
+//   q (BH, nq, d), k and v (BH, nk, d), chosen (BH, nq, top) (the others distinct within a row):
+//
+//     out[i] = Σ_{j in chosen chunks, not padded} softmax_j(scale q_i·k_j) v_j
+//
+//   Work O(BH nq top chunk d) whatever nk: the keys of other chunks are never read. A query with
+//   no visible key gets zeros (lse = -inf). Backward from out, lse and dout: dq, dk and dv (each
+//   may be null), dk and dv summed over the queries in order, so the sums do not depend on the
+//   thread count (CPU: parallel over BH with OpenMP; CUDA: kernels/cuda_chunk_attention.h).
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace tarn::kernels::cpu {
 
 struct ChunkAttentionDims {
   int64_t batch = 1, heads = 1, nq = 0, nk = 0, d = 0, chunk = 1, top = 1;
+  TARN_HOST_DEVICE int64_t chunks() const { return (nk + chunk - 1) / chunk; }
 };
 
+// chunk_mean reads batch, heads, nk, d and chunk.
+void chunk_mean_forward(const ChunkAttentionDims& s, const float* x, const float* padded, float* mean, float* empty);
+void chunk_mean_backward(const ChunkAttentionDims& s, const float* padded, const float* dmean, float* dx);
+
+// chunk_choose reads batch, heads, nq, nk, chunk and top (top <= chunks()).
+void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float* empty, float* chosen);
+
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
-                             const int32_t* chosen, const float* padded, float scale, float* out, float* lse);
+                             const float* chosen, const float* padded, float scale, float* out, float* lse);
 void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
-                              const int32_t* chosen, const float* padded, float scale, const float* out,
+                              const float* chosen, const float* padded, float scale, const float* out,
                               const float* lse, const float* dout, float* dq, float* dk, float* dv);
 
 }  // namespace tarn::kernels::cpu

@@ -1,19 +1,33 @@
 #pragma once
-// Softmax attention of each query over the keys of a few chosen chunks, with autograd
-// (kernels/chunk_attention.h): routed cross-attention's selected read (layers/attention/routed.h).
-// On the CPU only; a caller on another device composes the same read from softmax_attention's
-// pieces (layers/attention/routed.cpp).
+// Routed cross-attention's chunk ops, with autograd where they have a gradient
+// (kernels/chunk_attention.h: the CPU kernels; kernels/cuda_chunk_attention.h: CUDA): the chunks'
+// mean rows (landmarks), the choice of each query's best chunks, and softmax attention over the
+// keys of the chosen chunks (layers/attention/routed.h). Chunk indices are f32 integers, -1 for
+// none. Every result stays on its inputs' device: no host round trip.
 #include <cstdint>
-#include <vector>
 
 #include "framework/tensor.h"
 
 namespace tarn {
 
-// q (B, H, Nq, d), k and v (B, H, Nk, d) on the CPU; chosen (B, H, Nq, top) chunk indices, -1 for
-// none, the others distinct within a row; chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk) f32, 1 = padded, or
-// undefined. Returns (B, H, Nq, d); a query with no visible key gets zeros.
-Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::vector<int32_t> chosen, int64_t chunk,
-                       int64_t top, const Tensor& key_padding, float scale);
+struct ChunkMeans {
+  Tensor mean;   // (B, H, Nc, d), with autograd to x
+  Tensor empty;  // (B, Nc): 1 where a chunk holds padding only (its mean is 0), else 0
+};
+
+// x (B, H, N, d); key_padding (B, N) f32, 1 = padded, or undefined. Nc = ceil(N / chunk).
+ChunkMeans chunk_mean(const Tensor& x, const Tensor& key_padding, int64_t chunk);
+
+// scores (B, H, Nq, Nc); empty (B, Nc) or undefined -> (B, H, Nq, top) chunk indices, highest
+// score first, equal scores to the earlier chunk, flagged chunks never, -1 past the chunks there
+// are; top <= Nc. No gradient.
+Tensor chunk_choose(const Tensor& scores, const Tensor& empty, int64_t top);
+
+// q (B, H, Nq, d), k and v (B, H, Nk, d); chosen (B, H, Nq, top) chunk indices, -1 for none, the
+// others distinct within a row (chunk_choose gives them; checked on the CPU: on CUDA a check
+// would wait for the device); chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk)
+// f32, 1 = padded, or undefined. Returns (B, H, Nq, d); a query with no visible key gets zeros.
+Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen, int64_t chunk,
+                       const Tensor& key_padding, float scale);
 
 }  // namespace tarn

@@ -8,6 +8,7 @@
 
 #include "kernels/cast.h"
 #include "kernels/causal_conv.h"
+#include "kernels/chunk_attention.h"
 #include "kernels/check.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda_runtime.h"

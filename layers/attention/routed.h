@@ -10,13 +10,12 @@
 // compressed. The choice of chunks has no gradient; the landmarks learn through the compressed
 // read, which scores them as the choice does.
 //
-// Cost: per target position N_src / route_chunk landmarks and route_top x route_chunk keys,
-// whatever the source length. On the CPU in f32 the selected read touches only the chosen keys
-// (framework/ops/chunk_attention.h: O(N_tgt route_top route_chunk dh)); the landmark read is
-// O(N_tgt N_src / route_chunk), as NSA's compressed branch. On CUDA, and in bf16, the selected read
-// is composed from GEMMs and an additive mask (every key scored, the rest masked: O(N_tgt N_src),
-// as HF's softmax path); a CUDA kernel that gathers the chosen chunks is not written yet.
-// Decoding keeps the source's keys, values and landmarks.
+// Cost: per target position N_src / route_chunk landmarks and route_top x route_chunk keys. The
+// landmarks, the choice and the selected read are framework/ops/chunk_attention.h's ops, on the
+// CPU and on CUDA alike, with no host round trip: the selected read touches only the chosen keys
+// (O(N_tgt route_top route_chunk dh), in f32 in every precision); the landmark read is
+// O(N_tgt N_src / route_chunk), as NSA's compressed branch. Decoding keeps the source's keys,
+// values and landmarks.
 #include <cstdint>
 #include <vector>
 
@@ -26,12 +25,12 @@
 namespace tarn {
 
 // What every target position reads of one source: its keys and values (B, H, Nk, dh), the
-// landmarks (B, H, Nc, dh), the landmarks' mask (B, 1, 1, Nc: 0, or -1e9 for a chunk of padding
-// only) and the keys' padding (B, Nk, 1 = padded; undefined when none).
+// landmarks (B, H, Nc, dh), the chunks of padding only (B, Nc: 1, else 0) and as the landmarks'
+// mask (B, 1, 1, Nc: -1e9 or 0), and the keys' padding (B, Nk, 1 = padded; undefined when none).
 struct RoutedSource : DecodeStateOf<RoutedSource> {
-  Tensor key, value, landmark_key, landmark_value, landmark_bias, key_padding;
+  Tensor key, value, landmark_key, landmark_value, chunk_empty, landmark_bias, key_padding;
   std::vector<Tensor*> tensors() override {
-    return {&key, &value, &landmark_key, &landmark_value, &landmark_bias, &key_padding};
+    return {&key, &value, &landmark_key, &landmark_value, &chunk_empty, &landmark_bias, &key_padding};
   }
 };
 
@@ -47,8 +46,7 @@ class RoutedAttention : public AttentionKindLayer {
 
   // Estimates: the gate's (H, D) weight and H bias; decoding keeps keys, values and landmarks;
   // training keeps at least the landmark scores and their softmax (2 x 4 bytes per head, query
-  // and chunk), a lower bound as every kind's (the composed path of CUDA and bf16 keeps its
-  // masked N_tgt x N_src scores too).
+  // and chunk), a lower bound as every kind's.
   static double parameters(const AttentionConfig& a, const AttentionSizes& s);
   static double decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens);
   static AttentionTrainingBytes training_bytes(const AttentionConfig& a, const AttentionSizes& s, const AttentionBatch& b);
@@ -59,12 +57,6 @@ class RoutedAttention : public AttentionKindLayer {
   RoutedSource prepare(const Tensor& k, const Tensor& v, const PaddingMask& pad) const;
   // q (B, H, Nq, dh) over `src` -> the mixed context (B, Nq, D).
   Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
-  // The route_top chunks of each query row whose `landmark_scores` (B, H, Nq, Nc) are highest,
-  // (B, H, Nq, min(route_top, Nc)), -1 past the chunks with keys.
-  std::vector<int32_t> choose(const Tensor& landmark_scores) const;
-  // Softmax over the keys of the chosen chunks (B, H, Nq, dh): on the CPU in f32 reading only
-  // those keys (framework/ops/chunk_attention.h), elsewhere every key scored and the rest masked.
-  Tensor selected_read(const Tensor& q, const RoutedSource& src, std::vector<int32_t> chosen) const;
 
   const AttentionSite& site_;
   int64_t chunk_, top_;

@@ -1,12 +1,16 @@
-// Softmax attention over chosen chunks of the keys (framework/ops/chunk_attention.h, routed
-// cross-attention's selected read) against its definition in double and, through autograd,
-// against central differences.
+// Routed cross-attention's chunk ops (framework/ops/chunk_attention.h) on the CPU: the chunks'
+// means and the choice of the best chunks against their definitions, and softmax attention over
+// the chosen chunks' keys against its definition in double; those with a gradient, through
+// autograd, against central differences. tests/cuda/conformance_chunk_attention_test.cpp holds
+// the CUDA kernels to these CPU kernels.
 #include "framework/ops/chunk_attention.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "framework/ops/elementwise.h"
 #include "tests/common/gradcheck.h"
 
 namespace tarn::testing {
@@ -30,6 +34,14 @@ std::vector<int32_t> picks(const Case& c) {
       for (int64_t u = 0; u < t; ++u)
         if (chosen[r * c.top + t] == chosen[r * c.top + u]) chosen[r * c.top + t] = -1;
   return chosen;
+}
+
+// The picks as the ops take them: (B, H, Nq, top) f32 integers.
+Tensor as_tensor(const std::vector<int32_t>& chosen, int64_t batch, int64_t heads, int64_t nq, int64_t top) {
+  return Tensor::from_vector(std::vector<float>(chosen.begin(), chosen.end()), {batch, heads, nq, top});
+}
+Tensor as_tensor(const std::vector<int32_t>& chosen, const Case& c) {
+  return as_tensor(chosen, c.batch, c.heads, c.nq, c.top);
 }
 
 // Key 1 of batch row 1 is padding; batch row 0 has none.
@@ -75,7 +87,7 @@ TEST(ChunkAttention, ForwardIsSoftmaxOverTheChosenChunksInDouble) {
     const Tensor pad = padding(c);
     const std::vector<int32_t> chosen = picks(c);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-    EXPECT_LT(relative_error(chunk_attention(q, k, v, chosen, c.chunk, c.top, pad, scale).to_vector(),
+    EXPECT_LT(relative_error(chunk_attention(q, k, v, as_tensor(chosen, c), c.chunk, pad, scale).to_vector(),
                              reference(c, q, k, v, chosen, pad, scale)),
               1e-5)
         << "nk " << c.nk << " chunk " << c.chunk << " top " << c.top;
@@ -87,7 +99,7 @@ TEST(ChunkAttention, AQueryWithNoVisibleKeyGetsZeros) {
   const Tensor q = random_tensor({1, 1, 2, 3}, 4), k = random_tensor({1, 1, 4, 3}, 5), v = random_tensor({1, 1, 4, 3}, 6);
   // query 0 reads chunk 1 (keys 2, 3), both padded; query 1 reads no chunk
   const Tensor pad = Tensor::from_vector({0, 0, 1, 1}, {1, 4});
-  const Tensor out = chunk_attention(q, k, v, {1, -1}, c.chunk, c.top, pad, 1.0f);
+  const Tensor out = chunk_attention(q, k, v, as_tensor({1, -1}, c), c.chunk, pad, 1.0f);
   for (float x : out.to_vector()) EXPECT_EQ(x, 0.0f);
 }
 
@@ -97,9 +109,9 @@ TEST(ChunkAttention, GradientsMatchFiniteDifferences) {
            v = random_tensor({c.batch, c.heads, c.nk, c.d}, 9);
     for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
     const Tensor pad = padding(c);
-    const std::vector<int32_t> chosen = picks(c);
+    const Tensor chosen = as_tensor(picks(c), c);
     EXPECT_TRUE(gradients_match(
-        [&](const std::vector<Tensor>& in) { return chunk_attention(in[0], in[1], in[2], chosen, c.chunk, c.top, pad, 0.7f); },
+        [&](const std::vector<Tensor>& in) { return chunk_attention(in[0], in[1], in[2], chosen, c.chunk, pad, 0.7f); },
         {q, k, v}))
         << "nk " << c.nk << " chunk " << c.chunk << " top " << c.top;
   }
@@ -107,11 +119,81 @@ TEST(ChunkAttention, GradientsMatchFiniteDifferences) {
 
 TEST(ChunkAttention, BadArgumentsAreRejected) {
   const Tensor q = random_tensor({1, 1, 2, 3}, 1), k = random_tensor({1, 1, 4, 3}, 2);
-  EXPECT_ANY_THROW(chunk_attention(q, k, k, {0}, 2, 1, Tensor(), 1.0f));          // one pick for two queries
-  EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 0}, 0, 1, Tensor(), 1.0f));       // a chunk of nothing
-  EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 2}, 2, 1, Tensor(), 1.0f));       // 4 keys: chunks 0 and 1 only
-  EXPECT_ANY_THROW(chunk_attention(q, k, k, {0, 0, 1, -1}, 2, 2, Tensor(), 1.0f));  // chunk 0 twice in a row
-  EXPECT_ANY_THROW(chunk_attention(q, random_tensor({1, 1, 4, 2}, 3), k, {0, 0}, 2, 1, Tensor(), 1.0f));  // d differs
+  auto picks_of = [](const std::vector<int32_t>& p, int64_t nq, int64_t top) { return as_tensor(p, 1, 1, nq, top); };
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, picks_of({0}, 1, 1), 2, Tensor(), 1.0f));         // one pick for two queries
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, picks_of({0, 0}, 2, 1), 0, Tensor(), 1.0f));      // a chunk of nothing
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, picks_of({0, 2}, 2, 1), 2, Tensor(), 1.0f));      // 4 keys: chunks 0 and 1 only
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, picks_of({0, 0, 1, -1}, 2, 2), 2, Tensor(), 1.0f));  // chunk 0 twice in a row
+  EXPECT_ANY_THROW(chunk_attention(q, k, k, as_tensor({0, 1}, 1, 1, 2, 1) * 0.5f, 2, Tensor(), 1.0f));  // chunk 0.5
+  EXPECT_ANY_THROW(chunk_attention(q, random_tensor({1, 1, 4, 2}, 3), k, picks_of({0, 0}, 2, 1), 2, Tensor(), 1.0f));  // d differs
+}
+
+// The mean of each chunk's visible rows in double, and which chunks hold padding only.
+TEST(ChunkMean, IsTheMeanOfEachChunksVisibleRows) {
+  for (const Case& c : kCases) {
+    const Tensor x = random_tensor({c.batch, c.heads, c.nk, c.d}, 11);
+    std::vector<float> p(static_cast<size_t>(c.batch * c.nk), 0.0f);
+    if (c.batch > 1)  // batch row 1: key 1 padded, and the whole last chunk
+      for (int64_t j = 0; j < c.nk; ++j) p[c.nk + j] = j == 1 || j >= (c.nk - 1) / c.chunk * c.chunk;
+    const Tensor pad = Tensor::from_vector(p, {c.batch, c.nk});
+    const ChunkMeans got = chunk_mean(x, pad, c.chunk);
+    const int64_t chunks = (c.nk + c.chunk - 1) / c.chunk;
+    ASSERT_EQ(got.mean.shape(), Shape({c.batch, c.heads, chunks, c.d}));
+    ASSERT_EQ(got.empty.shape(), Shape({c.batch, chunks}));
+    const std::vector<float> xv = x.to_vector(), mean = got.mean.to_vector(), empty = got.empty.to_vector();
+    for (int64_t bh = 0; bh < c.batch * c.heads; ++bh)
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        const int64_t b = bh / c.heads;
+        std::vector<double> sum(static_cast<size_t>(c.d), 0.0);
+        int64_t kept = 0;
+        for (int64_t j = ch * c.chunk; j < std::min(c.nk, (ch + 1) * c.chunk); ++j) {
+          if (p[b * c.nk + j] != 0.0f) continue;
+          ++kept;
+          for (int64_t e = 0; e < c.d; ++e) sum[e] += xv[(bh * c.nk + j) * c.d + e];
+        }
+        EXPECT_EQ(empty[b * chunks + ch], kept == 0 ? 1.0f : 0.0f) << "batch " << b << " chunk " << ch;
+        for (int64_t e = 0; e < c.d; ++e)
+          EXPECT_NEAR(mean[(bh * chunks + ch) * c.d + e], kept ? sum[e] / kept : 0.0, 1e-6) << "chunk " << ch;
+      }
+  }
+}
+
+TEST(ChunkMean, GradientsMatchFiniteDifferences) {
+  for (const Case& c : kCases) {
+    Tensor x = random_tensor({c.batch, c.heads, c.nk, c.d}, 12);
+    x.set_requires_grad(true);
+    const Tensor pad = padding(c);
+    EXPECT_TRUE(gradients_match([&](const std::vector<Tensor>& in) { return chunk_mean(in[0], pad, c.chunk).mean; }, {x}))
+        << "nk " << c.nk << " chunk " << c.chunk;
+  }
+}
+
+// Highest score first, equal scores to the earlier chunk, flagged chunks never, -1 past the
+// chunks there are: against a stable sort of each row.
+TEST(ChunkChoose, PicksTheBestChunksInOrder) {
+  const int64_t batch = 2, heads = 2, nq = 3, chunks = 6;
+  std::vector<float> scores(static_cast<size_t>(batch * heads * nq * chunks));
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>((i * 7) % 5);  // many ties
+  // batch row 1: chunks 0, 2, 3, 4 and 5 of padding only; one chunk left
+  const std::vector<float> empty = {0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 1, 1};
+  for (int64_t top : {1, 3, 6}) {
+    const std::vector<float> got =
+        chunk_choose(Tensor::from_vector(scores, {batch, heads, nq, chunks}), Tensor::from_vector(empty, {batch, chunks}),
+                     top)
+            .to_vector();
+    ASSERT_EQ(got.size(), static_cast<size_t>(batch * heads * nq * top));
+    for (int64_t r = 0; r < batch * heads * nq; ++r) {
+      std::vector<int32_t> order;
+      for (int32_t ch = 0; ch < chunks; ++ch)
+        if (empty[(r / (heads * nq)) * chunks + ch] == 0.0f) order.push_back(ch);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return scores[r * chunks + a] > scores[r * chunks + b]; });
+      for (int64_t t = 0; t < top; ++t)
+        EXPECT_EQ(got[r * top + t], t < static_cast<int64_t>(order.size()) ? order[t] : -1)
+            << "row " << r << " top " << top << " pick " << t;
+    }
+  }
+  EXPECT_ANY_THROW(chunk_choose(Tensor::from_vector(scores, {batch, heads, nq, chunks}), Tensor(), 7));  // top > chunks
 }
 
 }  // namespace
