@@ -21,6 +21,19 @@ using testing::yaml_files;
 
 const char* kMinimal = "data:\n  train: corpus/train.txt\n";
 
+// Each `attention` (lines under model.attention of a minimal bad.yaml) is refused with an error
+// that contains its message.
+void expect_refused(const std::vector<std::pair<std::string, std::string>>& attention_and_message) {
+  for (const auto& [attention, message] : attention_and_message) {
+    try {
+      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
+      ADD_FAILURE() << attention << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------ shipped recipes
 
 TEST(ShippedRecipes, EveryRecipeValidatesWithoutWarnings) {
@@ -571,19 +584,12 @@ TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
   EXPECT_EQ(first_difference(r, parse_recipe(to_yaml(r), "written.yaml")), "");
 
   // Self-attention has no source to choose chunks of; a chunk of 0 positions is no chunk.
-  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+  expect_refused({
            {"    decoder_self: {kind: routed}\n", "bad.yaml:5: model.attention.decoder_self.kind: routed is cross-attention only"},
            {"    encoder_self: {layers: [linear, routed, linear, linear]}\n",
             "model.attention.encoder_self.layers[1].kind: routed is cross-attention only"},
            {"    cross: {kind: routed, route_chunk: 0}\n", "bad.yaml:5: model.attention.cross.route_chunk:"},
-           {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"}}) {
-    try {
-      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
-      ADD_FAILURE() << attention << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  }
+           {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"}});
   // Its keys are its own, and it reads no other kind's.
   const Recipe warned = parse_recipe(std::string(kMinimal) +
                                          "model:\n  attention:\n    cross: {kind: linear, route_top: 2}\n",
@@ -616,20 +622,13 @@ TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {
 
   // Self-attention has no second sequence to align with, in a stack or a per-layer entry; a
   // decay of 1 or more is no decay.
-  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+  expect_refused({
            {"    decoder_self: {kind: linear, align_decay: 0.9}\n",
             "bad.yaml:5: model.attention.decoder_self.align_decay: cross-attention only"},
            {"    encoder_self: {layers: [linear, {kind: linear, align_decay: 0.5}, linear, linear]}\n",
             "bad.yaml:5: model.attention.encoder_self.layers[1].align_decay: cross-attention only"},
            {"    cross: {kind: linear, align_decay: 1}\n",
-            "bad.yaml:5: model.attention.cross.align_decay: expected"}}) {
-    try {
-      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
-      ADD_FAILURE() << attention << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  }
+            "bad.yaml:5: model.attention.cross.align_decay: expected"}});
   const Recipe warned = parse_recipe(
       std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: softmax, align_decay: 0.9}\n", "w.yaml");
   ASSERT_EQ(warned.warnings.size(), 1u);
@@ -641,7 +640,7 @@ TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {
 // its decay and its Taylor map too wide for the kernels passed the recipe and failed only when
 // the model was built (BartConfig::validate), without a line.
 TEST(RecipeAttention, PerLayerEntriesFollowTheStacksRules) {
-  for (const auto& [attention, message] : std::vector<std::pair<std::string, std::string>>{
+  expect_refused({
            {"    cross: {layers: [linear, {kind: linear, align_gate: true}, linear, linear]}\n",
             "bad.yaml:5: model.attention.cross.layers[1].align_gate: needs align_decay > 0"},
            {"    cross: {layers: [linear, linear, linear, {kind: linear, feature_map: taylor, taylor_order: 4, "
@@ -649,14 +648,7 @@ TEST(RecipeAttention, PerLayerEntriesFollowTheStacksRules) {
             "bad.yaml:5: model.attention.cross.layers[3].taylor_dim: 17 at taylor_order 4 gives 5985 features, above "
             "the 5120"},
            {"    cross: {layers: [linear, linear, linear, {kind: hybrid, global: delta}]}\n",
-            "bad.yaml:5: model.attention.cross.layers[3].global: hybrid cross-attention takes global: linear"}}) {
-    try {
-      parse_recipe(std::string(kMinimal) + "model:\n  attention:\n" + attention, "bad.yaml");
-      ADD_FAILURE() << attention << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  }
+            "bad.yaml:5: model.attention.cross.layers[3].global: hybrid cross-attention takes global: linear"}});
   // The stack's own gate, given beside `layers`, is its entries' default: those that set their
   // own decay take it.
   const Recipe r = parse_recipe(std::string(kMinimal) +
