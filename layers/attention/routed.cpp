@@ -50,33 +50,43 @@ void RoutedAttention::export_settings(const AttentionConfig& a, json::Json& o) {
   o["route_top"] = a.route_top;
 }
 
+RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk) {
+  RoutedSource src;
+  src.key = key;
+  src.value = value;
+  src.key_padding = key_padding;
+  ChunkMeans keys = chunk_mean(key, key_padding, chunk);
+  src.landmark_key = keys.mean;  // (B, H, Nc, dh)
+  src.landmark_value = chunk_mean(value, key_padding, chunk).mean;
+  src.chunk_empty = keys.empty;  // (B, Nc)
+  src.landmark_bias = scale(keys.empty, kMaskedScore).view({key.size(0), 1, 1, keys.empty.size(1)});
+  return src;
+}
+
+RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, float scaling,
+                         Precision precision) {
+  // compressed: softmax over the landmarks
+  const Tensor landmark_scores =
+      add(matmul(scale(q, scaling), src.landmark_key, false, true, precision), src.landmark_bias);
+  RoutedReads r;
+  r.compressed = matmul(softmax(landmark_scores), src.landmark_value, false, false, precision);
+  // selected: softmax over the keys of the best `top` chunks (f32 in every precision: the read is
+  // O(top chunk dh) a query, small beside the projections)
+  const Tensor chosen = chunk_choose(landmark_scores, src.chunk_empty, std::min(top, src.chunk_empty.size(1)));
+  r.selected = chunk_attention(q, src.key, src.value, chosen, chunk, src.key_padding, scaling);
+  return r;
+}
+
 RoutedSource RoutedAttention::prepare(const Tensor& k, const Tensor& v, const PaddingMask& pad) const {
   const AttentionShape& s = site_.shape();
   const int64_t batch = k.size(0), nk = k.size(1);
   check_padding("routed attention", pad, batch, nk);
-  RoutedSource src;
-  src.key = split_heads(k, s);
-  src.value = split_heads(v, s);
-  src.key_padding = padding_tensor(pad, batch, nk, k.device());
-  ChunkMeans keys = chunk_mean(src.key, src.key_padding, chunk_);
-  src.landmark_key = keys.mean;  // (B, H, Nc, dh)
-  src.landmark_value = chunk_mean(src.value, src.key_padding, chunk_).mean;
-  src.chunk_empty = keys.empty;  // (B, Nc)
-  src.landmark_bias = scale(keys.empty, kMaskedScore).view({batch, 1, 1, keys.empty.size(1)});
-  return src;
+  return routed_source(split_heads(k, s), split_heads(v, s), padding_tensor(pad, batch, nk, k.device()), chunk_);
 }
 
 Tensor RoutedAttention::read(const Tensor& q, const RoutedSource& src, const Tensor& x) const {
-  const Precision precision = site_.precision();
-  // compressed: softmax over the landmarks
-  const Tensor landmark_scores =
-      add(matmul(scale(q, scaling_), src.landmark_key, false, true, precision), src.landmark_bias);
-  const Tensor compressed = matmul(softmax(landmark_scores), src.landmark_value, false, false, precision);
-  // selected: softmax over the keys of the best route_top chunks (f32 in every precision: the
-  // read is O(route_top route_chunk dh) a query, small beside the projections)
-  const Tensor chosen = chunk_choose(landmark_scores, src.chunk_empty, std::min(top_, src.chunk_empty.size(1)));
-  const Tensor selected = chunk_attention(q, src.key, src.value, chosen, chunk_, src.key_padding, scaling_);
-  return merge_heads(gate_.mix(selected, compressed, x));
+  const RoutedReads r = routed_reads(q, src, chunk_, top_, scaling_, site_.precision());
+  return merge_heads(gate_.mix(r.selected, r.compressed, x));
 }
 
 Tensor RoutedAttention::forward(const AttentionInputs& in) const {

@@ -34,6 +34,19 @@ struct RoutedSource : DecodeStateOf<RoutedSource> {
   }
 };
 
+// The source side of routed attention, keys and values (B, H, Nk, dh) already split by head and
+// their padding (B, Nk, 1 = padded) or undefined, in chunks of `chunk` positions.
+RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk);
+
+// Both reads of q (B, H, Nq, dh) over `src`, each (B, H, Nq, dh), before the gate mixes them:
+// softmax over the landmarks, and softmax over the keys of the `top` best chunks (fewer when the
+// source has fewer). `precision` is the landmark GEMMs'; the selected read is f32.
+struct RoutedReads {
+  Tensor selected, compressed;
+};
+RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, float scale,
+                         Precision precision);
+
 class RoutedAttention : public AttentionKindLayer {
  public:
   explicit RoutedAttention(AttentionSite& site);

@@ -21,6 +21,7 @@
 #include "kernels/check.h"
 #include "kernels/parallel.h"
 #include "tools/bench/tarn/bench_common.h"
+#include "tools/bench/tarn/bench_routed.h"
 #include "app/session.h"
 
 namespace tarn::app {
@@ -49,13 +50,17 @@ gradients included) of one attention op, for B x H heads of dimension D:
                    the blocked kernel skipping the blocks outside it; feature_map "wW"
   window_causal    the same over the last w keys (kind hybrid runs this and linear_causal on
                    the same q, k, v, then mixes them elementwise)
+  routed_cross     kind routed's reads of a source of N keys (layers/attention/routed.h) at the
+                   recipes' chunks of 16 and 4 chunks read exactly: the landmarks, softmax
+                   over them, the choice and the selected read, summed (the gate's mix aside);
+                   the landmark scores are N x N/16 per head
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
 const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense", "linear",
                                          "linear_causal", "linear_cross",  "delta_causal",  "gated_causal",
-                                         "window",        "window_causal", "delta_causal_recurrent",
-                                         "delta_causal_chunked"};
+                                         "window",        "window_causal", "routed_cross",
+                                         "delta_causal_recurrent", "delta_causal_chunked"};
 // What --algos defaults to: every kind, without the forced algorithms (delta_causal runs one of
 // them).
 const std::vector<std::string> kDefaultAlgos(kAlgos.begin(), kAlgos.end() - 2);
@@ -70,7 +75,13 @@ bool is_recurrent(const std::string& algo) { return algo.rfind("delta_causal", 0
 // Algorithms over a sliding window: their feature_map field names the window ("w64").
 bool is_windowed(const std::string& algo) { return algo.rfind("window", 0) == 0; }
 // Algorithms that take no feature map ("-" in the CSV).
-bool takes_no_map(const std::string& algo) { return is_softmax(algo) || is_recurrent(algo); }
+bool takes_no_map(const std::string& algo) {
+  return is_softmax(algo) || is_recurrent(algo) || algo == "routed_cross";
+}
+// Algorithms whose work grows as N^2 (routed's landmark scores: N x N / 16).
+bool is_quadratic(const std::string& algo) { return is_softmax(algo) || algo == "routed_cross"; }
+
+constexpr int64_t kRouteChunk = 16, kRouteTop = 4;  // recipes/small-routed.yaml
 
 // Bytes one configuration holds at its peak: q, k, v, out, dout and three gradients, twice
 // over for favor's features and their gradients, plus the score, probability and gradient
@@ -81,6 +92,8 @@ double bytes_needed(const std::string& algo, const std::string& map, const Shape
   if (is_recurrent(algo))  // checkpoints every 32 tokens, the backward's 34 states a thread
     values += static_cast<double>(s.batch * s.heads) * (s.n / 32.0 + 1 + 34 * kernels::num_threads()) * s.dim * s.dim;
   if (algo == "softmax_dense") values += 3 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * s.n;
+  if (algo == "routed_cross")  // landmark scores, their softmax and both gradients
+    values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (s.n / kRouteChunk + 1);
   return 4 * values * 1.25;
 }
 
@@ -172,7 +185,7 @@ class AttentionBench {
     auto it = last_.find(algo + "/" + map);
     if (it == last_.end()) return "";
     const double ratio = static_cast<double>(s.n) / static_cast<double>(it->second.first);
-    const double predicted = it->second.second * (is_softmax(algo) ? ratio * ratio : ratio);
+    const double predicted = it->second.second * (is_quadratic(algo) ? ratio * ratio : ratio);
     if (predicted > max_seconds_)
       return str_cat("predicted ", csv_number(predicted, 1), " s per forward+backward, limit ", max_seconds_,
                      " s (--max-seconds)");
@@ -192,6 +205,7 @@ class AttentionBench {
                                                                          : kernels::DeltaRuleAlgorithm::automatic);
       return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo != "gated_causal"});
     }
+    if (algo == "routed_cross") return routed_reads_summed(q, k, v, kRouteChunk, kRouteTop);
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
       o.causal = algo == "softmax_causal";

@@ -1,0 +1,16 @@
+#include "tools/bench/tarn/bench_routed.h"
+
+#include <cmath>
+
+#include "framework/ops/elementwise.h"
+#include "layers/attention/routed.h"
+
+namespace tarn::app {
+
+Tensor routed_reads_summed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, int64_t top) {
+  const RoutedReads r = routed_reads(q, routed_source(k, v, Tensor(), chunk), chunk, top,
+                                     1.0f / std::sqrt(static_cast<float>(q.size(3))), Precision::f32);
+  return add(r.selected, r.compressed);
+}
+
+}  // namespace tarn::app

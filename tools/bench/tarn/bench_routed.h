@@ -1,0 +1,15 @@
+#pragma once
+// Routed cross-attention's two reads for `tarn bench attention` (routed_cross), apart from
+// bench_attention.cpp: the elementwise ops' `log` and the logger's namespace `log` cannot meet
+// in one file.
+#include <cstdint>
+
+#include "framework/tensor.h"
+
+namespace tarn::app {
+
+// q (B, H, Nq, d) over the source k, v (B, H, Nk, d), unpadded: the selected and compressed
+// reads of layers/attention/routed.h, in f32, summed (the gate's mix aside).
+Tensor routed_reads_summed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, int64_t top);
+
+}  // namespace tarn::app
