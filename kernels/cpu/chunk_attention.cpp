@@ -76,19 +76,23 @@ void chunk_mean_backward(const ChunkAttentionDims& s, const float* padded, const
 
 void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float* empty, float* chosen) {
   const int64_t nc = s.chunks(), rows = s.batch * s.heads * s.nq;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = scores + r * nc;
-    const float* flags = empty ? empty + (r / (s.heads * s.nq)) * nc : nullptr;
-    std::vector<int32_t> order;
+#pragma omp parallel
+  {
+    std::vector<int32_t> order;  // a thread's candidates, reused row after row
     order.reserve(static_cast<size_t>(nc));
-    for (int32_t c = 0; c < nc; ++c)
-      if (!flags || flags[c] == 0.0f) order.push_back(c);
-    const int64_t picked = std::min<int64_t>(s.top, static_cast<int64_t>(order.size()));
-    // equal scores keep the earlier chunk
-    std::partial_sort(order.begin(), order.begin() + picked, order.end(),
-                      [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-    for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < picked ? static_cast<float>(order[t]) : -1.0f;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = scores + r * nc;
+      const float* flags = empty ? empty + (r / (s.heads * s.nq)) * nc : nullptr;
+      order.clear();
+      for (int32_t c = 0; c < nc; ++c)
+        if (!flags || flags[c] == 0.0f) order.push_back(c);
+      const int64_t picked = std::min<int64_t>(s.top, static_cast<int64_t>(order.size()));
+      // equal scores keep the earlier chunk
+      std::partial_sort(order.begin(), order.begin() + picked, order.end(),
+                        [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+      for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < picked ? static_cast<float>(order[t]) : -1.0f;
+    }
   }
 }
 
