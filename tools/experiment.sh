@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # The BART experiment, reproducible: softmax against linear attention in speed, memory and
 # perplexity. Runs the benches (tarn bench attention | train | decode; the training and decoding
-# benches time small-hybrid beside softmax and linear), trains thirteen small settings
+# benches time small-hybrid beside softmax and linear), trains fourteen small settings
 # (softmax, linear encoder, linear, linear with FAVOR+, delta and gated everywhere, delta-taylor,
-# delta, gated, hybrid, interleaved, recall, routed) with three seeds each on the same token budget, and
-# long-sequence runs of softmax, linear, delta everywhere and hybrid (packed 2,048-token
-# examples), and (asked for by --only tasks) seq2seq tasks whose alignment is not the diagonal
-# (softmax, delta, recall and routed on each; issue 53), and (asked for by --only linearize) a softmax
-# teacher linearized into three variants (tools/experiment/linearize.sh; issue 55), then
-# regenerates docs/experiment.md and its plots from what it measured.
+# delta, gated, hybrid, interleaved, align-gate, routed, recall) with three seeds each on the same
+# token budget, and long-sequence runs of softmax, linear, delta everywhere and hybrid (packed
+# 2,048-token examples), and (asked for by --only tasks) seq2seq tasks whose alignment is not the
+# diagonal (softmax, delta, align-gate, routed and recall on each; issue 53), and (asked for by
+# --only linearize) a softmax teacher linearized into three variants (tools/experiment/linearize.sh;
+# issue 55), then regenerates docs/experiment.md and its plots from what it measured.
 #
 #   tools/experiment.sh [--quick | --full | --smoke] [--out DIR] [--doc FILE] [--jobs J]
 #                       [--resume | --restart] [--from DIR2] [--only PHASES] [--device DEVICE]
 #                       [--settings LIST] [--seeds LIST] [--tasks LIST] [--task-steps N]
 #
-# --quick (default) takes about 80 minutes on 2 cores; --full takes 9-10 hours there (36 quality
+# --quick (default) takes about 80 minutes on 2 cores; --full takes over 10 hours there (42 quality
 # runs of 600 steps, 4 long runs of 300 steps, benches up to N=65,536): split it with --resume;
 # --smoke checks the whole pipeline in a few minutes (its figures mean nothing: write --doc
 # elsewhere). Run it on an otherwise idle machine: every bench figure is a timing.
@@ -34,20 +34,20 @@
 #                  and go on as --resume: DIR2 may be docs/experiment/data, the inputs of the last
 #                  report, so that the experiment grows across machines and sessions.
 #   --only PHASES  comma-separated: bench, quality, long, tasks, linearize, report (default: all
-#                  but tasks, whose 54 runs take many hours on 2 cores, and linearize, about 2.5
+#                  but tasks, whose 90 runs take a day or more on 2 cores, and linearize, about 2.5
 #                  hours there in full mode with 3 seeds and three 1,100-step runs: ask for them
 #                  by name). The report shows whatever DIR holds, and copies what it read (the
 #                  benches' CSV and JSON, each run's metrics.jsonl and test.txt; no checkpoints
 #                  or logs) to <DOC's folder>/experiment/data beside its plots.
-#   --settings L   comma-separated settings to train, in that order (quality: default all thirteen,
-#                  as listed above; tasks: those of its four named here); --seeds L:
+#   --settings L   comma-separated settings to train, in that order (quality: default all fourteen,
+#                  as listed above; tasks: those of its five named here); --seeds L:
 #                  comma-separated seeds, each 1, 2 or 3 (default: 1,2,3), seed by seed. With
 #                  --resume they fill in a DIR in the order wanted.
 #   --tasks L      the tasks phase's tasks (default: all six): sequence-to-sequence pairs whose
 #                  alignment is not the diagonal, written from the corpus by
 #                  tools/experiment/tasks.py (reverse, offset, skip and long-* on sources of 512
-#                  words or more), each trained with small-softmax, small-delta, small-recall and
-#                  small-routed (issue 53), seeds as --seeds. --task-steps N: their steps (default: quick 300,
+#                  words or more), each trained with small-softmax, small-delta, small-align-gate,
+#                  small-routed and small-recall (issue 53), seeds as --seeds. --task-steps N: their steps (default: quick 300,
 #                  full 1,200, the budget of issue 53's table). A long task is trained through a
 #                  length curriculum: its short task (N steps), sources of 64, 128 and 256 words
 #                  (full: 300 steps each), then the long sources (full: 600 steps).
@@ -69,14 +69,14 @@ resume=0
 restart=0
 from=""
 device=cpu
-all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-recall small-routed"
+all_settings="small-softmax small-linear-encoder small-linear small-linear-favor small-delta-everywhere small-gated-everywhere small-delta-taylor small-delta small-gated small-hybrid small-interleaved small-align-gate small-routed small-recall"
 settings=$all_settings
 settings_given=0
 seeds="1 2 3"
 phases=bench,quality,long,report
 all_tasks="reverse offset skip long-reverse long-offset long-skip"
 tasks=$all_tasks
-task_settings="small-softmax small-delta small-recall small-routed"
+task_settings="small-softmax small-delta small-align-gate small-routed small-recall"
 task_steps_given=""
 while [ $# -gt 0 ]; do
   case "$1" in

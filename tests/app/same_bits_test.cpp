@@ -58,6 +58,7 @@ const std::vector<Case>& cases() {
       {"small-gated", "small-gated.yaml", {}},
       {"small-gated-everywhere", "small-gated-everywhere.yaml", {}},
       {"small-hybrid", "small-hybrid.yaml", {}},
+      {"small-align-gate", "small-align-gate.yaml", {}},
       {"small-recall", "small-recall.yaml", {}},
       {"small-routed", "small-routed.yaml", {}},
       {"tiny-favor",

@@ -126,15 +126,30 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_DOUBLE_EQ(delta_taylor.model.attention.cross.align_decay, 0.0);
   EXPECT_TRUE(delta_taylor.warnings.empty());
 
-  // small-recall (issue 53): small-delta with the gate on its aligned cross-attention.
+  // small-align-gate (issue 53): small-delta with the gate on its aligned cross-attention.
+  const Recipe align_gate = load_recipe(source_path("recipes/small-align-gate.yaml"));
+  EXPECT_EQ(align_gate.model.attention.encoder_self.kind, AttentionKind::delta);
+  EXPECT_EQ(align_gate.model.attention.decoder_self.kind, AttentionKind::delta);
+  const AttentionConfig& gated_cross = align_gate.model.attention.cross;
+  EXPECT_TRUE(align_gate.model.attention.cross.per_layer.empty());
+  EXPECT_EQ(gated_cross.kind, AttentionKind::linear);
+  EXPECT_EQ(gated_cross.feature_map, kernels::cpu::FeatureMap::taylor);
+  EXPECT_DOUBLE_EQ(gated_cross.align_decay, 0.9);
+  EXPECT_TRUE(gated_cross.align_gate);
+  EXPECT_DOUBLE_EQ(gated_cross.align_gate_bias, -3.0);  // the gates start on the plain read
+  EXPECT_TRUE(align_gate.warnings.empty());
+
+  // small-recall (issue 53): small-align-gate's cross-attention in decoder layers 1 and 3,
+  // small-routed's in 2 and 4.
   const Recipe recall = load_recipe(source_path("recipes/small-recall.yaml"));
   EXPECT_EQ(recall.model.attention.encoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(recall.model.attention.decoder_self.kind, AttentionKind::delta);
-  EXPECT_EQ(recall.model.attention.cross.kind, AttentionKind::linear);
-  EXPECT_EQ(recall.model.attention.cross.feature_map, kernels::cpu::FeatureMap::taylor);
-  EXPECT_DOUBLE_EQ(recall.model.attention.cross.align_decay, 0.9);
-  EXPECT_TRUE(recall.model.attention.cross.align_gate);
-  EXPECT_DOUBLE_EQ(recall.model.attention.cross.align_gate_bias, -3.0);  // the gates start on the plain read
+  const Recipe routed = load_recipe(source_path("recipes/small-routed.yaml"));
+  ASSERT_EQ(recall.model.attention.cross.per_layer.size(), 4u);
+  for (size_t layer = 0; layer < 4; ++layer) {
+    const AttentionConfig& want = layer % 2 == 0 ? gated_cross : routed.model.attention.cross;
+    EXPECT_EQ(recall.model.attention.cross.per_layer[layer].str(), want.str()) << "layer " << layer;
+  }
   EXPECT_TRUE(recall.warnings.empty());
   {  // The gate needs the decayed read it gates: an error naming the key, the file and the line.
     try {
@@ -211,9 +226,10 @@ TEST(ShippedRecipes, SmallRecipesDifferOnlyInAttention) {
   for (const char* other : {"recipes/small-softmax.yaml", "recipes/small-linear-encoder.yaml", "recipes/small-delta.yaml",
                             "recipes/small-gated.yaml", "recipes/small-delta-taylor.yaml", "recipes/small-delta-everywhere.yaml",
                             "recipes/small-gated-everywhere.yaml", "recipes/small-hybrid.yaml",
-                            "recipes/small-recall.yaml"}) {
+                            "recipes/small-align-gate.yaml", "recipes/small-routed.yaml", "recipes/small-recall.yaml"}) {
     Recipe r = load_recipe(source_path(other));
     r.model.attention = linear.model.attention;
+    r.model.attention_layers = linear.model.attention_layers;  // small-recall's cross-attention per layer
     r.checkpoints.dir = linear.checkpoints.dir;
     r.logging.metrics_file = linear.logging.metrics_file;
     r.logging.tensorboard = linear.logging.tensorboard;

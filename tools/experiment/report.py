@@ -37,7 +37,8 @@ DEVICE_MARKERS = ["o", "s", "^", "D"]
 # Known settings first, in the order the report discusses them; unknown ones follow alphabetically.
 SETTING_ORDER = ["small-softmax", "small-linear-encoder", "small-linear", "small-linear-favor",
                  "small-delta-everywhere", "small-gated-everywhere", "small-delta-taylor", "small-delta",
-                 "small-gated", "small-hybrid", "small-interleaved", "small-recall", "small-routed", "long-softmax", "long-linear", "long-delta", "long-hybrid"]
+                 "small-gated", "small-hybrid", "small-interleaved", "small-align-gate", "small-routed", "small-recall",
+                 "long-softmax", "long-linear", "long-delta", "long-hybrid"]
 META_FILES = ["attention.json", "train.json", "decode.json"]
 META_LABELS = {"device": "Device", "cpu": "CPU", "gpu": "GPU", "threads": "Threads",
                "blas": "BLAS", "sgemm_gflops": "SGEMM GFLOP/s (measured)", "date": "Date",
