@@ -43,6 +43,8 @@
 #       N 512 and 2,048 at 16,384 tokens a batch, 20 timed steps) beside HuggingFace's BART in
 #       PyTorch on the same shapes (tools/gpu_step_perf.py measure: SDPA, bf16 autocast, fused
 #       AdamW), merged into step-perf-<date>-<commit>.json (the table goes to perf.log).
+#       Then routed cross-attention (issue 53) beside softmax and linear cross-attention,
+#       `tarn bench attention --device cuda` (B 4, H 8, d 64, N 1,024 to 16,384), its CSV into perf.log.
 #   tools/gpu_check.sh exec [--bundle DIR|TARBALL] -- COMMAND...
 #       On the GPU machine: runs COMMAND with the bundle's programs first on PATH, TARN set to its
 #       tarn and the loader path set as for run, e.g. the experiment's training runs on the device:
@@ -555,6 +557,14 @@ do_perf() {
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
     rm -rf "$scratch"
   fi
+
+  # 2c. Routed cross-attention (issue 53; docs/design.md, "Routed cross-attention"): tarn bench
+  # attention's forward and forward+backward beside softmax and linear cross-attention on the same
+  # shapes, f32, its CSV into perf.log. A tenth of what is left, at most 40 s.
+  limit=$(( $(left) / 10 )); [ $limit -gt 40 ] && limit=40
+  pstep routed_cross $limit "$bundle/bin/tarn" bench attention --device cuda --algos softmax,linear_cross,routed_cross \
+    --maps elu1 --n 1024,4096,16384 --batch 4 --heads 8 --head-dim 64 --reps 5 --min-time 0.1 --max-seconds 2 ||
+    failed=1
 
   # 3. tarn's kernels from the bundle: every algorithm at d = 64 (checked against the CPU
   # first), then the delta rule at d = 128. Each stops starting rows 15 s before its timeout.

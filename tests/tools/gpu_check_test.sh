@@ -64,7 +64,9 @@ for exe in tarn_cuda_tests tarn; do printf '#!/bin/sh
 echo "%s ran"
 ' "$exe" >"$work/bundle/bin/$exe"; done
 # tarn bench train --out DIR writes DIR/train.csv, as the real one (perf's training steps).
+# tarn bench attention without --out prints its CSV (perf's routed cross-attention step).
 cat >>"$work/bundle/bin/tarn" <<'EOF'
+if [ "$1 $2" = "bench attention" ]; then echo "device,algo,feature_map,N"; echo "cuda,routed_cross,-,1024"; exit 0; fi
 [ "$1 $2" = "bench train" ] || exit 0
 while [ $# -gt 0 ]; do [ "$1" = --out ] && dir=$2; shift; done
 mkdir -p "$dir"
@@ -124,11 +126,12 @@ assert doc["commit"] == "0123456789abcdef0123456789abcdef01234567", doc["commit"
 assert doc["fla"].startswith("unavailable ("), doc["fla"]
 tarn = [r for r in doc["rows"] if r["impl"] == "tarn" and r["status"] == "ok"]
 assert len(tarn) == 6 * 6 + 6 * 2 - 2, len(tarn)
-assert set(doc["steps"]) == {"steps_base-softmax", "steps_base-delta", "steps_torch", "tarn_d64", "tarn_d128",
-                             "measure"}, doc["steps"]
+assert set(doc["steps"]) == {"steps_base-softmax", "steps_base-delta", "steps_torch", "routed_cross", "tarn_d64",
+                             "tarn_d128", "measure"}, doc["steps"]
 assert all(v.startswith("exit 0") for v in doc["steps"].values()), doc["steps"]
 EOF
 [ -s "$work/perf/perf_table.md" ] && [ -s "$work/perf/perf.log" ] || fail "perf_table.md or perf.log missing"
+grep -qF 'cuda,routed_cross,-,1024' "$work/perf/perf.log" || fail "perf.log has no routed cross-attention rows"
 # The training steps (issue 51): the stand-in tarn's rows, with PyTorch unavailable here.
 grep -qF '| 2048 | tarn base-delta | 8 | 50.0 | 655,360 |' <<<"$out" || fail "perf printed no step table: $out"
 step_json=$(find "$work/perf" -name 'step-perf-*-0123456789ab.json' | head -1)
