@@ -102,6 +102,9 @@ struct AttentionConfig {
   // value) and the chunks each target position reads exactly.
   int64_t route_chunk = 16;
   int64_t route_top = 4;
+  // Landmarks of landmarks, as many levels as max_positions needs for at most route_root at the
+  // top (0: one level): a tree read from the top (layers/attention/routed.h).
+  int64_t route_root = 0;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_hybrid() const { return kind == Kind::hybrid; }

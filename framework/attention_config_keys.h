@@ -74,6 +74,13 @@ void declare_kind_settings(config::SectionBuilder<S> a) {
             "routed: the chunks each target position reads key by key, those whose landmarks score highest")
       .min(1)
       .max(static_cast<double>(AttentionConfig::kMaxWindow));
+  a.integer(&AttentionConfig::route_root, "route_root",
+            "routed: the most landmarks a target position scores over the whole source: the landmarks are "
+            "grouped route_chunk at a time into a tree as deep as the model's longest source (max_positions) "
+            "needs for at most route_root at its top, read from there down the route_top best at each level; "
+            "0: one level, every chunk's landmark scored (O(N_src / route_chunk) a position)")
+      .min(0)
+      .max(static_cast<double>(AttentionConfig::kMaxWindow));
 }
 
 template <class S>

@@ -13,6 +13,12 @@
 //   highest first, equal scores to the earlier chunk, never one flagged in `empty` (may be null);
 //   -1 past the chunks there are. No gradient: the choice is discrete.
 //
+// chunk_choose_within: one level down a tree of landmarks. For each query row of q (BH, nq, d),
+//   its candidates are the rows of k (BH, nk, d) in the chunks `parents` (BH, nq, top) names
+//   (-1: none), skipping rows flagged in `padded`; of them the `pick` whose scale q·k scores
+//   highest, highest first, equal scores to the lower row, -1 past the candidates there are,
+//   into chosen (BH, nq, pick). Work O(BH nq top chunk d). No gradient.
+//
 // chunk_attention: softmax attention of each query over the keys of its chosen chunks,
 //   q (BH, nq, d), k and v (BH, nk, d), chosen (BH, nq, top) (the others distinct within a row):
 //
@@ -39,6 +45,10 @@ void chunk_mean_backward(const ChunkAttentionDims& s, const float* padded, const
 
 // chunk_choose reads batch, heads, nq, nk, chunk and top (top <= chunks()).
 void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float* empty, float* chosen);
+
+// chunk_choose_within reads batch, heads, nq, nk, d, chunk and top (the parents per row).
+void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
+                         const float* padded, float scale, int64_t pick, float* chosen);
 
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
                              const float* chosen, const float* padded, float scale, float* out, float* lse);

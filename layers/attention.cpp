@@ -64,7 +64,8 @@ AttentionCache clone(const AttentionCache& cache) {
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
-                                       float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross)
+                                       float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross,
+                                       int64_t max_keys)
     : k_proj(d_model, d_model, init),
       v_proj(d_model, d_model, init),
       q_proj(d_model, d_model, init),
@@ -75,7 +76,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t heads, const Att
   TARN_ASSERT(heads > 0 && d_model % heads == 0, "attention: d_model ", d_model, " is not divisible by ", heads,
               " heads");
   TARN_ASSERT(!(causal && cross), "attention: cross-attention cannot be causal");
-  shape_ = {d_model, heads, d_model / heads, causal, cross};
+  shape_ = {d_model, heads, d_model / heads, causal, cross, max_keys};
   register_module("k_proj", k_proj);
   register_module("v_proj", v_proj);
   register_module("q_proj", q_proj);

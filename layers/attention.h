@@ -74,9 +74,11 @@ struct AttentionTransfer {
 
 class MultiHeadAttention : public Module {
  public:
-  // `cross`: the module attends from the decoder to the encoder.
+  // `cross`: the module attends from the decoder to the encoder; `max_keys`: the longest key
+  // sequence it will see (0: unknown; AttentionShape::max_keys).
   MultiHeadAttention(int64_t d_model, int64_t heads, const AttentionConfig& config, bool causal,
-                     float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross = false);
+                     float attention_dropout, ParamInit& init, DropoutStreams& dropout, bool cross = false,
+                     int64_t max_keys = 0);
   ~MultiHeadAttention() override;
 
   // query: (B, Nq, D); key_value: (B, Nk, D); key_padding: (B, Nk) flags or empty -> (B, Nq, D).

@@ -558,11 +558,11 @@ do_perf() {
     rm -rf "$scratch"
   fi
 
-  # 2c. Routed cross-attention (issue 53; docs/design.md, "Routed cross-attention"): tarn bench
-  # attention's forward and forward+backward beside softmax and linear cross-attention on the same
-  # shapes, f32, its CSV into perf.log. A tenth of what is left, at most 40 s.
+  # 2c. Routed cross-attention (issue 53; docs/design.md, "Routed cross-attention"), flat and as
+  # small-recall's tree: tarn bench attention's forward and forward+backward beside softmax and
+  # linear cross-attention on the same shapes, f32, its CSV into perf.log. A tenth of what is left, at most 40 s.
   limit=$(( $(left) / 10 )); [ $limit -gt 40 ] && limit=40
-  pstep routed_cross $limit "$bundle/bin/tarn" bench attention --device cuda --algos softmax,linear_cross,routed_cross \
+  pstep routed_cross $limit "$bundle/bin/tarn" bench attention --device cuda --algos softmax,linear_cross,routed_cross,routed_tree \
     --maps elu1 --n 1024,4096,16384 --batch 4 --heads 8 --head-dim 64 --reps 5 --min-time 0.1 --max-seconds 2 ||
     failed=1
 

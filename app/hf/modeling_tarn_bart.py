@@ -237,25 +237,50 @@ class TarnAttention(nn.Module):
         p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)  # a query that sees no key: 0
         return p @ v
 
-    # ---- routed cross-attention: landmarks (chunk means) and the route_top best chunks
+    # ---- routed cross-attention: landmarks (chunk means), a tree of them as deep as the longest
+    # source needs for at most route_root at the top, and the route_top best chunks read key by key
+    @staticmethod
+    def chunk_means(k, v, keep, c):
+        """k, v (B, H, N, dh), keep (B, N) 0/1 -> the chunks' means over their kept rows, and 1 where
+        a chunk keeps any."""
+        n = k.shape[2]
+        chunk_of = torch.arange(n, device=k.device) // c
+        pool = F.one_hot(chunk_of, (n + c - 1) // c).to(k.dtype)[None] * keep[:, :, None]  # (B, N, Nc)
+        count = pool.sum(1)  # (B, Nc)
+        pool = (pool / count.clamp(min=1)[:, None, :]).transpose(1, 2)[:, None]
+        return pool @ k, pool @ v, (count > 0).to(k.dtype)
+
+    @staticmethod
+    def best(s, allowed, top):
+        """The `top` highest scores of each row among those allowed, as a mask (ties: the earlier)."""
+        order = torch.sort(s.masked_fill(~allowed, float("-inf")), stable=True, dim=-1, descending=True).indices
+        return torch.zeros_like(allowed).scatter(-1, order[..., :top], True) & allowed
+
     def routed_part(self, x, q, k, v, kmask):
         b, h, nk, dh = k.shape
-        c, top = self.cfg["route_chunk"], self.cfg["route_top"]
-        chunks = (nk + c - 1) // c
+        c, top, root = self.cfg["route_chunk"], self.cfg["route_top"], self.cfg.get("route_root", 0)
         keep = torch.ones(b, nk, dtype=k.dtype, device=k.device) if kmask is None else (kmask > 0).to(k.dtype)
-        chunk_of = torch.arange(nk, device=k.device) // c
-        pool = F.one_hot(chunk_of, chunks).to(k.dtype)[None] * keep[:, :, None]  # (B, Nk, Nc)
-        count = pool.sum(1)  # (B, Nc)
-        pool = pool / count.clamp(min=1)[:, None, :]
-        lk, lv = pool.transpose(1, 2)[:, None] @ k, pool.transpose(1, 2)[:, None] @ v  # (B, H, Nc, dh)
-        qs = q / math.sqrt(dh)
-        ls = (qs @ lk.transpose(-1, -2)).masked_fill((count == 0)[:, None, None, :], -1e9)
+        depth, n = 1, -(-self.cfg["max_keys"] // c)
+        while root > 0 and n > root:
+            depth, n = depth + 1, -(-n // c)
+        levels = [(k, v, keep)]  # level 0, the keys; then the landmarks, level by level
+        while len(levels) <= depth:
+            levels.append(self.chunk_means(*levels[-1], c))
+        # the top level: softmax over all its landmarks, and its route_top best
+        lk, lv, kept = levels[-1]
+        ls = ((q / math.sqrt(dh)) @ lk.transpose(-1, -2)).masked_fill((kept == 0)[:, None, None, :], -1e9)
         compressed = torch.softmax(ls, -1) @ lv
-        # the chosen chunks: a stable sort keeps the earlier of equal scores
-        order = torch.sort(ls, stable=True, dim=-1, descending=True).indices[..., :top]
-        chosen = torch.zeros_like(ls, dtype=torch.bool).scatter(-1, order, True) & (count > 0)[:, None, None, :]
-        vis = chosen[..., chunk_of] & (keep > 0)[:, None, None, :]
-        selected = self.softmax_part(q, k, v, vis)
+        chosen = self.best(ls, (kept > 0)[:, None, None, :].expand_as(ls), top)
+        # each level below: the children of the chunks chosen above, read and chosen among
+        for lk, lv, kept in reversed(levels[:-1]):
+            chunk_of = torch.arange(lk.shape[2], device=k.device) // c
+            allowed = chosen[..., chunk_of] & (kept > 0)[:, None, None, :]
+            if lk is k:
+                selected = self.softmax_part(q, k, v, allowed)
+                break
+            compressed = compressed + self.softmax_part(q, lk, lv, allowed)
+            chosen = self.best((q / math.sqrt(dh)) @ lk.transpose(-1, -2), allowed, top)
+        compressed = compressed / (len(levels) - 1)
         g = torch.sigmoid(self.route_gate(x)).transpose(1, 2)[..., None]  # (B, H, N, 1)
         return g * selected + (1.0 - g) * compressed
 
@@ -433,7 +458,9 @@ class Stack(nn.Module):
         ffn = config.decoder_ffn_dim if decoder else config.encoder_ffn_dim
         eps = t.get("layer_norm_eps", 1e-5)
         self_cfgs = layer_settings(t["decoder_self_attention" if decoder else "encoder_self_attention"], n)
-        cross_cfgs = layer_settings(t["cross_attention"], n) if decoder else [None] * n
+        # routed's tree is as deep as a source of the encoder's learned positions needs
+        cross_cfgs = ([dict(s, max_keys=config.max_position_embeddings) for s in layer_settings(t["cross_attention"], n)]
+                      if decoder else [None] * n)
         self.embed_positions = nn.Embedding(config.max_position_embeddings + 2, d)
         self.layernorm_embedding = nn.LayerNorm(d, eps=eps)
         self.layers = nn.ModuleList(Layer(d, ffn, heads, s, c, decoder, eps) for s, c in zip(self_cfgs, cross_cfgs))

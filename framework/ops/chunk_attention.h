@@ -23,6 +23,14 @@ ChunkMeans chunk_mean(const Tensor& x, const Tensor& key_padding, int64_t chunk)
 // are; top <= Nc. No gradient.
 Tensor chunk_choose(const Tensor& scores, const Tensor& empty, int64_t top);
 
+// One level down a tree of landmarks: q (B, H, Nq, d), k (B, H, Nk, d) (a level's landmarks),
+// parents (B, H, Nq, top) chunk indices of k's rows (-1 for none) -> (B, H, Nq, pick): of the
+// rows of each query's parent chunks not flagged in key_padding ((B, Nk) f32, 1 = skip, or
+// undefined), the `pick` whose scale q·k is highest, highest first, equal scores to the lower
+// row, -1 past the candidates there are. No gradient.
+Tensor chunk_choose_within(const Tensor& q, const Tensor& k, const Tensor& parents, int64_t chunk,
+                           const Tensor& key_padding, float scale, int64_t pick);
+
 // q (B, H, Nq, d), k and v (B, H, Nk, d); chosen (B, H, Nq, top) chunk indices, -1 for none, the
 // others distinct within a row (chunk_choose gives them; checked on the CPU: on CUDA a check
 // would wait for the device); chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk)

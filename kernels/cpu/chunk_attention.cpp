@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace tarn::kernels::cpu {
@@ -92,6 +93,27 @@ void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float*
       std::partial_sort(order.begin(), order.begin() + picked, order.end(),
                         [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
       for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < picked ? static_cast<float>(order[t]) : -1.0f;
+    }
+  }
+}
+
+void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
+                         const float* padded, float scale, int64_t pick, float* chosen) {
+  const int64_t d = s.d, bhs = s.batch * s.heads;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < bhs; ++bh) {
+    std::vector<std::pair<float, int64_t>> candidates;  // (score, row)
+    for (int64_t i = 0; i < s.nq; ++i) {
+      const float* qi = q + (bh * s.nq + i) * d;
+      candidates.clear();
+      for_each_key(s, parents, padded, bh, i,
+                   [&](int64_t j) { candidates.emplace_back(scale * dot(qi, k + (bh * s.nk + j) * d, d), j); });
+      const int64_t picked = std::min<int64_t>(pick, static_cast<int64_t>(candidates.size()));
+      // equal scores keep the lower row, whatever order the parents came in
+      std::partial_sort(candidates.begin(), candidates.begin() + picked, candidates.end(),
+                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+      float* out = chosen + (bh * s.nq + i) * pick;
+      for (int64_t t = 0; t < pick; ++t) out[t] = t < picked ? static_cast<float>(candidates[t].second) : -1.0f;
     }
   }
 }

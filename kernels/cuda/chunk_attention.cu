@@ -4,6 +4,8 @@
 //   chunk_mean      a thread per element of the means (the chunk's rows in order, then / count),
 //                   and per element of dx;
 //   chunk_choose    a thread per score row, an insertion list of the best `top` chunks;
+//   choose_within   a thread per query row, scoring its parents' rows in the CPU's order into
+//                   an insertion list of the best `pick` (equal scores: the lower row);
 //   forward, dq     a warp per query row: the lanes score the row's top x chunk keys into shared
 //                   memory, the warp reduces max and sum, then each lane sums its columns of
 //                   the output over the keys in the CPU's order (chosen chunk by chunk);
@@ -99,6 +101,41 @@ __global__ void chunk_choose_kernel(ChunkAttentionDims s, const float* scores, c
       index[at] = c;
     }
     for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < count ? static_cast<float>(index[t]) : -1.0f;
+  }
+}
+
+__global__ void chunk_choose_within_kernel(ChunkAttentionDims s, const float* q, const float* k,
+                                           const float* parents, const float* padded, float scale, int64_t pick,
+                                           float* chosen) {
+  const int64_t nc = s.chunks(), rows = s.batch * s.heads * s.nq;
+  for (int64_t r = device::global_index(); r < rows; r += device::global_stride()) {
+    const int64_t bh = r / s.nq, b = bh / s.heads;
+    const float* qi = q + r * s.d;
+    float best[kChunkMaxTop];
+    int64_t index[kChunkMaxTop];
+    int64_t count = 0;
+    for (int64_t t = 0; t < s.top; ++t) {
+      const int64_t c = static_cast<int64_t>(parents[r * s.top + t]);
+      if (c < 0 || c >= nc) continue;
+      for (int64_t j = c * s.chunk; j < (c + 1) * s.chunk && j < s.nk; ++j) {
+        if (hidden(padded, b, s.nk, j)) continue;
+        const float* kj = k + (bh * s.nk + j) * s.d;
+        float v = 0.0f;  // the CPU's dot: one sum in element order, then the scale
+        for (int64_t e = 0; e < s.d; ++e) v += qi[e] * kj[e];
+        v *= scale;
+        // better than slot `at - 1`: a higher score, or an equal one from a lower row
+        auto beats = [&](int64_t at) { return v > best[at] || (v == best[at] && j < index[at]); };
+        if (count == pick && !beats(count - 1)) continue;
+        int64_t at = count < pick ? count++ : pick - 1;
+        for (; at > 0 && beats(at - 1); --at) {
+          best[at] = best[at - 1];
+          index[at] = index[at - 1];
+        }
+        best[at] = v;
+        index[at] = j;
+      }
+    }
+    for (int64_t t = 0; t < pick; ++t) chosen[r * pick + t] = t < count ? static_cast<float>(index[t]) : -1.0f;
   }
 }
 
@@ -310,6 +347,17 @@ void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float*
   const int64_t rows = s.batch * s.heads * s.nq;
   if (rows == 0) return;
   tarn::launch(chunk_choose_kernel, device::grid_for(rows), device::kBlock, 0, nullptr, s, scores, empty, chosen);
+}
+
+void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
+                         const float* padded, float scale, int64_t pick, float* chosen) {
+  check(s, "chunk_choose_within");
+  TARN_CHECK(pick >= 1 && pick <= kChunkMaxTop, "chunk_choose_within: pick ", pick, " outside [1, ", kChunkMaxTop,
+             "] on CUDA");
+  const int64_t rows = s.batch * s.heads * s.nq;
+  if (rows == 0) return;
+  tarn::launch(chunk_choose_within_kernel, device::grid_for(rows), device::kBlock, 0, nullptr, s, q, k, parents,
+               padded, scale, pick, chosen);
 }
 
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,

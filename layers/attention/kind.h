@@ -58,6 +58,9 @@ struct AttentionShape {
   int64_t d_model = 0, heads = 0, head_dim = 0;
   bool causal = false;  // decoder self-attention
   bool cross = false;   // attends from the decoder to the encoder output
+  // The longest key sequence the model takes (cross-attention: the encoder's learned positions),
+  // or 0 where unknown; routed attention sizes its tree of landmarks for it.
+  int64_t max_keys = 0;
 };
 
 // A module's sizes for the estimates made from the settings alone, before or instead of

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "framework/ops/chunk_attention.h"
 #include "framework/ops/elementwise.h"
@@ -24,6 +25,7 @@ RoutedAttention::RoutedAttention(AttentionSite& site)
     : site_(site),
       chunk_(site.config().route_chunk),
       top_(site.config().route_top),
+      levels_(routed_levels(chunk_, site.config().route_root, site.shape().max_keys)),
       scaling_(1.0f / std::sqrt(static_cast<float>(site.shape().head_dim))),
       gate_(site, "route_gate") {
   TARN_CHECK(site.shape().cross, kCrossOnly);
@@ -34,45 +36,90 @@ double RoutedAttention::parameters(const AttentionConfig&, const AttentionSizes&
   return s.d_model * h + h;
 }
 
+namespace {
+
+// The landmarks of each level of a source of `keys` positions, level 1 first, when the tree is
+// as deep as that source needs (a model for longer sources has more levels, each smaller: an
+// upper bound).
+std::vector<double> level_sizes(const AttentionConfig& a, double keys) {
+  const double chunk = static_cast<double>(std::max<int64_t>(1, a.route_chunk));
+  std::vector<double> n = {std::ceil(keys / chunk)};
+  while (a.route_root > 0 && chunk >= 2 && n.back() > static_cast<double>(a.route_root))
+    n.push_back(std::ceil(n.back() / chunk));
+  return n;
+}
+
+}  // namespace
+
 double RoutedAttention::decode_state_bytes(const AttentionConfig& a, const AttentionSizes& s, double tokens) {
-  const double chunks = std::ceil(tokens / static_cast<double>(std::max<int64_t>(1, a.route_chunk)));
-  return 2 * 4.0 * (tokens + chunks) * s.d_model + 4.0 * tokens;
+  double landmarks = 0;
+  for (double n : level_sizes(a, tokens)) landmarks += n;
+  return 2 * 4.0 * (tokens + landmarks) * s.d_model + 4.0 * tokens;
 }
 
 AttentionTrainingBytes RoutedAttention::training_bytes(const AttentionConfig& a, const AttentionSizes& s,
                                                        const AttentionBatch& b) {
-  const double chunks = std::ceil(b.keys / static_cast<double>(std::max<int64_t>(1, a.route_chunk)));
-  return {2 * 4.0 * s.heads * b.tokens * chunks, 0.0};
+  // the top level's scores and their softmax, per head, query and landmark
+  return {2 * 4.0 * s.heads * b.tokens * level_sizes(a, b.keys).back(), 0.0};
 }
 
 void RoutedAttention::export_settings(const AttentionConfig& a, json::Json& o) {
   o["route_chunk"] = a.route_chunk;
   o["route_top"] = a.route_top;
+  o["route_root"] = a.route_root;
 }
 
-RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk) {
+int64_t routed_levels(int64_t chunk, int64_t root, int64_t max_keys) {
+  TARN_CHECK(root == 0 || chunk >= 2, "routed attention: a tree of landmarks (route_root ", root,
+             ") needs route_chunk >= 2");
+  int64_t levels = 1;
+  for (int64_t n = (max_keys + chunk - 1) / chunk; root > 0 && n > root; n = (n + chunk - 1) / chunk) ++levels;
+  return levels;
+}
+
+RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk,
+                           int64_t levels) {
+  TARN_CHECK(levels >= 1, "routed attention: ", levels, " levels of landmarks");
   RoutedSource src;
   src.key = key;
   src.value = value;
   src.key_padding = key_padding;
-  ChunkMeans keys = chunk_mean(key, key_padding, chunk);
-  src.landmark_key = keys.mean;  // (B, H, Nc, dh)
-  src.landmark_value = chunk_mean(value, key_padding, chunk).mean;
-  src.chunk_empty = keys.empty;  // (B, Nc)
-  src.landmark_bias = scale(keys.empty, kMaskedScore).view({key.size(0), 1, 1, keys.empty.size(1)});
+  Tensor k = key, v = value, hidden = key_padding;  // the level below
+  do {
+    // A level's landmarks are its chunks' means over what is visible below: the keys' unpadded
+    // rows, then the landmarks not of padding only.
+    ChunkMeans keys = chunk_mean(k, hidden, chunk);
+    src.landmark_key.push_back(keys.mean);  // (B, H, n_l, dh)
+    src.landmark_value.push_back(chunk_mean(v, hidden, chunk).mean);
+    src.landmark_empty.push_back(keys.empty);  // (B, n_l)
+    k = src.landmark_key.back();
+    v = src.landmark_value.back();
+    hidden = keys.empty;
+  } while (static_cast<int64_t>(src.landmark_key.size()) < levels);
+  src.top_bias = scale(hidden, kMaskedScore).view({key.size(0), 1, 1, hidden.size(1)});
   return src;
 }
 
 RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, float scaling,
                          Precision precision) {
-  // compressed: softmax over the landmarks
+  // compressed: softmax over the top level's landmarks, all of them
+  const size_t levels = src.landmark_key.size();
+  const Tensor& top_key = src.landmark_key.back();
   const Tensor landmark_scores =
-      add(matmul(scale(q, scaling), src.landmark_key, false, true, precision), src.landmark_bias);
+      add(matmul(scale(q, scaling), top_key, false, true, precision), src.top_bias);
   RoutedReads r;
-  r.compressed = matmul(softmax(landmark_scores), src.landmark_value, false, false, precision);
-  // selected: softmax over the keys of the best `top` chunks (f32 in every precision: the read is
-  // O(top chunk dh) a query, small beside the projections)
-  const Tensor chosen = chunk_choose(landmark_scores, src.chunk_empty, std::min(top, src.chunk_empty.size(1)));
+  r.compressed = matmul(softmax(landmark_scores), src.landmark_value.back(), false, false, precision);
+  Tensor chosen = chunk_choose(landmark_scores, src.landmark_empty.back(), std::min(top, top_key.size(2)));
+  // down the tree: at each level, only the children of the chunks chosen above, read (softmax)
+  // and chosen among (f32 in every precision: O(top chunk dh) a query)
+  for (size_t l = levels - 1; l-- > 0;) {
+    const Tensor& hidden = src.landmark_empty[l];
+    r.compressed = add(r.compressed, chunk_attention(q, src.landmark_key[l], src.landmark_value[l], chosen, chunk,
+                                                     hidden, scaling));
+    chosen = chunk_choose_within(q, src.landmark_key[l], chosen, chunk, hidden, scaling, top);
+  }
+  if (levels > 1) r.compressed = scale(r.compressed, 1.0f / static_cast<float>(levels));
+  // selected: softmax over the keys of the best `top` chunks
   r.selected = chunk_attention(q, src.key, src.value, chosen, chunk, src.key_padding, scaling);
   return r;
 }
@@ -81,7 +128,8 @@ RoutedSource RoutedAttention::prepare(const Tensor& k, const Tensor& v, const Pa
   const AttentionShape& s = site_.shape();
   const int64_t batch = k.size(0), nk = k.size(1);
   check_padding("routed attention", pad, batch, nk);
-  return routed_source(split_heads(k, s), split_heads(v, s), padding_tensor(pad, batch, nk, k.device()), chunk_);
+  return routed_source(split_heads(k, s), split_heads(v, s), padding_tensor(pad, batch, nk, k.device()), chunk_,
+                       levels_);
 }
 
 Tensor RoutedAttention::read(const Tensor& q, const RoutedSource& src, const Tensor& x) const {

@@ -10,12 +10,22 @@
 // compressed. The choice of chunks has no gradient; the landmarks learn through the compressed
 // read, which scores them as the choice does.
 //
-// Cost: per target position N_src / route_chunk landmarks and route_top x route_chunk keys. The
-// landmarks, the choice and the selected read are framework/ops/chunk_attention.h's ops, on the
-// CPU and on CUDA alike, with no host round trip: the selected read touches only the chosen keys
-// (O(N_tgt route_top route_chunk dh), in f32 in every precision); the landmark read is
-// O(N_tgt N_src / route_chunk), as NSA's compressed branch. Decoding keeps the source's keys,
-// values and landmarks.
+// A tree of landmarks (route_root > 0): the landmarks are themselves cut into chunks of
+// route_chunk and averaged, level after level, as many levels as the longest source the model
+// takes (its learned positions) needs for its top level to hold at most route_root. A target
+// position then scores the top level's landmarks (compressed read and choice), and at each level
+// below only the children of the route_top it chose there (a softmax read of them, and the
+// route_top best of them), down to the keys. The compressed read is the mean of the levels'
+// reads. The depth is the model's, not the batch's: a row reads the same whatever the padding.
+// With one level (route_root 0, or a model whose longest source is at most route_root chunks)
+// this is the flat read above.
+//
+// Cost per target position: flat, N_src / route_chunk landmarks and route_top x route_chunk keys
+// (the landmark read is O(N_tgt N_src / route_chunk), as NSA's compressed branch); with a tree,
+// at most route_root + levels x route_top x route_chunk, O(log N_src). The landmarks, the choices
+// and the reads are framework/ops/chunk_attention.h's ops, on the CPU and on CUDA alike, with no
+// host round trip (the reads below the top in f32 in every precision). Decoding keeps the
+// source's keys, values and every level's landmarks.
 #include <cstdint>
 #include <vector>
 
@@ -24,23 +34,36 @@
 
 namespace tarn {
 
-// What every target position reads of one source: its keys and values (B, H, Nk, dh), the
-// landmarks (B, H, Nc, dh), the chunks of padding only (B, Nc: 1, else 0) and as the landmarks'
-// mask (B, 1, 1, Nc: -1e9 or 0), and the keys' padding (B, Nk, 1 = padded; undefined when none).
+// What every target position reads of one source: its keys and values (B, H, Nk, dh) and their
+// padding (B, Nk, 1 = padded; undefined when none); the levels of landmarks, level 1 (the keys'
+// chunk means) first, each keys and values (B, H, n_l, dh) and its chunks of nothing visible
+// (B, n_l: 1, else 0); and the top level's mask (B, 1, 1, n_top: -1e9 or 0).
 struct RoutedSource : DecodeStateOf<RoutedSource> {
-  Tensor key, value, landmark_key, landmark_value, chunk_empty, landmark_bias, key_padding;
+  Tensor key, value, key_padding;
+  std::vector<Tensor> landmark_key, landmark_value, landmark_empty;
+  Tensor top_bias;
   std::vector<Tensor*> tensors() override {
-    return {&key, &value, &landmark_key, &landmark_value, &chunk_empty, &landmark_bias, &key_padding};
+    std::vector<Tensor*> all = {&key, &value, &key_padding, &top_bias};
+    for (std::vector<Tensor>* level : {&landmark_key, &landmark_value, &landmark_empty})
+      for (Tensor& t : *level) all.push_back(&t);
+    return all;
   }
 };
 
 // The source side of routed attention, keys and values (B, H, Nk, dh) already split by head and
-// their padding (B, Nk, 1 = padded) or undefined, in chunks of `chunk` positions.
-RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk);
+// their padding (B, Nk, 1 = padded) or undefined, in chunks of `chunk` positions, with `levels`
+// levels of landmarks (1: the flat read).
+RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk,
+                           int64_t levels = 1);
+
+// The levels of landmarks a source of up to `max_keys` positions needs for the top one to hold
+// at most `root` (route_root) in chunks of `chunk`: 1 when root is 0 or max_keys unknown (0).
+int64_t routed_levels(int64_t chunk, int64_t root, int64_t max_keys);
 
 // Both reads of q (B, H, Nq, dh) over `src`, each (B, H, Nq, dh), before the gate mixes them:
-// softmax over the landmarks, and softmax over the keys of the `top` best chunks (fewer when the
-// source has fewer). `precision` is the landmark GEMMs'; the selected read is f32.
+// the compressed read (softmax over the top level's landmarks, and with a tree the mean of it and
+// the reads of the children chosen below), and softmax over the keys of the `top` best chunks
+// (fewer when the source has fewer). `precision` is the landmark GEMMs'; the selected read is f32.
 struct RoutedReads {
   Tensor selected, compressed;
 };
@@ -72,7 +95,7 @@ class RoutedAttention : public AttentionKindLayer {
   Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
 
   const AttentionSite& site_;
-  int64_t chunk_, top_;
+  int64_t chunk_, top_, levels_;
   float scaling_;
   HeadGate gate_;
 };

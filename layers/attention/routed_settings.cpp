@@ -1,5 +1,5 @@
 // Routed attention's part of the recipe (layers/attention/settings.h): its chunk and how many
-// chunks each target position reads exactly; cross-attention only.
+// chunks each target position reads exactly, and the tree's root; cross-attention only.
 #include "layers/attention/settings.h"
 
 namespace tarn {
@@ -7,11 +7,13 @@ namespace tarn {
 AttentionKindSettings routed_settings() {
   AttentionKindSettings s;
   s.ignored = [](const AttentionConfig&, AttentionUse, const std::string& key) -> std::string {
-    return key == "route_chunk" || key == "route_top" ? "" : "ignored: kind is routed";
+    return key == "route_chunk" || key == "route_top" || key == "route_root" ? "" : "ignored: kind is routed";
   };
-  s.check = [](const AttentionConfig&, AttentionUse use, const SettingReport& report) {
+  s.check = [](const AttentionConfig& a, AttentionUse use, const SettingReport& report) {
     if (!use.cross)
       report.error("kind", "routed is cross-attention only: it chooses source chunks for each target position");
+    if (a.route_root > 0 && a.route_chunk < 2)
+      report.error("route_root", "a tree of landmarks needs route_chunk of 2 or more (chunks of 1 never shrink)");
   };
   return s;
 }

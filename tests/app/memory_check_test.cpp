@@ -68,6 +68,8 @@ const std::map<std::string, SizeKey> kModelKeys = {
     // ignore them): one chunk of the whole source, read key by key; every chunk there is.
     {"model.attention.*.route_chunk", {Outcome::fits, {}}},
     {"model.attention.*.route_top", {Outcome::fits, {}}},
+    // A root above the chunks there are: one level, as route_root 0.
+    {"model.attention.*.route_root", {Outcome::fits, {}}},
 };
 
 // model.attention.cross.chunk -> model.attention.*.chunk

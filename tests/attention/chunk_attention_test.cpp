@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "framework/ops/elementwise.h"
 #include "tests/common/gradcheck.h"
@@ -194,6 +196,58 @@ TEST(ChunkChoose, PicksTheBestChunksInOrder) {
     }
   }
   EXPECT_ANY_THROW(chunk_choose(Tensor::from_vector(scores, {batch, heads, nq, chunks}), Tensor(), 7));  // top > chunks
+}
+
+// One level down a tree: the candidates are the visible rows of the parent chunks, in whatever
+// order the parents come; the best `pick` of them by q·k, ties to the lower row, -1 past them.
+TEST(ChunkChooseWithin, PicksTheBestChildrenOfTheParents) {
+  const Case c{2, 2, 4, 11, 3, 3, 3};  // 4 chunks of k's 11 rows, the last of 2
+  const Tensor q = random_tensor({c.batch, c.heads, c.nq, c.d}, 5, -2, 2);
+  std::vector<float> kv = random_tensor({c.batch, c.heads, c.nk, c.d}, 6, -2, 2).to_vector();
+  // rows 2 and 4 of head 0 equal, rows 9 and 10 (chunk 3) too: ties, whichever parent comes first
+  for (int64_t e = 0; e < c.d; ++e) kv[4 * c.d + e] = kv[2 * c.d + e];
+  for (int64_t e = 0; e < c.d; ++e) kv[9 * c.d + e] = kv[10 * c.d + e];
+  const Tensor k = Tensor::from_vector(kv, {c.batch, c.heads, c.nk, c.d});
+  const Tensor pad = padding(c);  // row 1 of batch row 1 never
+  std::vector<float> parents;
+  for (int64_t r = 0; r < c.batch * c.heads * c.nq; ++r) {
+    const std::vector<std::vector<float>> rows = {{3, 0, -1}, {1, -1, 3}, {2, 1, 0}, {-1, -1, -1}};
+    for (float p : rows[r % 4]) parents.push_back(p);
+  }
+  const float scale = 0.7f;
+  const std::vector<float> qv = q.to_vector();
+  const std::vector<float> pv = pad.to_vector();
+  for (int64_t pick : {1, 2, 5, 9}) {
+    const std::vector<float> got =
+        chunk_choose_within(q, k, Tensor::from_vector(parents, {c.batch, c.heads, c.nq, c.top}), c.chunk, pad, scale,
+                            pick)
+            .to_vector();
+    ASSERT_EQ(got.size(), static_cast<size_t>(c.batch * c.heads * c.nq * pick));
+    for (int64_t r = 0; r < c.batch * c.heads * c.nq; ++r) {
+      const int64_t bh = r / c.nq, b = bh / c.heads;
+      std::vector<std::pair<double, int64_t>> want;  // (-score, row): sorted, the best first
+      for (int64_t t = 0; t < c.top; ++t) {
+        const int64_t p = static_cast<int64_t>(parents[r * c.top + t]);
+        for (int64_t j = p * c.chunk; p >= 0 && j < std::min(c.nk, (p + 1) * c.chunk); ++j) {
+          if (pv[b * c.nk + j] != 0.0f) continue;
+          float s = 0.0f;
+          for (int64_t e = 0; e < c.d; ++e) s += qv[r * c.d + e] * kv[(bh * c.nk + j) * c.d + e];
+          want.emplace_back(-static_cast<double>(scale * s), j);
+        }
+      }
+      std::sort(want.begin(), want.end());
+      for (int64_t t = 0; t < pick; ++t)
+        EXPECT_EQ(got[r * pick + t], t < static_cast<int64_t>(want.size()) ? want[t].second : -1)
+            << "row " << r << " pick " << pick << " slot " << t;
+    }
+  }
+  // parents out of range, and a q that does not match k
+  EXPECT_ANY_THROW(chunk_choose_within(q, k, Tensor::from_vector(std::vector<float>(parents.size(), 4.0f),
+                                                                 {c.batch, c.heads, c.nq, c.top}),
+                                       c.chunk, pad, scale, 2));
+  EXPECT_ANY_THROW(chunk_choose_within(Tensor::zeros({c.batch, c.heads, c.nq, c.d + 1}), k,
+                                       Tensor::from_vector(parents, {c.batch, c.heads, c.nq, c.top}), c.chunk, pad,
+                                       scale, 2));
 }
 
 }  // namespace

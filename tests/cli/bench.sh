@@ -24,12 +24,12 @@ pngs_drawn() {
 }
 
 # attention: 2 lengths x (3 softmax + 3 linear algos x 2 maps + delta and gated + 2 windowed
-# algos x 2 windows + routed) = 32 rows, every one measured.
+# algos x 2 windows + routed flat and as a tree) = 34 rows, every one measured.
 "$tarn" bench attention --n 32,64 --windows 8,64 --reps 1 --min-time 0 --out "$work/a" >"$work/a.log" 2>&1 ||
   fail "bench attention exited $?: $(tail -n 3 "$work/a.log")"
 header_is "$work/a/attention.csv" \
   "device,algo,feature_map,N,batch,heads,head_dim,fwd_ms,fwdbwd_ms,fwd_peak_MiB,fwdbwd_peak_MiB,status"
-[ "$(rows "$work/a/attention.csv" ',ok$')" = 32 ] || fail "attention.csv: expected 32 ok rows: $(cat "$work/a/attention.csv")"
+[ "$(rows "$work/a/attention.csv" ',ok$')" = 34 ] || fail "attention.csv: expected 34 ok rows: $(cat "$work/a/attention.csv")"
 [ "$(rows "$work/a/attention.csv" '^cpu,window_causal,w8,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
   fail "attention.csv: no complete window_causal w8 row at N=64"
 [ "$(rows "$work/a/attention.csv" '^cpu,linear_causal,favor,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
@@ -38,6 +38,8 @@ header_is "$work/a/attention.csv" \
   fail "attention.csv: no complete delta_causal row at N=64"
 [ "$(rows "$work/a/attention.csv" '^cpu,routed_cross,-,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
   fail "attention.csv: no complete routed_cross row at N=64"
+[ "$(rows "$work/a/attention.csv" '^cpu,routed_tree,-,64,1,4,64,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,ok$')" = 1 ] ||
+  fail "attention.csv: no complete routed_tree row at N=64"
 grep -q '"sgemm_gflops"' "$work/a/attention.json" || fail "attention.json lacks sgemm_gflops"
 pngs_drawn "$work/a" attention "$work/a.log"
 

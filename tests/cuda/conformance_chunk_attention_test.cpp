@@ -1,6 +1,6 @@
 // CUDA chunk kernels of routed cross-attention (kernels/cuda/chunk_attention.cu) against the CPU
 // kernels of kernels/chunk_attention.h: the chunks' means and their gradient and the choice of
-// the best chunks bit for bit (the same operations in the same order, no products to contract),
+// the best chunks (and of the best children of chosen chunks, on exact scores) bit for bit (the same operations in the same order, no products to contract),
 // and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
 //
 // Tolerance of the attention: every score is a dot of d products, within gamma_{d+1} of its
@@ -91,6 +91,33 @@ TEST_P(ChunkAttentionConformance, ChoiceIsTheCpus) {
     DeviceArray<float> gscores = dev(scores), gempty = dev(empty), gchosen = out(chosen.size());
     TARN_ON(target(), chunk_choose, c, gscores.get(), gempty.get(), gchosen.get());
     EXPECT_TRUE(BitwiseEqual(gchosen.host(), chosen)) << Name(c);
+  }
+}
+
+// One level down a tree of landmarks. q and k hold small integers and the scale is 1/2, so every
+// score is exact in any order of the sum: the choice (ties included, many) must be the CPU's.
+TEST_P(ChunkAttentionConformance, ChoiceWithinTheParentsIsTheCpus) {
+  for (ChunkAttentionDims s : kShapes) {
+    s.top = std::min(s.top, s.chunks());
+    const int64_t rows = s.batch * s.heads * s.nq;
+    std::vector<float> q = Random(static_cast<size_t>(rows * s.d), -3, 3, 4);
+    std::vector<float> k = Random(static_cast<size_t>(s.batch * s.heads * s.nk * s.d), -3, 3, 5);
+    for (float& x : q) x = std::floor(x);
+    for (float& x : k) x = std::floor(x);
+    // the parents as the level above gives them: its choice over random scores, best first
+    const std::vector<float> scores = Random(static_cast<size_t>(rows * s.chunks()), -1, 1, 6);
+    std::vector<float> parents(static_cast<size_t>(rows * s.top));
+    cpu::chunk_choose(s, scores.data(), nullptr, parents.data());
+    for (size_t r = 0; r < parents.size(); r += 5) parents[r] = -1.0f;  // some none
+    const std::vector<float> pad = Padding(s);
+    for (int64_t pick : {int64_t{1}, int64_t{3}, s.top * s.chunk + 1}) {
+      std::vector<float> chosen(static_cast<size_t>(rows * pick));
+      cpu::chunk_choose_within(s, q.data(), k.data(), parents.data(), pad.data(), 0.5f, pick, chosen.data());
+      DeviceArray<float> gq = dev(q), gk = dev(k), gparents = dev(parents), gpad = dev(pad), gchosen = out(chosen.size());
+      TARN_ON(target(), chunk_choose_within, s, gq.get(), gk.get(), gparents.get(), gpad.get(), 0.5f, pick,
+              gchosen.get());
+      EXPECT_TRUE(BitwiseEqual(gchosen.host(), chosen)) << Name(s) << " pick " << pick;
+    }
   }
 }
 

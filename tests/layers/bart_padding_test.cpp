@@ -3,6 +3,8 @@
 // of the real positions as they were.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "framework/autograd.h"
 #include "tests/layers/layers_test_util.h"
 
@@ -93,6 +95,37 @@ TEST(BartPadding, RowsOfABatchAreIndependent) {
   const std::vector<float> both =
       model.forward(src2, {2, 6}, padding_mask(src2, c.pad_token_id), tgt2, {2, 4}).to_vector();
   EXPECT_LT(relative(std::vector<float>(both.begin(), both.begin() + alone.size()), alone), kTol);
+}
+
+// A short row padded up to a long one's length reads as it does alone, for every kind: routed
+// attention's tree of landmarks is as deep as the model's longest source, not the batch's.
+TEST(BartPadding, APaddedRowReadsAsItDoesAlone) {
+  std::vector<AttentionSetup> setups = all_attention_setups();
+  // and a tree that chooses one chunk a level: a wrong choice shows more than a wrong mean
+  const auto tree = std::find_if(setups.begin(), setups.end(),
+                                 [](const AttentionSetup& s) { return s.name == "routed_tree_cross"; });
+  ASSERT_NE(tree, setups.end());
+  AttentionSetup narrow = *tree;
+  narrow.name = "routed_tree_cross, top 1";
+  narrow.cross.route_top = 1;
+  setups.push_back(narrow);
+  for (const AttentionSetup& s : setups) {
+    SCOPED_TRACE(s.name);
+    const BartConfig c = config_for(s);
+    BartForConditionalGeneration model(c, 4);
+    model.eval();
+    NoGradGuard no_grad;
+    const std::vector<int32_t> src = random_ids(5, c.vocab_size, 8), tgt = random_ids(4, c.vocab_size, 9);
+    const std::vector<float> alone = model.forward(src, {1, 5}, {}, tgt, {1, 4}).to_vector();
+    std::vector<int32_t> src2 = src, tgt2 = tgt;
+    src2.resize(11, c.pad_token_id);  // the short row padded to the long row's 11
+    const std::vector<int32_t> other = random_ids(11, c.vocab_size, 10);
+    src2.insert(src2.end(), other.begin(), other.end());
+    tgt2.insert(tgt2.end(), {11, 12, 13, 14});
+    const std::vector<float> both =
+        model.forward(src2, {2, 11}, padding_mask(src2, c.pad_token_id), tgt2, {2, 4}).to_vector();
+    EXPECT_LT(relative(std::vector<float>(both.begin(), both.begin() + alone.size()), alone), kTol);
+  }
 }
 
 TEST(BartPadding, MismatchedMasksAndShapesAreErrors) {

@@ -321,73 +321,108 @@ class BartReference {
     return ctx;
   }
 
-  // Routed cross-attention (layers/attention/routed.h) on one batch row, literally: per head and
-  // query, softmax over the chunks' mean keys read with their mean values, and softmax over the
-  // keys of the route_top chunks that score highest (ties to the earlier chunk), mixed by the gate.
+  // Routed cross-attention (layers/attention/routed.h) on one batch row, literally: per head,
+  // level 1's landmarks are the chunks' mean keys and values over their unpadded keys, and the
+  // next level's the means of its chunks' nonempty landmarks, as many levels as a source of
+  // max_positions needs for at most route_root at the top (1 when route_root is 0). Per query: softmax over the top level's landmarks (read with their
+  // values) and its route_top best; at each level below, softmax over the children of those
+  // chosen above and their route_top best (ties to the lower index); the compressed read is the
+  // mean of the levels' reads; softmax over the keys of the chunks chosen last; mixed by the gate.
   Mat routed_attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg,
                        int64_t heads, const std::vector<bool>& pad) const {
-    const int64_t d = c_.d_model, dh = d / heads;
+    const int64_t d = c_.d_model, dh = d / heads, c = cfg.route_chunk;
     const int64_t nq = static_cast<int64_t>(xq.size()) / d, nk = static_cast<int64_t>(xkv.size()) / d;
     const Mat q = linear(xq, d, name + ".q_proj"), k = linear(xkv, d, name + ".k_proj"), v = linear(xkv, d, name + ".v_proj");
     const Mat gate = linear(xq, d, name + ".route_gate");
-    const int64_t chunks = (nk + cfg.route_chunk - 1) / cfg.route_chunk;
-    auto kept = [&](int64_t j) { return !(j < (int64_t)pad.size() && pad[j]); };
     const double scaling = 1.0 / std::sqrt(static_cast<double>(dh));
+    struct Level {  // rows (n, dh) of keys and values, and which are visible
+      Mat k, v;
+      std::vector<bool> valid;
+      int64_t n() const { return static_cast<int64_t>(valid.size()); }
+    };
     Mat ctx(static_cast<size_t>(nq * d), 0.0);
     for (int64_t h = 0; h < heads; ++h) {
-      Mat lk(static_cast<size_t>(chunks * dh), 0.0), lv(lk.size(), 0.0);
-      std::vector<bool> valid(static_cast<size_t>(chunks), false);
-      for (int64_t c = 0; c < chunks; ++c) {
-        int64_t n = 0;
-        for (int64_t j = c * cfg.route_chunk; j < std::min(nk, (c + 1) * cfg.route_chunk); ++j) {
-          if (!kept(j)) continue;
-          ++n;
-          for (int64_t e = 0; e < dh; ++e) {
-            lk[c * dh + e] += k[j * d + h * dh + e];
-            lv[c * dh + e] += v[j * d + h * dh + e];
-          }
-        }
-        valid[c] = n > 0;
-        for (int64_t e = 0; e < dh && n > 0; ++e) {
-          lk[c * dh + e] /= n;
-          lv[c * dh + e] /= n;
+      std::vector<Level> level(1);  // level 0: this head's keys and values
+      for (int64_t j = 0; j < nk; ++j) {
+        level[0].valid.push_back(!(j < (int64_t)pad.size() && pad[j]));
+        for (int64_t e = 0; e < dh; ++e) {
+          level[0].k.push_back(k[j * d + h * dh + e]);
+          level[0].v.push_back(v[j * d + h * dh + e]);
         }
       }
-      auto dot = [&](int64_t i, const Mat& m, int64_t row) {
-        double s = 0;
-        for (int64_t e = 0; e < dh; ++e) s += q[i * d + h * dh + e] * scaling * m[row * dh + e];
-        return s;
-      };
-      // softmax over the rows `use` allows of m's scores -> its weighted sum of w's rows
-      auto read = [&](int64_t i, const Mat& m, const Mat& w, const std::vector<bool>& use) {
-        std::vector<double> p(use.size(), 0.0), o(static_cast<size_t>(dh), 0.0);
-        double mx = -1e300, z = 0;
-        for (size_t r = 0; r < use.size(); ++r)
-          if (use[r]) mx = std::max(mx, p[r] = dot(i, m, static_cast<int64_t>(r)));
-        for (size_t r = 0; r < use.size(); ++r) z += p[r] = use[r] ? std::exp(p[r] - mx) : 0.0;
-        for (size_t r = 0; r < use.size() && z > 0; ++r)
-          for (int64_t e = 0; e < dh; ++e) o[e] += p[r] / z * w[r * dh + e];
-        return o;
-      };
-      Mat kh(static_cast<size_t>(nk * dh)), vh(kh.size());  // this head's keys and values, (nk, dh)
-      for (int64_t j = 0; j < nk; ++j)
-        for (int64_t e = 0; e < dh; ++e) {
-          kh[j * dh + e] = k[j * d + h * dh + e];
-          vh[j * dh + e] = v[j * d + h * dh + e];
+      int64_t levels = 1;
+      for (int64_t n = (c_.max_position_embeddings + c - 1) / c; cfg.route_root > 0 && n > cfg.route_root;
+           n = (n + c - 1) / c)
+        ++levels;
+      do {
+        const Level& below = level.back();
+        Level up;
+        for (int64_t m = 0; m * c < below.n(); ++m) {
+          Mat lk(static_cast<size_t>(dh), 0.0), lv(lk.size(), 0.0);
+          int64_t n = 0;
+          for (int64_t j = m * c; j < std::min(below.n(), (m + 1) * c); ++j) {
+            if (!below.valid[j]) continue;
+            ++n;
+            for (int64_t e = 0; e < dh; ++e) {
+              lk[e] += below.k[j * dh + e];
+              lv[e] += below.v[j * dh + e];
+            }
+          }
+          for (int64_t e = 0; e < dh; ++e) {
+            up.k.push_back(n > 0 ? lk[e] / n : 0.0);
+            up.v.push_back(n > 0 ? lv[e] / n : 0.0);
+          }
+          up.valid.push_back(n > 0);
         }
+        level.push_back(up);
+      } while (static_cast<int64_t>(level.size()) <= levels);
+      const size_t top_level = level.size() - 1;
       for (int64_t i = 0; i < nq; ++i) {
-        const std::vector<double> compressed = read(i, lk, lv, valid);
-        std::vector<int64_t> order;
-        for (int64_t c = 0; c < chunks; ++c)
-          if (valid[c]) order.push_back(c);
-        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return dot(i, lk, a) > dot(i, lk, b); });
-        std::vector<bool> chosen(static_cast<size_t>(nk), false);
-        for (size_t t = 0; t < order.size() && t < static_cast<size_t>(cfg.route_top); ++t)
-          for (int64_t j = order[t] * cfg.route_chunk; j < std::min(nk, (order[t] + 1) * cfg.route_chunk); ++j)
-            chosen[j] = kept(j);
-        const std::vector<double> selected = read(i, kh, vh, chosen);
+        auto score = [&](const Level& l, int64_t row) {
+          double s = 0;
+          for (int64_t e = 0; e < dh; ++e) s += q[i * d + h * dh + e] * scaling * l.k[row * dh + e];
+          return s;
+        };
+        // softmax over the rows `use` allows of level l's scores -> its weighted sum of values
+        auto read = [&](const Level& l, const std::vector<bool>& use) {
+          std::vector<double> p(use.size(), 0.0), o(static_cast<size_t>(dh), 0.0);
+          double mx = -1e300, z = 0;
+          for (size_t r = 0; r < use.size(); ++r)
+            if (use[r]) mx = std::max(mx, p[r] = score(l, static_cast<int64_t>(r)));
+          for (size_t r = 0; r < use.size(); ++r) z += p[r] = use[r] ? std::exp(p[r] - mx) : 0.0;
+          for (size_t r = 0; r < use.size() && z > 0; ++r)
+            for (int64_t e = 0; e < dh; ++e) o[e] += p[r] / z * l.v[r * dh + e];
+          return o;
+        };
+        // the route_top best rows `use` allows, ties to the lower row
+        auto best = [&](const Level& l, const std::vector<bool>& use) {
+          std::vector<int64_t> order;
+          for (int64_t r = 0; r < l.n(); ++r)
+            if (use[r]) order.push_back(r);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int64_t a, int64_t b) { return score(l, a) > score(l, b); });
+          order.resize(std::min<size_t>(order.size(), static_cast<size_t>(cfg.route_top)));
+          return order;
+        };
+        // the visible rows of level l in the chunks `parents`
+        auto children = [&](const Level& l, const std::vector<int64_t>& parents) {
+          std::vector<bool> use(l.valid.size(), false);
+          for (int64_t p : parents)
+            for (int64_t r = p * c; r < std::min(l.n(), (p + 1) * c); ++r) use[r] = l.valid[r];
+          return use;
+        };
+        std::vector<double> compressed = read(level[top_level], level[top_level].valid);
+        std::vector<int64_t> chosen = best(level[top_level], level[top_level].valid);
+        for (size_t l = top_level - 1; l >= 1; --l) {
+          const std::vector<bool> use = children(level[l], chosen);
+          const std::vector<double> r = read(level[l], use);
+          for (int64_t e = 0; e < dh; ++e) compressed[e] += r[e];
+          chosen = best(level[l], use);
+        }
+        const std::vector<double> selected = read(level[0], children(level[0], chosen));
         const double g = 1.0 / (1.0 + std::exp(-gate[i * heads + h]));
-        for (int64_t e = 0; e < dh; ++e) ctx[i * d + h * dh + e] = g * selected[e] + (1 - g) * compressed[e];
+        for (int64_t e = 0; e < dh; ++e)
+          ctx[i * d + h * dh + e] = g * selected[e] + (1 - g) * compressed[e] / static_cast<double>(top_level);
       }
     }
     return linear(ctx, d, name + ".out_proj");

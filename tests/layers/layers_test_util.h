@@ -78,12 +78,17 @@ inline std::vector<AttentionSetup> delta_setups() {
   routed.kind = AttentionKind::routed;
   routed.route_chunk = 2;
   routed.route_top = 2;
+  // The same as a tree down from one landmark (route_root 1): a source of 7 positions is 4
+  // chunks, then 2, then 1, three levels, each but the top choosing among its parents' children.
+  AttentionConfig routed_tree = routed;
+  routed_tree.route_root = 1;
   return {{"delta", delta, delta, delta},
           {"routed_cross", delta, delta, routed},
           {"delta_cross", elu, elu, plain},
           {"gated", gated, gated, gated},
           {"aligned_cross", delta, delta, aligned},
-          {"aligned_gated_cross", delta, delta, aligned_gated}};
+          {"aligned_gated_cross", delta, delta, aligned_gated},
+          {"routed_tree_cross", delta, delta, routed_tree}};
 }
 // Hybrid self-attention (window softmax + a global part, gated) in both stacks: windows shorter
 // than the test sequences. "hybrid": global linear, the encoder's with elu1, the decoder's with

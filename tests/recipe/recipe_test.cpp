@@ -140,14 +140,16 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_TRUE(align_gate.warnings.empty());
 
   // small-recall (issue 53): small-align-gate's cross-attention in decoder layers 1 and 3,
-  // small-routed's in 2 and 4.
+  // small-routed's in 2 and 4, as a tree above 64 landmarks (the same read up to 1,024 source
+  // tokens).
   const Recipe recall = load_recipe(source_path("recipes/small-recall.yaml"));
   EXPECT_EQ(recall.model.attention.encoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(recall.model.attention.decoder_self.kind, AttentionKind::delta);
-  const Recipe routed = load_recipe(source_path("recipes/small-routed.yaml"));
+  AttentionConfig routed_tree = load_recipe(source_path("recipes/small-routed.yaml")).model.attention.cross;
+  routed_tree.route_root = 64;
   ASSERT_EQ(recall.model.attention.cross.per_layer.size(), 4u);
   for (size_t layer = 0; layer < 4; ++layer) {
-    const AttentionConfig& want = layer % 2 == 0 ? gated_cross : routed.model.attention.cross;
+    const AttentionConfig& want = layer % 2 == 0 ? gated_cross : routed_tree;
     EXPECT_EQ(recall.model.attention.cross.per_layer[layer].str(), want.str()) << "layer " << layer;
   }
   EXPECT_TRUE(recall.warnings.empty());
@@ -598,14 +600,24 @@ TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
   EXPECT_EQ(cross.str(), "routed(chunk 8, top 2)");
   EXPECT_TRUE(r.warnings.empty());
   EXPECT_EQ(first_difference(r, parse_recipe(to_yaml(r), "written.yaml")), "");
+  // A tree of landmarks above 64 of them.
+  const Recipe tree = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: routed, route_root: 64}\n", "t.yaml");
+  EXPECT_EQ(tree.model.attention.cross.route_root, 64);
+  EXPECT_EQ(tree.model.attention.cross.str(), "routed(chunk 16, top 4, root 64)");
+  EXPECT_EQ(first_difference(tree, parse_recipe(to_yaml(tree), "written.yaml")), "");
 
-  // Self-attention has no source to choose chunks of; a chunk of 0 positions is no chunk.
+  // Self-attention has no source to choose chunks of; a chunk of 0 positions is no chunk, and
+  // chunks of 1 never shrink to a root.
   expect_refused({
            {"    decoder_self: {kind: routed}\n", "bad.yaml:5: model.attention.decoder_self.kind: routed is cross-attention only"},
            {"    encoder_self: {layers: [linear, routed, linear, linear]}\n",
             "model.attention.encoder_self.layers[1].kind: routed is cross-attention only"},
            {"    cross: {kind: routed, route_chunk: 0}\n", "bad.yaml:5: model.attention.cross.route_chunk:"},
-           {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"}});
+           {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"},
+           {"    cross: {kind: routed, route_root: -1}\n", "bad.yaml:5: model.attention.cross.route_root:"},
+           {"    cross: {kind: routed, route_chunk: 1, route_root: 8}\n",
+            "model.attention.cross.route_root: a tree of landmarks needs route_chunk of 2 or more"}});
   // Its keys are its own, and it reads no other kind's.
   const Recipe warned = parse_recipe(std::string(kMinimal) +
                                          "model:\n  attention:\n    cross: {kind: linear, route_top: 2}\n",

@@ -120,23 +120,46 @@ class Attention:
         return out
 
     def routed_part(self, x, q, k, v):
-        """Routed cross-attention: softmax over the chunks' mean keys (read with their mean values),
-        and softmax over the keys of the route_top chunks that score highest, mixed by the gate."""
-        c, top = self.cfg["route_chunk"], self.cfg["route_top"]
-        m, dh = k.shape[1], q.shape[-1]
-        starts = range(0, m, c)
-        lk = np.stack([k[:, j:j + c].mean(1) for j in starts], 1)  # (H, chunks, dh)
-        lv = np.stack([v[:, j:j + c].mean(1) for j in starts], 1)
-        ls = (q / math.sqrt(dh)) @ lk.transpose(0, 2, 1)  # (H, N, chunks)
-        compressed = softmax(ls) @ lv
-        best = np.argsort(-ls, axis=-1, kind="stable")[..., :top]  # ties: the earlier chunk
-        s = (q / math.sqrt(dh)) @ k.transpose(0, 2, 1)  # (H, N, M)
-        chosen = np.zeros(s.shape, dtype=bool)
-        for h in range(s.shape[0]):
-            for i in range(s.shape[1]):
-                for b in best[h, i]:
-                    chosen[h, i, b * c:(b + 1) * c] = True
-        selected = softmax(np.where(chosen, s, -np.inf)) @ v
+        """Routed cross-attention: level 1's landmarks are the chunks' mean keys and values, the
+        next level's the means of its chunks, as many levels as a source of max_keys needs for at
+        most route_root at the top (1 when route_root is 0). Per query: softmax over the top level's landmarks and its route_top best; at each
+        level below, softmax over the children of those chosen and their route_top best (ties to
+        the earlier); the compressed read is the mean of the levels' reads; softmax over the keys
+        of the chunks chosen last; mixed by the gate."""
+        c, top, root = self.cfg["route_chunk"], self.cfg["route_top"], self.cfg.get("route_root", 0)
+        dh = q.shape[-1]
+        depth, n = 1, -(-self.cfg["max_keys"] // c)
+        while root > 0 and n > root:
+            depth, n = depth + 1, -(-n // c)
+        levels = [(k, v)]  # level 0, the keys; then the landmarks, level by level
+        while len(levels) <= depth:
+            lk, lv = levels[-1]
+            starts = range(0, lk.shape[1], c)
+            levels.append((np.stack([lk[:, j:j + c].mean(1) for j in starts], 1),
+                           np.stack([lv[:, j:j + c].mean(1) for j in starts], 1)))
+
+        def best(s, allowed):  # (H, N, n) scores -> the route_top highest allowed, as a mask
+            order = np.argsort(-np.where(allowed, s, -np.inf), axis=-1, kind="stable")[..., :top]
+            chosen = np.zeros(s.shape, dtype=bool)
+            np.put_along_axis(chosen, order, True, axis=-1)
+            return chosen & allowed
+
+        def read(lk, lv, allowed):
+            s = (q / math.sqrt(dh)) @ lk.transpose(0, 2, 1)
+            return softmax(np.where(allowed, s, -np.inf)) @ lv, s
+
+        lk, lv = levels[-1]
+        compressed, s = read(lk, lv, np.ones((q.shape[0], q.shape[1], lk.shape[1]), dtype=bool))
+        chosen = best(s, np.ones(s.shape, dtype=bool))
+        for lk, lv in reversed(levels[:-1]):
+            allowed = chosen[..., np.arange(lk.shape[1]) // c]  # the children of the chosen chunks
+            r, s = read(lk, lv, allowed)
+            if lk is k:
+                selected = r
+                break
+            compressed = compressed + r
+            chosen = best(s, allowed)
+        compressed = compressed / (len(levels) - 1)
         g = sigmoid(self.linear(x, "route_gate")).T[:, :, None]  # (H, N, 1)
         return g * selected + (1.0 - g) * compressed
 
@@ -289,7 +312,9 @@ class Bart:
         self.scale = math.sqrt(c["d_model"]) if c["scale_embedding"] else 1.0
         enc_cfg = layer_configs(t["encoder_self_attention"], c["encoder_layers"])
         dec_cfg = layer_configs(t["decoder_self_attention"], c["decoder_layers"])
-        cross_cfg = layer_configs(t["cross_attention"], c["decoder_layers"])
+        # routed's tree is as deep as a source of the encoder's learned positions needs
+        cross_cfg = [dict(cfg, max_keys=c["max_position_embeddings"])
+                     for cfg in layer_configs(t["cross_attention"], c["decoder_layers"])]
         eh, dh = c["encoder_attention_heads"], c["decoder_attention_heads"]
         def stack(name, cfgs, heads, causal, cross):
             return [Attention(self.w, self.favor, f"model.{name.format(i)}", cfg, heads, causal, cross)

@@ -54,13 +54,15 @@ gradients included) of one attention op, for B x H heads of dimension D:
                    recipes' chunks of 16 and 4 chunks read exactly: the landmarks, softmax
                    over them, the choice and the selected read, summed (the gate's mix aside);
                    the landmark scores are N x N/16 per head
+  routed_tree      the same with small-recall's tree of landmarks above 64 of them
+                   (route_root 64): at most 64 landmarks and 4 x 16 children a level per query
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
 const std::vector<std::string> kAlgos = {"softmax",      "softmax_causal", "softmax_dense", "linear",
                                          "linear_causal", "linear_cross",  "delta_causal",  "gated_causal",
                                          "window",        "window_causal", "routed_cross",
-                                         "delta_causal_recurrent", "delta_causal_chunked"};
+                                         "routed_tree",   "delta_causal_recurrent", "delta_causal_chunked"};
 // What --algos defaults to: every kind, without the forced algorithms (delta_causal runs one of
 // them).
 const std::vector<std::string> kDefaultAlgos(kAlgos.begin(), kAlgos.end() - 2);
@@ -74,14 +76,16 @@ bool is_softmax(const std::string& algo) { return algo.rfind("softmax", 0) == 0;
 bool is_recurrent(const std::string& algo) { return algo.rfind("delta_causal", 0) == 0 || algo == "gated_causal"; }
 // Algorithms over a sliding window: their feature_map field names the window ("w64").
 bool is_windowed(const std::string& algo) { return algo.rfind("window", 0) == 0; }
+bool is_routed(const std::string& algo) { return algo.rfind("routed", 0) == 0; }
 // Algorithms that take no feature map ("-" in the CSV).
 bool takes_no_map(const std::string& algo) {
-  return is_softmax(algo) || is_recurrent(algo) || algo == "routed_cross";
+  return is_softmax(algo) || is_recurrent(algo) || is_routed(algo);
 }
 // Algorithms whose work grows as N^2 (routed's landmark scores: N x N / 16).
 bool is_quadratic(const std::string& algo) { return is_softmax(algo) || algo == "routed_cross"; }
 
 constexpr int64_t kRouteChunk = 16, kRouteTop = 4;  // recipes/small-routed.yaml
+constexpr int64_t kRouteRoot = 64;                    // recipes/small-recall.yaml's tree
 
 // Bytes one configuration holds at its peak: q, k, v, out, dout and three gradients, twice
 // over for favor's features and their gradients, plus the score, probability and gradient
@@ -94,6 +98,8 @@ double bytes_needed(const std::string& algo, const std::string& map, const Shape
   if (algo == "softmax_dense") values += 3 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * s.n;
   if (algo == "routed_cross")  // landmark scores, their softmax and both gradients
     values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (s.n / kRouteChunk + 1);
+  if (algo == "routed_tree")  // the same over the root's landmarks, and the chosen rows of each level
+    values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (kRouteRoot + 4 * kRouteTop);
   return 4 * values * 1.25;
 }
 
@@ -205,7 +211,8 @@ class AttentionBench {
                                                                          : kernels::DeltaRuleAlgorithm::automatic);
       return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo != "gated_causal"});
     }
-    if (algo == "routed_cross") return routed_reads_summed(q, k, v, kRouteChunk, kRouteTop);
+    if (is_routed(algo))
+      return routed_reads_summed(q, k, v, kRouteChunk, kRouteTop, algo == "routed_tree" ? kRouteRoot : 0);
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
       o.causal = algo == "softmax_causal";

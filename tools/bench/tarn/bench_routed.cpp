@@ -7,8 +7,10 @@
 
 namespace tarn::app {
 
-Tensor routed_reads_summed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, int64_t top) {
-  const RoutedReads r = routed_reads(q, routed_source(k, v, Tensor(), chunk), chunk, top,
+Tensor routed_reads_summed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, int64_t top,
+                           int64_t root) {
+  const RoutedReads r = routed_reads(q, routed_source(k, v, Tensor(), chunk, routed_levels(chunk, root, k.size(2))),
+                                     chunk, top,
                                      1.0f / std::sqrt(static_cast<float>(q.size(3))), Precision::f32);
   return add(r.selected, r.compressed);
 }
