@@ -39,8 +39,8 @@ double RoutedAttention::parameters(const AttentionConfig&, const AttentionSizes&
 namespace {
 
 // The landmarks of each level of a source of `keys` positions, level 1 first, when the tree is
-// as deep as that source needs (a model for longer sources has more levels, each smaller: an
-// upper bound).
+// as deep as that source needs. A model for longer sources has more levels above: its top is
+// then smaller (the training estimate an upper bound) and its sum a little larger.
 std::vector<double> level_sizes(const AttentionConfig& a, double keys) {
   const double chunk = static_cast<double>(std::max<int64_t>(1, a.route_chunk));
   std::vector<double> n = {std::ceil(keys / chunk)};

@@ -54,8 +54,8 @@ gradients included) of one attention op, for B x H heads of dimension D:
                    recipes' chunks of 16 and 4 chunks read exactly: the landmarks, softmax
                    over them, the choice and the selected read, summed (the gate's mix aside);
                    the landmark scores are N x N/16 per head
-  routed_tree      the same with small-recall's tree of landmarks above 64 of them
-                   (route_root 64): at most 64 landmarks and 4 x 16 children a level per query
+  routed_tree      the same with small-recall's route_root 64: a tree of landmarks as deep as N
+                   needs for at most 64 at its top, then 4 x 16 children scored a level
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
