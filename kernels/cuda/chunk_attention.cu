@@ -4,7 +4,7 @@
 //   chunk_mean      a thread per element of the means (the chunk's rows in order, then / count),
 //                   and per element of dx;
 //   chunk_choose    a thread per score row, an insertion list of the best `top` chunks;
-//   choose_within   a thread per query row, scoring its parents' rows in the CPU's order into
+//   choose_within   a thread per query row, scoring its parents' rows, parent by parent, into
 //                   an insertion list of the best `pick` (equal scores: the lower row);
 //   forward, dq     a warp per query row: the lanes score the row's top x chunk keys into shared
 //                   memory, the warp reduces max and sum, then each lane sums its columns of
@@ -120,7 +120,9 @@ __global__ void chunk_choose_within_kernel(ChunkAttentionDims s, const float* q,
       for (int64_t j = c * s.chunk; j < (c + 1) * s.chunk && j < s.nk; ++j) {
         if (hidden(padded, b, s.nk, j)) continue;
         const float* kj = k + (bh * s.nk + j) * s.d;
-        float v = 0.0f;  // the CPU's dot: one sum in element order, then the scale
+        // a sum in element order, then the scale: the CPU's vectorised dot may round otherwise,
+        // so the two choose alike where the scores are exact (the conformance test's) or apart
+        float v = 0.0f;
         for (int64_t e = 0; e < s.d; ++e) v += qi[e] * kj[e];
         v *= scale;
         // better than slot `at - 1`: a higher score, or an equal one from a lower row
