@@ -3,10 +3,10 @@
 // (kernels/cuda/chunk_attention.cu), in the two namespaces that kernels/cuda_kernels.h describes:
 // the same semantics, shapes and argument order as the CPU functions, and the same sums in the
 // same order where the CPU fixes one (dk and dv over the queries in order). Refused: top (and
-// chunk_choose_within's pick) above kChunkMaxTop, top x chunk above kChunkMaxKeys (the keys one query reads, scored in shared
-// memory), nk at or above 2^31, and chunk x d above 4,096 in the backward (a chunk's dk and dv
-// rows in shared memory). Chunk indices outside [0, chunks) count as none (the CPU op checks them; here a check
-// would wait for the device).
+// chunk_choose_within's pick) above kChunkMaxTop, top x chunk above kChunkMaxKeys (the keys one
+// query reads, scored in shared memory), nk at or above 2^31, and chunk x d above 4,096 in the
+// backward (a chunk's dk and dv rows in shared memory). Chunk indices outside [0, chunks) count
+// as none (the CPU op checks them; here a check would wait for the device).
 #include "kernels/chunk_attention.h"
 #include "kernels/cuda_api.h"
 

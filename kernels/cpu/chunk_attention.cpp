@@ -111,7 +111,9 @@ void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const floa
       const int64_t picked = std::min<int64_t>(pick, static_cast<int64_t>(candidates.size()));
       // equal scores keep the lower row, whatever order the parents came in
       std::partial_sort(candidates.begin(), candidates.begin() + picked, candidates.end(),
-                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+                        [](const auto& x, const auto& y) {
+                          return x.first > y.first || (x.first == y.first && x.second < y.second);
+                        });
       float* out = chosen + (bh * s.nq + i) * pick;
       for (int64_t t = 0; t < pick; ++t) out[t] = t < picked ? static_cast<float>(candidates[t].second) : -1.0f;
     }

@@ -38,15 +38,21 @@ double RoutedAttention::parameters(const AttentionConfig&, const AttentionSizes&
 
 namespace {
 
-// The landmarks of each level of a source of `keys` positions, level 1 first, when the tree is
-// as deep as that source needs. A model for longer sources has more levels above: its top is
-// then smaller (the training estimate an upper bound) and its sum a little larger.
-std::vector<double> level_sizes(const AttentionConfig& a, double keys) {
-  const double chunk = static_cast<double>(std::max<int64_t>(1, a.route_chunk));
+// The landmarks of each level, level 1 first, of a tree for sources of up to `keys` positions:
+// levels added while the top holds more than `root` (none when root is 0; chunks of 1 never
+// shrink, and the recipe refuses them with a root). Doubles: the estimates take schema maxima.
+std::vector<double> level_sizes(double chunk, double root, double keys) {
   std::vector<double> n = {std::ceil(keys / chunk)};
-  while (a.route_root > 0 && chunk >= 2 && n.back() > static_cast<double>(a.route_root))
-    n.push_back(std::ceil(n.back() / chunk));
+  while (root > 0 && chunk >= 2 && n.back() > root) n.push_back(std::ceil(n.back() / chunk));
   return n;
+}
+
+// The same for an attention setting, as deep as a source of `keys` needs. A model for longer
+// sources has more levels above: its top is then smaller (the training estimate an upper bound)
+// and its sum a little larger.
+std::vector<double> level_sizes(const AttentionConfig& a, double keys) {
+  return level_sizes(static_cast<double>(std::max<int64_t>(1, a.route_chunk)), static_cast<double>(a.route_root),
+                     keys);
 }
 
 }  // namespace
@@ -72,9 +78,8 @@ void RoutedAttention::export_settings(const AttentionConfig& a, json::Json& o) {
 int64_t routed_levels(int64_t chunk, int64_t root, int64_t max_keys) {
   TARN_CHECK(root == 0 || chunk >= 2, "routed attention: a tree of landmarks (route_root ", root,
              ") needs route_chunk >= 2");
-  int64_t levels = 1;
-  for (int64_t n = (max_keys + chunk - 1) / chunk; root > 0 && n > root; n = (n + chunk - 1) / chunk) ++levels;
-  return levels;
+  return static_cast<int64_t>(
+      level_sizes(static_cast<double>(chunk), static_cast<double>(root), static_cast<double>(max_keys)).size());
 }
 
 RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor& key_padding, int64_t chunk,

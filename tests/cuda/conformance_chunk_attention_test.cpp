@@ -1,7 +1,8 @@
 // CUDA chunk kernels of routed cross-attention (kernels/cuda/chunk_attention.cu) against the CPU
 // kernels of kernels/chunk_attention.h: the chunks' means and their gradient and the choice of
-// the best chunks (and of the best children of chosen chunks, on exact scores) bit for bit (the same operations in the same order, no products to contract),
-// and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
+// the best chunks bit for bit (the same operations in the same order, no products to contract),
+// the choice of the best children of chosen chunks bit for bit on exact scores (the CPU's dot is
+// vectorised), and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
 //
 // Tolerance of the attention: every score is a dot of d products, within gamma_{d+1} of its
 // magnitude a_ij = scale Σ_e |q_ie k_je| on each side; P_ij = exp(s_ij - max) / z then moves by
@@ -113,7 +114,8 @@ TEST_P(ChunkAttentionConformance, ChoiceWithinTheParentsIsTheCpus) {
     for (int64_t pick : {int64_t{1}, int64_t{3}, s.top * s.chunk + 1}) {
       std::vector<float> chosen(static_cast<size_t>(rows * pick));
       cpu::chunk_choose_within(s, q.data(), k.data(), parents.data(), pad.data(), 0.5f, pick, chosen.data());
-      DeviceArray<float> gq = dev(q), gk = dev(k), gparents = dev(parents), gpad = dev(pad), gchosen = out(chosen.size());
+      DeviceArray<float> gq = dev(q), gk = dev(k), gparents = dev(parents), gpad = dev(pad),
+                         gchosen = out(chosen.size());
       TARN_ON(target(), chunk_choose_within, s, gq.get(), gk.get(), gparents.get(), gpad.get(), 0.5f, pick,
               gchosen.get());
       EXPECT_TRUE(BitwiseEqual(gchosen.host(), chosen)) << Name(s) << " pick " << pick;

@@ -324,10 +324,11 @@ class BartReference {
   // Routed cross-attention (layers/attention/routed.h) on one batch row, literally: per head,
   // level 1's landmarks are the chunks' mean keys and values over their unpadded keys, and the
   // next level's the means of its chunks' nonempty landmarks, as many levels as a source of
-  // max_positions needs for at most route_root at the top (1 when route_root is 0). Per query: softmax over the top level's landmarks (read with their
-  // values) and its route_top best; at each level below, softmax over the children of those
-  // chosen above and their route_top best (ties to the lower index); the compressed read is the
-  // mean of the levels' reads; softmax over the keys of the chunks chosen last; mixed by the gate.
+  // max_positions needs for at most route_root at the top (1 when route_root is 0). Per query:
+  // softmax over the top level's landmarks (read with their values) and its route_top best; at
+  // each level below, softmax over the children of those chosen above and their route_top best
+  // (ties to the lower index); the compressed read is the mean of the levels' reads; softmax over
+  // the keys of the chunks chosen last; mixed by the gate.
   Mat routed_attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg,
                        int64_t heads, const std::vector<bool>& pad) const {
     const int64_t d = c_.d_model, dh = d / heads, c = cfg.route_chunk;
