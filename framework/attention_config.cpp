@@ -60,7 +60,8 @@ std::string AttentionConfig::str() const {
   if (is_softmax()) return "softmax";
   if (is_routed())
     return "routed(chunk " + std::to_string(route_chunk) + ", top " + std::to_string(route_top) +
-           (route_root > 0 ? ", root " + std::to_string(route_root) : std::string()) + ")";
+           (route_root > 0 ? ", root " + std::to_string(route_root) : std::string()) +
+           (route_root > 0 && route_beam > 0 ? ", beam " + std::to_string(route_beam) : std::string()) + ")";
   if (is_gated_recurrence()) return std::string(attention_kind_name(kind)) + "(conv " + std::to_string(conv_size) + ")";
   if (is_hybrid() && has_delta_block())
     return "hybrid(window " + std::to_string(window) + ", " + attention_kind_name(global) + " conv " +

@@ -105,6 +105,10 @@ struct AttentionConfig {
   // Landmarks of landmarks, as many levels as max_positions needs for at most route_root at the
   // top (0: one level): a tree read from the top (layers/attention/routed.h).
   int64_t route_root = 0;
+  // With a tree: the landmarks chosen at each level above the keys' chunks (0: route_top). A
+  // wider choice up there, where a landmark averages many keys, finds the chunks the flat read
+  // would choose more often (docs/measurements.md), for route_beam x route_chunk more scores a level.
+  int64_t route_beam = 0;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_hybrid() const { return kind == Kind::hybrid; }

@@ -81,6 +81,12 @@ void declare_kind_settings(config::SectionBuilder<S> a) {
             "0: one level, every chunk's landmark scored (O(N_src / route_chunk) a position)")
       .min(0)
       .max(static_cast<double>(AttentionConfig::kMaxWindow));
+  a.integer(&AttentionConfig::route_beam, "route_beam",
+            "routed, with a tree (route_root > 0): the landmarks a target position chooses at each level above "
+            "the keys' chunks, whose children it scores next (route_beam x route_chunk a level); the keys' chunks "
+            "are still the route_top best; 0: route_top")
+      .min(0)
+      .max(64);
 }
 
 template <class S>

@@ -238,7 +238,8 @@ class TarnAttention(nn.Module):
         return p @ v
 
     # ---- routed cross-attention: landmarks (chunk means), a tree of them as deep as the longest
-    # source needs for at most route_root at the top, and the route_top best chunks read key by key
+    # source needs for at most route_root at the top, route_beam (0: route_top) chosen at each level
+    # above the keys' chunks, and the route_top best chunks read key by key
     @staticmethod
     def chunk_means(k, v, keep, c):
         """k, v (B, H, N, dh), keep (B, N) 0/1 -> the chunks' means over their kept rows, and 1 where
@@ -259,6 +260,7 @@ class TarnAttention(nn.Module):
     def routed_part(self, x, q, k, v, kmask):
         b, h, nk, dh = k.shape
         c, top, root = self.cfg["route_chunk"], self.cfg["route_top"], self.cfg.get("route_root", 0)
+        beam = self.cfg.get("route_beam", 0) or top
         keep = torch.ones(b, nk, dtype=k.dtype, device=k.device) if kmask is None else (kmask > 0).to(k.dtype)
         depth, n = 1, -(-self.cfg["max_keys"] // c)
         while root > 0 and n > root:
@@ -266,20 +268,21 @@ class TarnAttention(nn.Module):
         levels = [(k, v, keep)]  # level 0, the keys; then the landmarks, level by level
         while len(levels) <= depth:
             levels.append(self.chunk_means(*levels[-1], c))
-        # the top level: softmax over all its landmarks, and its route_top best
+        # the top level: softmax over all its landmarks, and its best
         lk, lv, kept = levels[-1]
         ls = ((q / math.sqrt(dh)) @ lk.transpose(-1, -2)).masked_fill((kept == 0)[:, None, None, :], -1e9)
         compressed = torch.softmax(ls, -1) @ lv
-        chosen = self.best(ls, (kept > 0)[:, None, None, :].expand_as(ls), top)
+        chosen = self.best(ls, (kept > 0)[:, None, None, :].expand_as(ls), top if depth == 1 else beam)
         # each level below: the children of the chunks chosen above, read and chosen among
-        for lk, lv, kept in reversed(levels[:-1]):
+        for level in range(depth - 1, -1, -1):
+            lk, lv, kept = levels[level]
             chunk_of = torch.arange(lk.shape[2], device=k.device) // c
             allowed = chosen[..., chunk_of] & (kept > 0)[:, None, None, :]
-            if lk is k:
+            if level == 0:
                 selected = self.softmax_part(q, k, v, allowed)
                 break
             compressed = compressed + self.softmax_part(q, lk, lv, allowed)
-            chosen = self.best((q / math.sqrt(dh)) @ lk.transpose(-1, -2), allowed, top)
+            chosen = self.best((q / math.sqrt(dh)) @ lk.transpose(-1, -2), allowed, top if level == 1 else beam)
         compressed = compressed / (len(levels) - 1)
         g = torch.sigmoid(self.route_gate(x)).transpose(1, 2)[..., None]  # (B, H, N, 1)
         return g * selected + (1.0 - g) * compressed

@@ -25,6 +25,7 @@ RoutedAttention::RoutedAttention(AttentionSite& site)
     : site_(site),
       chunk_(site.config().route_chunk),
       top_(site.config().route_top),
+      beam_(site.config().route_beam > 0 ? site.config().route_beam : site.config().route_top),
       levels_(routed_levels(chunk_, site.config().route_root, site.shape().max_keys)),
       scaling_(1.0f / std::sqrt(static_cast<float>(site.shape().head_dim))),
       gate_(site, "route_gate") {
@@ -73,6 +74,7 @@ void RoutedAttention::export_settings(const AttentionConfig& a, json::Json& o) {
   o["route_chunk"] = a.route_chunk;
   o["route_top"] = a.route_top;
   o["route_root"] = a.route_root;
+  o["route_beam"] = a.route_beam;
 }
 
 int64_t routed_levels(int64_t chunk, int64_t root, int64_t max_keys) {
@@ -105,8 +107,8 @@ RoutedSource routed_source(const Tensor& key, const Tensor& value, const Tensor&
   return src;
 }
 
-RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, float scaling,
-                         Precision precision) {
+RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, int64_t beam,
+                         float scaling, Precision precision) {
   // compressed: softmax over the top level's landmarks, all of them
   const size_t levels = src.landmark_key.size();
   const Tensor& top_key = src.landmark_key.back();
@@ -114,14 +116,17 @@ RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk
       add(matmul(scale(q, scaling), top_key, false, true, precision), src.top_bias);
   RoutedReads r;
   r.compressed = matmul(softmax(landmark_scores), src.landmark_value.back(), false, false, precision);
-  Tensor chosen = chunk_choose(landmark_scores, src.landmark_empty.back(), std::min(top, top_key.size(2)));
+  // the `beam` best at every level above the keys' chunks, the `top` best of those
+  auto picks = [&](size_t level) { return level > 0 ? beam : top; };
+  Tensor chosen =
+      chunk_choose(landmark_scores, src.landmark_empty.back(), std::min(picks(levels - 1), top_key.size(2)));
   // down the tree: at each level, only the children of the chunks chosen above, read (softmax)
-  // and chosen among (f32 in every precision: O(top chunk dh) a query)
+  // and chosen among (f32 in every precision: O(beam chunk dh) a query)
   for (size_t l = levels - 1; l-- > 0;) {
     const Tensor& hidden = src.landmark_empty[l];
     r.compressed = add(r.compressed, chunk_attention(q, src.landmark_key[l], src.landmark_value[l], chosen, chunk,
                                                      hidden, scaling));
-    chosen = chunk_choose_within(q, src.landmark_key[l], chosen, chunk, hidden, scaling, top);
+    chosen = chunk_choose_within(q, src.landmark_key[l], chosen, chunk, hidden, scaling, picks(l));
   }
   if (levels > 1) r.compressed = scale(r.compressed, 1.0f / static_cast<float>(levels));
   // selected: softmax over the keys of the best `top` chunks
@@ -138,7 +143,7 @@ RoutedSource RoutedAttention::prepare(const Tensor& k, const Tensor& v, const Pa
 }
 
 Tensor RoutedAttention::read(const Tensor& q, const RoutedSource& src, const Tensor& x) const {
-  const RoutedReads r = routed_reads(q, src, chunk_, top_, scaling_, site_.precision());
+  const RoutedReads r = routed_reads(q, src, chunk_, top_, beam_, scaling_, site_.precision());
   return merge_heads(gate_.mix(r.selected, r.compressed, x));
 }
 

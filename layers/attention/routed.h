@@ -14,15 +14,16 @@
 // route_chunk and averaged, level after level, as many levels as the longest source the model
 // takes (its learned positions) needs for its top level to hold at most route_root. A target
 // position then scores the top level's landmarks (compressed read and choice), and at each level
-// below only the children of the route_top it chose there (a softmax read of them, and the
-// route_top best of them), down to the keys. The compressed read is the mean of the levels'
+// below only the children of the route_beam it chose there (a softmax read of them, and the
+// route_beam best of them), down to the keys, of which it reads the route_top best chunks
+// (route_beam 0: route_top at every level). The compressed read is the mean of the levels'
 // reads. The depth is the model's, not the batch's: a row reads the same whatever the padding.
 // With one level (route_root 0, or a model whose longest source is at most route_root chunks)
 // this is the flat read above.
 //
 // Cost per target position: flat, N_src / route_chunk landmarks and route_top x route_chunk keys
 // (the landmark read is O(N_tgt N_src / route_chunk), as NSA's compressed branch); with a tree,
-// at most route_root + levels x route_top x route_chunk, O(log N_src). The landmarks, the choices
+// at most route_root + levels x route_beam x route_chunk, O(log N_src). The landmarks, the choices
 // and the reads are framework/ops/chunk_attention.h's ops, on the CPU and on CUDA alike, with no
 // host round trip (the reads below the top in f32 in every precision). Decoding keeps the
 // source's keys, values and every level's landmarks.
@@ -63,12 +64,13 @@ int64_t routed_levels(int64_t chunk, int64_t root, int64_t max_keys);
 // Both reads of q (B, H, Nq, dh) over `src`, each (B, H, Nq, dh), before the gate mixes them:
 // the compressed read (softmax over the top level's landmarks, and with a tree the mean of it and
 // the reads of the children chosen below), and softmax over the keys of the `top` best chunks
-// (fewer when the source has fewer). `precision` is the landmark GEMMs'; the selected read is f32.
+// (fewer when the source has fewer); with a tree, the `beam` best are chosen at each level above
+// the keys' chunks. `precision` is the landmark GEMMs'; the selected read is f32.
 struct RoutedReads {
   Tensor selected, compressed;
 };
-RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, float scale,
-                         Precision precision);
+RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk, int64_t top, int64_t beam,
+                         float scale, Precision precision);
 
 class RoutedAttention : public AttentionKindLayer {
  public:
@@ -95,7 +97,7 @@ class RoutedAttention : public AttentionKindLayer {
   Tensor read(const Tensor& q, const RoutedSource& src, const Tensor& x) const;
 
   const AttentionSite& site_;
-  int64_t chunk_, top_, levels_;
+  int64_t chunk_, top_, beam_, levels_;
   float scaling_;
   HeadGate gate_;
 };

@@ -1,12 +1,13 @@
 // Routed attention's part of the recipe (layers/attention/settings.h): its chunk and how many
-// chunks each target position reads exactly, and the tree's root; cross-attention only.
+// chunks each target position reads exactly, and the tree's root and beam; cross-attention only.
 #include "layers/attention/settings.h"
 
 namespace tarn {
 
 AttentionKindSettings routed_settings() {
   AttentionKindSettings s;
-  s.ignored = [](const AttentionConfig&, AttentionUse, const std::string& key) -> std::string {
+  s.ignored = [](const AttentionConfig& a, AttentionUse, const std::string& key) -> std::string {
+    if (key == "route_beam") return a.route_root > 0 ? "" : "ignored: route_root is 0 (one level: nothing above the chunks)";
     return key == "route_chunk" || key == "route_top" || key == "route_root" ? "" : "ignored: kind is routed";
   };
   s.check = [](const AttentionConfig& a, AttentionUse use, const SettingReport& report) {

@@ -52,7 +52,7 @@ const std::vector<std::string>& attention_setting_keys() {
   static const std::vector<std::string> keys = {"conv_size",  "window",       "global",    "feature_map",
                                                 "favor_features", "favor_redraw_every", "eps", "taylor_order",
                                                 "taylor_dim", "align_decay", "chunk", "route_chunk", "route_top",
-                                                "route_root"};
+                                                "route_root", "route_beam"};
   return keys;
 }
 
@@ -69,7 +69,8 @@ void check_attention_kind(const AttentionConfig& a, AttentionUse use, const Sett
 
 std::string ignored_attention_key(const AttentionConfig& a, AttentionUse use, const std::string& key) {
   // Routed attention's keys are its own: no other kind reads them.
-  if ((key == "route_chunk" || key == "route_top" || key == "route_root") && a.kind != AttentionKind::routed)
+  if ((key == "route_chunk" || key == "route_top" || key == "route_root" || key == "route_beam") &&
+      a.kind != AttentionKind::routed)
     return str_cat("ignored: kind is ", a.kind.name());
   const AttentionKindSettings s = attention_kind_settings(a.kind);
   return s.ignored ? s.ignored(a, use, key) : str_cat("ignored: kind is ", a.kind.name());

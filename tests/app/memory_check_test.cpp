@@ -70,6 +70,8 @@ const std::map<std::string, SizeKey> kModelKeys = {
     {"model.attention.*.route_top", {Outcome::fits, {}}},
     // A root above the chunks there are: one level, as route_root 0.
     {"model.attention.*.route_root", {Outcome::fits, {}}},
+    // 64 chosen at each level of a tree down from one landmark: every landmark there is.
+    {"model.attention.*.route_beam", {Outcome::fits, {"STACK.route_root=1"}}},
 };
 
 // model.attention.cross.chunk -> model.attention.*.chunk

@@ -101,13 +101,15 @@ TEST(BartPadding, RowsOfABatchAreIndependent) {
 // attention's tree of landmarks is as deep as the model's longest source, not the batch's.
 TEST(BartPadding, APaddedRowReadsAsItDoesAlone) {
   std::vector<AttentionSetup> setups = all_attention_setups();
-  // and a tree that chooses one chunk a level: a wrong choice shows more than a wrong mean
+  // and a tree that chooses one chunk a level (route_beam 0: route_top's 1 at every level): a
+  // wrong choice shows more than a wrong mean
   const auto tree = std::find_if(setups.begin(), setups.end(),
                                  [](const AttentionSetup& s) { return s.name == "routed_tree_cross"; });
   ASSERT_NE(tree, setups.end());
   AttentionSetup narrow = *tree;
   narrow.name = "routed_tree_cross, top 1";
   narrow.cross.route_top = 1;
+  narrow.cross.route_beam = 0;
   setups.push_back(narrow);
   for (const AttentionSetup& s : setups) {
     SCOPED_TRACE(s.name);

@@ -325,10 +325,11 @@ class BartReference {
   // level 1's landmarks are the chunks' mean keys and values over their unpadded keys, and the
   // next level's the means of its chunks' nonempty landmarks, as many levels as a source of
   // max_positions needs for at most route_root at the top (1 when route_root is 0). Per query:
-  // softmax over the top level's landmarks (read with their values) and its route_top best; at
-  // each level below, softmax over the children of those chosen above and their route_top best
-  // (ties to the lower index); the compressed read is the mean of the levels' reads; softmax over
-  // the keys of the chunks chosen last; mixed by the gate.
+  // softmax over the top level's landmarks (read with their values) and its best; at each level
+  // below, softmax over the children of those chosen above and their best (ties to the lower
+  // index): route_top of level 1's (the keys' chunks), route_beam (0: route_top) of any level
+  // above; the compressed read is the mean of the levels' reads; softmax over the keys of the
+  // chunks chosen last; mixed by the gate.
   Mat routed_attention(const Mat& xq, const Mat& xkv, const std::string& name, const AttentionConfig& cfg,
                        int64_t heads, const std::vector<bool>& pad) const {
     const int64_t d = c_.d_model, dh = d / heads, c = cfg.route_chunk;
@@ -395,14 +396,16 @@ class BartReference {
             for (int64_t e = 0; e < dh; ++e) o[e] += p[r] / z * l.v[r * dh + e];
           return o;
         };
-        // the route_top best rows `use` allows, ties to the lower row
-        auto best = [&](const Level& l, const std::vector<bool>& use) {
+        // the best rows `use` allows of level `at`, ties to the lower row
+        auto best = [&](size_t at, const std::vector<bool>& use) {
+          const Level& l = level[at];
+          const int64_t picks = at > 1 && cfg.route_beam > 0 ? cfg.route_beam : cfg.route_top;
           std::vector<int64_t> order;
           for (int64_t r = 0; r < l.n(); ++r)
             if (use[r]) order.push_back(r);
           std::stable_sort(order.begin(), order.end(),
                            [&](int64_t a, int64_t b) { return score(l, a) > score(l, b); });
-          order.resize(std::min<size_t>(order.size(), static_cast<size_t>(cfg.route_top)));
+          order.resize(std::min<size_t>(order.size(), static_cast<size_t>(picks)));
           return order;
         };
         // the visible rows of level l in the chunks `parents`
@@ -413,12 +416,12 @@ class BartReference {
           return use;
         };
         std::vector<double> compressed = read(level[top_level], level[top_level].valid);
-        std::vector<int64_t> chosen = best(level[top_level], level[top_level].valid);
+        std::vector<int64_t> chosen = best(top_level, level[top_level].valid);
         for (size_t l = top_level - 1; l >= 1; --l) {
           const std::vector<bool> use = children(level[l], chosen);
           const std::vector<double> r = read(level[l], use);
           for (int64_t e = 0; e < dh; ++e) compressed[e] += r[e];
-          chosen = best(level[l], use);
+          chosen = best(l, use);
         }
         const std::vector<double> selected = read(level[0], children(level[0], chosen));
         const double g = 1.0 / (1.0 + std::exp(-gate[i * heads + h]));

@@ -78,10 +78,13 @@ inline std::vector<AttentionSetup> delta_setups() {
   routed.kind = AttentionKind::routed;
   routed.route_chunk = 2;
   routed.route_top = 2;
-  // The same as a tree down from one landmark (route_root 1): a source of 7 positions is 4
-  // chunks, then 2, then 1, three levels, each but the top choosing among its parents' children.
+  // A tree down from one landmark (route_root 1): a source of 7 positions is 4 chunks, then 2,
+  // then 1, three levels, each but the top choosing among its parents' children; the best 2
+  // (route_beam) above the keys' chunks and the best 1 of those, so that the beam matters.
   AttentionConfig routed_tree = routed;
   routed_tree.route_root = 1;
+  routed_tree.route_top = 1;
+  routed_tree.route_beam = 2;
   return {{"delta", delta, delta, delta},
           {"routed_cross", delta, delta, routed},
           {"delta_cross", elu, elu, plain},

@@ -140,13 +140,14 @@ TEST(ShippedRecipes, TheExpectedRecipesExistWithTheirDefiningSettings) {
   EXPECT_TRUE(align_gate.warnings.empty());
 
   // small-recall (issue 53): small-align-gate's cross-attention in decoder layers 1 and 3,
-  // small-routed's in 2 and 4, as a tree above 64 landmarks (the same read up to 1,024 source
-  // tokens).
+  // small-routed's in 2 and 4, as a tree above 64 landmarks choosing 8 a level (the same read up
+  // to 1,024 source tokens).
   const Recipe recall = load_recipe(source_path("recipes/small-recall.yaml"));
   EXPECT_EQ(recall.model.attention.encoder_self.kind, AttentionKind::delta);
   EXPECT_EQ(recall.model.attention.decoder_self.kind, AttentionKind::delta);
   AttentionConfig routed_tree = load_recipe(source_path("recipes/small-routed.yaml")).model.attention.cross;
   routed_tree.route_root = 64;
+  routed_tree.route_beam = 8;
   ASSERT_EQ(recall.model.attention.cross.per_layer.size(), 4u);
   for (size_t layer = 0; layer < 4; ++layer) {
     const AttentionConfig& want = layer % 2 == 0 ? gated_cross : routed_tree;
@@ -600,12 +601,19 @@ TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
   EXPECT_EQ(cross.str(), "routed(chunk 8, top 2)");
   EXPECT_TRUE(r.warnings.empty());
   EXPECT_EQ(first_difference(r, parse_recipe(to_yaml(r), "written.yaml")), "");
-  // A tree of landmarks above 64 of them.
+  // A tree of landmarks above 64 of them, and one choosing 8 at each level above the chunks.
   const Recipe tree = parse_recipe(
       std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: routed, route_root: 64}\n", "t.yaml");
   EXPECT_EQ(tree.model.attention.cross.route_root, 64);
   EXPECT_EQ(tree.model.attention.cross.str(), "routed(chunk 16, top 4, root 64)");
   EXPECT_EQ(first_difference(tree, parse_recipe(to_yaml(tree), "written.yaml")), "");
+  const Recipe beam = parse_recipe(std::string(kMinimal) +
+                                       "model:\n  attention:\n    cross: {kind: routed, route_root: 64, route_beam: 8}\n",
+                                   "t.yaml");
+  EXPECT_EQ(beam.model.attention.cross.route_beam, 8);
+  EXPECT_EQ(beam.model.attention.cross.str(), "routed(chunk 16, top 4, root 64, beam 8)");
+  EXPECT_TRUE(beam.warnings.empty());
+  EXPECT_EQ(first_difference(beam, parse_recipe(to_yaml(beam), "written.yaml")), "");
 
   // Self-attention has no source to choose chunks of; a chunk of 0 positions is no chunk, and
   // chunks of 1 never shrink to a root.
@@ -616,6 +624,8 @@ TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
            {"    cross: {kind: routed, route_chunk: 0}\n", "bad.yaml:5: model.attention.cross.route_chunk:"},
            {"    cross: {kind: routed, route_top: 0}\n", "bad.yaml:5: model.attention.cross.route_top:"},
            {"    cross: {kind: routed, route_root: -1}\n", "bad.yaml:5: model.attention.cross.route_root:"},
+           {"    cross: {kind: routed, route_root: 8, route_beam: -1}\n", "bad.yaml:5: model.attention.cross.route_beam:"},
+           {"    cross: {kind: routed, route_root: 8, route_beam: 65}\n", "bad.yaml:5: model.attention.cross.route_beam:"},
            {"    cross: {kind: routed, route_chunk: 1, route_root: 8}\n",
             "model.attention.cross.route_root: a tree of landmarks needs route_chunk of 2 or more"}});
   // Its keys are its own, and it reads no other kind's.
@@ -628,6 +638,12 @@ TEST(RecipeAttention, RoutedIsCrossAttentionsOnlyWithItsOwnKeys) {
       std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: routed, window: 8}\n", "w.yaml");
   ASSERT_EQ(warned_routed.warnings.size(), 1u);
   EXPECT_EQ(warned_routed.warnings[0], "w.yaml:5: model.attention.cross.window: ignored: kind is routed");
+  // A beam needs levels above the chunks.
+  const Recipe flat_beam = parse_recipe(
+      std::string(kMinimal) + "model:\n  attention:\n    cross: {kind: routed, route_beam: 8}\n", "w.yaml");
+  ASSERT_EQ(flat_beam.warnings.size(), 1u);
+  EXPECT_EQ(flat_beam.warnings[0],
+            "w.yaml:5: model.attention.cross.route_beam: ignored: route_root is 0 (one level: nothing above the chunks)");
 }
 
 TEST(RecipeAttention, AlignDecayIsCrossAttentionsOnly) {

@@ -64,7 +64,7 @@ case $group in
        "hybrid|{kind: hybrid, global: delta, window: 4, chunk: 4}|{kind: hybrid, global: delta, window: 4}|{kind: hybrid, window: 4, feature_map: taylor, taylor_dim: 8}"
        "per-layer|{layers: [softmax, {kind: hybrid, window: 2}]}|{kind: hybrid, global: gated, window: 3}|{layers: [linear, {kind: hybrid, window: 6}]}"
        "routed|{kind: delta}|{kind: gated}|{kind: routed, route_chunk: 2, route_top: 2}"
-       "recall|{kind: delta}|{kind: delta}|{layers: [{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6, align_gate: true}, {kind: routed, route_chunk: 2, route_top: 2, route_root: 2}]}"
+       "recall|{kind: delta}|{kind: delta}|{layers: [{kind: linear, feature_map: taylor, taylor_dim: 8, align_decay: 0.6, align_gate: true}, {kind: routed, route_chunk: 2, route_top: 2, route_root: 2, route_beam: 3}]}"
      ) ;;
   *) fail "group $group: expected a or b" ;;
 esac

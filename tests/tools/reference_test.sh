@@ -58,7 +58,7 @@ settings=(
   "hybrid|{kind: hybrid, global: delta, window: 4, chunk: 4}|{kind: hybrid, global: delta, window: 4}|{kind: hybrid, window: 4, feature_map: taylor, taylor_dim: 8}"
   "hybrid-linear|{layers: [softmax, {kind: hybrid, window: 2}]}|{kind: hybrid, global: gated, window: 3}|{layers: [linear, {kind: hybrid, window: 6}]}"
   "routed|{kind: delta}|{kind: gated}|{kind: routed, route_chunk: 2, route_top: 2}"
-  "routed-tree|{kind: delta}|{kind: delta}|{kind: routed, route_chunk: 2, route_top: 2, route_root: 2}"
+  "routed-tree|{kind: delta}|{kind: delta}|{kind: routed, route_chunk: 2, route_top: 2, route_root: 2, route_beam: 3}"
 )
 for s in "${settings[@]}"; do
   IFS='|' read -r name enc dec cross tolerance <<<"$s"

@@ -122,11 +122,13 @@ class Attention:
     def routed_part(self, x, q, k, v):
         """Routed cross-attention: level 1's landmarks are the chunks' mean keys and values, the
         next level's the means of its chunks, as many levels as a source of max_keys needs for at
-        most route_root at the top (1 when route_root is 0). Per query: softmax over the top level's landmarks and its route_top best; at each
-        level below, softmax over the children of those chosen and their route_top best (ties to
-        the earlier); the compressed read is the mean of the levels' reads; softmax over the keys
-        of the chunks chosen last; mixed by the gate."""
+        most route_root at the top (1 when route_root is 0). Per query: softmax over the top
+        level's landmarks and its best; at each level below, softmax over the children of those
+        chosen and their best (ties to the earlier): route_top of level 1 (the keys' chunks),
+        route_beam (0: route_top) of a level above; the compressed read is the mean of the
+        levels' reads; softmax over the keys of the chunks chosen last; mixed by the gate."""
         c, top, root = self.cfg["route_chunk"], self.cfg["route_top"], self.cfg.get("route_root", 0)
+        beam = self.cfg.get("route_beam", 0) or top
         dh = q.shape[-1]
         depth, n = 1, -(-self.cfg["max_keys"] // c)
         while root > 0 and n > root:
@@ -138,8 +140,9 @@ class Attention:
             levels.append((np.stack([lk[:, j:j + c].mean(1) for j in starts], 1),
                            np.stack([lv[:, j:j + c].mean(1) for j in starts], 1)))
 
-        def best(s, allowed):  # (H, N, n) scores -> the route_top highest allowed, as a mask
-            order = np.argsort(-np.where(allowed, s, -np.inf), axis=-1, kind="stable")[..., :top]
+        def best(s, allowed, level):  # (H, N, n) scores of a level -> its best allowed, as a mask
+            picks = top if level == 1 else beam
+            order = np.argsort(-np.where(allowed, s, -np.inf), axis=-1, kind="stable")[..., :picks]
             chosen = np.zeros(s.shape, dtype=bool)
             np.put_along_axis(chosen, order, True, axis=-1)
             return chosen & allowed
@@ -150,15 +153,16 @@ class Attention:
 
         lk, lv = levels[-1]
         compressed, s = read(lk, lv, np.ones((q.shape[0], q.shape[1], lk.shape[1]), dtype=bool))
-        chosen = best(s, np.ones(s.shape, dtype=bool))
-        for lk, lv in reversed(levels[:-1]):
+        chosen = best(s, np.ones(s.shape, dtype=bool), depth)
+        for level in range(depth - 1, -1, -1):
+            lk, lv = levels[level]
             allowed = chosen[..., np.arange(lk.shape[1]) // c]  # the children of the chosen chunks
             r, s = read(lk, lv, allowed)
-            if lk is k:
+            if level == 0:
                 selected = r
                 break
             compressed = compressed + r
-            chosen = best(s, allowed)
+            chosen = best(s, allowed, level)
         compressed = compressed / (len(levels) - 1)
         g = sigmoid(self.linear(x, "route_gate")).T[:, :, None]  # (H, N, 1)
         return g * selected + (1.0 - g) * compressed

@@ -54,8 +54,9 @@ gradients included) of one attention op, for B x H heads of dimension D:
                    recipes' chunks of 16 and 4 chunks read exactly: the landmarks, softmax
                    over them, the choice and the selected read, summed (the gate's mix aside);
                    the landmark scores are N x N/16 per head
-  routed_tree      the same with small-recall's route_root 64: a tree of landmarks as deep as N
-                   needs for at most 64 at its top, then 4 x 16 children scored a level
+  routed_tree      the same with small-recall's route_root 64 and route_beam 8: a tree of
+                   landmarks as deep as N needs for at most 64 at its top, then 8 x 16 children
+                   scored at each level above the keys' chunks and 4 x 16 keys
 A configuration that would not fit in --max-gib is refused up front (status "skipped: ..."),
 and so is one whose predicted time per run exceeds --max-seconds; both stay in the CSV.)";
 
@@ -85,7 +86,7 @@ bool takes_no_map(const std::string& algo) {
 bool is_quadratic(const std::string& algo) { return is_softmax(algo) || algo == "routed_cross"; }
 
 constexpr int64_t kRouteChunk = 16, kRouteTop = 4;  // recipes/small-routed.yaml
-constexpr int64_t kRouteRoot = 64;                    // recipes/small-recall.yaml's tree
+constexpr int64_t kRouteRoot = 64, kRouteBeam = 8;    // recipes/small-recall.yaml's tree
 
 // Bytes one configuration holds at its peak: q, k, v, out, dout and three gradients, twice
 // over for favor's features and their gradients, plus the score, probability and gradient
@@ -99,7 +100,7 @@ double bytes_needed(const std::string& algo, const std::string& map, const Shape
   if (algo == "routed_cross")  // landmark scores, their softmax and both gradients
     values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (s.n / kRouteChunk + 1);
   if (algo == "routed_tree")  // the same over the root's landmarks, and the chosen rows of each level
-    values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (kRouteRoot + 4 * kRouteTop);
+    values += 4 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.n) * (kRouteRoot + 4 * kRouteBeam);
   return 4 * values * 1.25;
 }
 
@@ -212,7 +213,7 @@ class AttentionBench {
       return delta_rule(q, k, v, beta_, alpha_, {false, 32, algo != "gated_causal"});
     }
     if (is_routed(algo))
-      return routed_reads_summed(q, k, v, kRouteChunk, kRouteTop, algo == "routed_tree" ? kRouteRoot : 0);
+      return routed_reads_summed(q, k, v, kRouteChunk, kRouteTop, algo == "routed_tree" ? kRouteRoot : 0, kRouteBeam);
     if (algo == "softmax" || algo == "softmax_causal") {
       SoftmaxAttentionOptions o;
       o.causal = algo == "softmax_causal";
