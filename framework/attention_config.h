@@ -107,7 +107,8 @@ struct AttentionConfig {
   int64_t route_root = 0;
   // With a tree: the landmarks chosen at each level above the keys' chunks (0: route_top). A
   // wider choice up there, where a landmark averages many keys, finds the chunks the flat read
-  // would choose more often (docs/measurements.md), for route_beam x route_chunk more scores a level.
+  // would choose more often (docs/measurements.md), for more scores a level (route_beam x
+  // route_chunk).
   int64_t route_beam = 0;
 
   bool is_linear() const { return kind == Kind::linear; }
