@@ -4,12 +4,16 @@
 
 namespace tarn {
 
+bool is_routed_key(const std::string& key) {
+  return key == "route_chunk" || key == "route_top" || key == "route_root" || key == "route_beam";
+}
+
 AttentionKindSettings routed_settings() {
   AttentionKindSettings s;
   s.ignored = [](const AttentionConfig& a, AttentionUse, const std::string& key) -> std::string {
     if (key == "route_beam")
       return a.route_root > 0 ? "" : "ignored: route_root is 0 (one level: nothing above the chunks)";
-    return key == "route_chunk" || key == "route_top" || key == "route_root" ? "" : "ignored: kind is routed";
+    return is_routed_key(key) ? "" : "ignored: kind is routed";
   };
   s.check = [](const AttentionConfig& a, AttentionUse use, const SettingReport& report) {
     if (!use.cross)

@@ -69,8 +69,7 @@ void check_attention_kind(const AttentionConfig& a, AttentionUse use, const Sett
 
 std::string ignored_attention_key(const AttentionConfig& a, AttentionUse use, const std::string& key) {
   // Routed attention's keys are its own: no other kind reads them.
-  if ((key == "route_chunk" || key == "route_top" || key == "route_root" || key == "route_beam") &&
-      a.kind != AttentionKind::routed)
+  if (is_routed_key(key) && a.kind != AttentionKind::routed)
     return str_cat("ignored: kind is ", a.kind.name());
   const AttentionKindSettings s = attention_kind_settings(a.kind);
   return s.ignored ? s.ignored(a, use, key) : str_cat("ignored: kind is ", a.kind.name());

@@ -69,4 +69,8 @@ std::vector<std::string> feature_map_size_keys(const AttentionConfig& a);
 void check_feature_map(const AttentionConfig& a, const SettingReport& report);
 bool is_feature_map_key(const std::string& key);
 
+// Routed attention's own keys (route_chunk, route_top, route_root, route_beam): no other kind
+// reads them (routed_settings.cpp).
+bool is_routed_key(const std::string& key);
+
 }  // namespace tarn
