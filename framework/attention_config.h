@@ -108,8 +108,10 @@ struct AttentionConfig {
   // With a tree: the landmarks chosen at each level above the keys' chunks (0: route_top). A
   // wider choice up there, where a landmark averages many keys, finds the chunks the flat read
   // would choose more often (docs/measurements.md), for more scores a level (route_beam x
-  // route_chunk).
+  // route_chunk). At most kMaxRouteBeam: CUDA chooses in insertion lists of kernels::kChunkMaxTop
+  // (layers/attention/routed.cpp asserts the two agree).
   int64_t route_beam = 0;
+  static constexpr int64_t kMaxRouteBeam = 64;
 
   bool is_linear() const { return kind == Kind::linear; }
   bool is_hybrid() const { return kind == Kind::hybrid; }

@@ -86,7 +86,7 @@ void declare_kind_settings(config::SectionBuilder<S> a) {
             "the keys' chunks, whose children it scores next (route_beam x route_chunk a level); the keys' chunks "
             "are still the route_top best; 0: route_top")
       .min(0)
-      .max(64);
+      .max(static_cast<double>(AttentionConfig::kMaxRouteBeam));
 }
 
 template <class S>

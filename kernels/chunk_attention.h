@@ -27,7 +27,7 @@
 //   Work O(BH nq top chunk d) whatever nk: the keys of other chunks are never read. A query with
 //   no visible key gets zeros (lse = -inf). Backward from out, lse and dout: dq, dk and dv (each
 //   may be null), dk and dv summed over the queries in order, so the sums do not depend on the
-//   thread count (CPU: parallel over BH with OpenMP; CUDA: kernels/cuda_chunk_attention.h).
+//   thread count (CPU: OpenMP over BH, chunk-major in a head; CUDA: kernels/cuda_chunk_attention.h).
 #include <cstdint>
 
 #include "kernels/host_device.h"

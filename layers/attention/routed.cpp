@@ -8,6 +8,7 @@
 #include "framework/ops/elementwise.h"
 #include "framework/ops/matmul.h"
 #include "framework/ops/nn.h"
+#include "kernels/cuda_chunk_attention.h"
 #include "layers/attention/registry.h"
 
 namespace tarn {
@@ -18,6 +19,10 @@ namespace {
 constexpr float kMaskedScore = -1e9f;
 
 constexpr const char* kCrossOnly = "attention: kind routed is cross-attention only";
+
+// The recipe's bound on route_beam is the most chunks CUDA's chunk_choose and chunk_choose_within
+// keep in their insertion lists.
+static_assert(AttentionConfig::kMaxRouteBeam == kernels::kChunkMaxTop, "route_beam's bound is CUDA's");
 
 }  // namespace
 
