@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/best_of.h"
 #include "kernels/cpu/linear_attention_simd.h"
 
 namespace tarn::kernels::cpu {
@@ -147,13 +148,6 @@ void gather_scores(Work& w, const Visit* v, int64_t m, float* tile) {
     std::memcpy(tile + x * w.c_pad, w.score_row(v[x].row, v[x].slot), static_cast<size_t>(w.c_pad) * sizeof(float));
 }
 
-// The best `pick` of (score, row) candidates: equal scores to the lower row.
-struct Ranked {
-  float score;
-  int64_t row;
-  bool beats(const Ranked& o) const { return score > o.score || (score == o.score && row < o.row); }
-};
-
 }  // namespace
 
 void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
@@ -162,8 +156,7 @@ void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const floa
 #pragma omp parallel
   {
     Work w(s, s.top);
-    std::vector<Ranked> best;
-    best.reserve(static_cast<size_t>(pick) + 1);
+    BestOf best(pick);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
       const Head h{s, padded ? padded + (bh / s.heads) * s.nk : nullptr, bh};
@@ -172,25 +165,17 @@ void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const floa
         const float* par = parents + (bh * s.nq + i0) * s.top;
         score_block(w, h, q, k, par, i0, rows, scale);
         for (int64_t r = 0; r < rows; ++r) {
-          best.clear();  // sorted, best first, at most `pick`
+          best.clear();
           for (int64_t t = 0; t < s.top; ++t) {
             const float c = par[r * s.top + t];
             if (c < 0) continue;
             const int64_t j0 = h.begin(static_cast<int64_t>(c)), n = h.rows(static_cast<int64_t>(c));
             const float* sc = w.score_row(r, t);
             for (int64_t j = 0; j < n; ++j) {
-              if (h.hidden(j0 + j)) continue;
-              const Ranked cand{sc[j], j0 + j};
-              if (static_cast<int64_t>(best.size()) == pick && !cand.beats(best.back())) continue;
-              best.insert(std::upper_bound(best.begin(), best.end(), cand,
-                                           [](const Ranked& x, const Ranked& y) { return x.beats(y); }),
-                          cand);
-              if (static_cast<int64_t>(best.size()) > pick) best.pop_back();
+              if (!h.hidden(j0 + j)) best.offer(sc[j], j0 + j);
             }
           }
-          float* out = chosen + (bh * s.nq + i0 + r) * pick;
-          for (int64_t t = 0; t < pick; ++t)
-            out[t] = t < static_cast<int64_t>(best.size()) ? static_cast<float>(best[t].row) : -1.0f;
+          best.write(chosen + (bh * s.nq + i0 + r) * pick);
         }
       }
     }

@@ -2,9 +2,9 @@
 // choice of the best chunks by their scores. The reads of the chosen chunks, and the choice within
 // them, are in chunk_attention.cpp.
 #include <algorithm>
-#include <vector>
 
 #include "kernels/chunk_attention.h"
+#include "kernels/cpu/best_of.h"
 
 namespace tarn::kernels::cpu {
 namespace {
@@ -58,20 +58,15 @@ void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float*
   const int64_t nc = s.chunks(), rows = s.batch * s.heads * s.nq;
 #pragma omp parallel
   {
-    std::vector<int32_t> order;  // a thread's candidates, reused row after row
-    order.reserve(static_cast<size_t>(nc));
+    BestOf best(s.top);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = scores + r * nc;
       const float* flags = empty ? empty + (r / (s.heads * s.nq)) * nc : nullptr;
-      order.clear();
-      for (int32_t c = 0; c < nc; ++c)
-        if (!flags || flags[c] == 0.0f) order.push_back(c);
-      const int64_t picked = std::min<int64_t>(s.top, static_cast<int64_t>(order.size()));
-      // equal scores keep the earlier chunk
-      std::partial_sort(order.begin(), order.begin() + picked, order.end(),
-                        [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-      for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < picked ? static_cast<float>(order[t]) : -1.0f;
+      best.clear();
+      for (int64_t c = 0; c < nc; ++c)
+        if (!flags || flags[c] == 0.0f) best.offer(row[c], c);
+      best.write(chosen + r * s.top);
     }
   }
 }
