@@ -47,30 +47,37 @@ struct ChunkVisits {
   }
 };
 
-// A thread's buffers, sized once per call. Gathered rows are d_pad wide and their padding
-// columns stay zero (only [0, d) is ever written), so they can serve as GEMM operands.
+// A thread's buffers, sized once per call (for one query, as in decoding, they are small).
+// Gathered rows are d_pad wide and their padding columns stay zero (only [0, d) is ever
+// written), so they can serve as GEMM operands.
 struct Work {
-  int64_t d, d_pad, c_pad, top, block;
-  std::vector<float> rows_a, rows_b;  // kTileRows x d_pad: gathered q, dout
-  std::vector<float> tile_s, tile_ds;  // kTileRows x c_pad: probabilities, their gradient
-  std::vector<float> tile_out;        // kTileRows x d_pad: a GEMM's rows before they are scattered
+  int64_t d, d_pad, c_pad, top, block, tile;
+  std::vector<float> rows_a, rows_b;  // tile x d_pad: gathered q, dout (backward)
+  std::vector<float> tile_s, tile_ds;  // tile x c_pad: probabilities, their gradient (backward)
+  std::vector<float> tile_out;        // tile x d_pad: a GEMM's rows before they are scattered
   std::vector<float> chunk_t;         // d x c_pad: a chunk's keys or values transposed
   std::vector<float> chunk_p;         // c_pad x d_pad: a chunk's keys or values, padded
-  std::vector<float> grad_k, grad_v;  // c_pad x d_pad: a chunk's dk, dv from this block
+  std::vector<float> grad_k, grad_v;  // c_pad x d_pad: a chunk's dk, dv from this block (backward)
   std::vector<float> scores;          // block x top x c_pad: each (query, slot)'s chunk row
   ChunkVisits lists;
 
-  // A chunk holds at most nk rows, whatever `chunk` says (a recipe may set it to 2^31 - 1).
-  Work(const ChunkAttentionDims& s, int64_t top_) : d(s.d), d_pad(simd::padded(s.d)),
-      c_pad(simd::padded(std::max<int64_t>(1, std::min(s.chunk, s.nk)))), top(top_) {
+  // A chunk holds at most nk rows, whatever `chunk` says (a recipe may set it to 2^31 - 1), and
+  // a tile need not be taller than the block (its chunks' visits go through in tiles).
+  Work(const ChunkAttentionDims& s, int64_t top_, bool backward)
+      : d(s.d), d_pad(simd::padded(s.d)), c_pad(simd::padded(std::max<int64_t>(1, std::min(s.chunk, s.nk)))),
+        top(top_) {
     block = std::max<int64_t>(1, std::min(s.nq, kScoreFloats / std::max<int64_t>(1, top * c_pad)));
-    rows_a.assign(static_cast<size_t>(kTileRows * d_pad), 0.0f);
-    rows_b = tile_out = rows_a;
-    tile_s.assign(static_cast<size_t>(kTileRows * c_pad), 0.0f);
-    tile_ds = tile_s;
+    tile = std::min(kTileRows, block);
+    rows_a.assign(static_cast<size_t>(tile * d_pad), 0.0f);
+    tile_out = rows_a;
+    tile_s.assign(static_cast<size_t>(tile * c_pad), 0.0f);
     chunk_t.assign(static_cast<size_t>(d * c_pad), 0.0f);
     chunk_p.assign(static_cast<size_t>(c_pad * d_pad), 0.0f);
-    grad_k = grad_v = chunk_p;
+    if (backward) {
+      rows_b = rows_a;
+      tile_ds = tile_s;
+      grad_k = grad_v = chunk_p;
+    }
     scores.resize(static_cast<size_t>(block * top * c_pad));
   }
   float* score_row(int64_t row, int64_t slot) { return scores.data() + (row * top + slot) * c_pad; }
@@ -127,8 +134,8 @@ void score_block(Work& w, const Head& h, const float* q, const float* k, const f
     if (v0 == v1) continue;
     load_chunk_transposed(w, h, k, c);
     const int64_t n = h.rows(c), j0 = h.begin(c);
-    for (int64_t t0 = v0; t0 < v1; t0 += kTileRows) {
-      const int64_t m = std::min(kTileRows, v1 - t0);
+    for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
+      const int64_t m = std::min(w.tile, v1 - t0);
       const Visit* v = w.lists.visits.data() + t0;
       gather(w, qh, i0, v, m, w.rows_a.data());
       simd::gemm(m, w.c_pad, w.d, simd::rows_of(w.rows_a.data(), w.d_pad), w.chunk_t.data(), w.c_pad,
@@ -155,7 +162,7 @@ void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const floa
   const int64_t bhs = s.batch * s.heads;
 #pragma omp parallel
   {
-    Work w(s, s.top);
+    Work w(s, s.top, false);
     BestOf best(pick);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
@@ -187,7 +194,7 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
   const int64_t d = s.d, bhs = s.batch * s.heads, nc = s.chunks();
 #pragma omp parallel
   {
-    Work w(s, s.top);
+    Work w(s, s.top, false);
     std::vector<float> inv_z(static_cast<size_t>(w.block));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
@@ -218,8 +225,8 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
           const int64_t v0 = w.lists.start[c], v1 = w.lists.start[c + 1];
           if (v0 == v1) continue;
           load_chunk(w, h, v, c);
-          for (int64_t t0 = v0; t0 < v1; t0 += kTileRows) {
-            const int64_t m = std::min(kTileRows, v1 - t0);
+          for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
+            const int64_t m = std::min(w.tile, v1 - t0);
             const Visit* vis = w.lists.visits.data() + t0;
             gather_scores(w, vis, m, w.tile_s.data());
             simd::gemm(m, w.d_pad, h.rows(c), simd::rows_of(w.tile_s.data(), w.c_pad), w.chunk_p.data(), w.d_pad,
@@ -244,7 +251,7 @@ void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const
   if (!dq && !dk && !dv) return;
 #pragma omp parallel
   {
-    Work w(s, s.top);
+    Work w(s, s.top, true);
     std::vector<float> delta(static_cast<size_t>(w.block));  // Σ_j P_ij dP_ij = dout_i · out_i
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
@@ -272,8 +279,8 @@ void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const
           if (dq) load_chunk(w, h, k, c);     // K for dq = dS K
           std::fill(w.grad_k.begin(), w.grad_k.end(), 0.0f);
           std::fill(w.grad_v.begin(), w.grad_v.end(), 0.0f);
-          for (int64_t t0 = v0; t0 < v1; t0 += kTileRows) {
-            const int64_t m = std::min(kTileRows, v1 - t0);
+          for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
+            const int64_t m = std::min(w.tile, v1 - t0);
             const Visit* vis = w.lists.visits.data() + t0;
             float *p = w.tile_s.data(), *ds = w.tile_ds.data();
             gather_scores(w, vis, m, p);
