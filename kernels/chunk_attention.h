@@ -50,6 +50,16 @@ void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float*
 void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
                          const float* padded, float scale, int64_t pick, float* chosen);
 
+// How the CPU's chunk_attention and chunk_choose_within cut their work (kernels/cpu/
+// chunk_attention.cpp): a head's queries in blocks whose scores fit score_floats (a thread's
+// buffer), and a chunk's queries of a block in GEMM tiles of tile_rows. Set returns the previous
+// values. For tests: small values make many blocks and tiles of a few queries.
+struct ChunkTuning {
+  int64_t score_floats = int64_t{1} << 20;  // 4 MiB
+  int64_t tile_rows = 128;
+};
+ChunkTuning set_chunk_tuning(ChunkTuning t);
+
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
                              const float* chosen, const float* padded, float scale, float* out, float* lse);
 void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,

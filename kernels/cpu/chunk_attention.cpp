@@ -7,6 +7,7 @@
 #include "kernels/chunk_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,8 +20,8 @@ namespace tarn::kernels::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kTileRows = 128;          // queries per GEMM tile of one chunk
-constexpr int64_t kScoreFloats = 1 << 20;   // a block's scores: 4 MiB per thread
+std::atomic<int64_t> score_floats{ChunkTuning{}.score_floats};  // a block's scores, per thread
+std::atomic<int64_t> tile_rows{ChunkTuning{}.tile_rows};        // queries per GEMM tile of a chunk
 
 // One head's queries [i0, i0 + rows), their (query, slot) pairs grouped by the chunk the slot
 // names: chunk c's pairs are visits[start[c], start[c + 1]), queries ascending within a chunk.
@@ -66,8 +67,8 @@ struct Work {
   Work(const ChunkAttentionDims& s, int64_t top_, bool backward)
       : d(s.d), d_pad(simd::padded(s.d)), c_pad(simd::padded(std::max<int64_t>(1, std::min(s.chunk, s.nk)))),
         top(top_) {
-    block = std::max<int64_t>(1, std::min(s.nq, kScoreFloats / std::max<int64_t>(1, top * c_pad)));
-    tile = std::min(kTileRows, block);
+    block = std::max<int64_t>(1, std::min(s.nq, score_floats.load() / std::max<int64_t>(1, top * c_pad)));
+    tile = std::min(tile_rows.load(), block);
     rows_a.assign(static_cast<size_t>(tile * d_pad), 0.0f);
     tile_out = rows_a;
     tile_s.assign(static_cast<size_t>(tile * c_pad), 0.0f);
@@ -156,6 +157,11 @@ void gather_scores(Work& w, const Visit* v, int64_t m, float* tile) {
 }
 
 }  // namespace
+
+ChunkTuning set_chunk_tuning(ChunkTuning t) {
+  return {score_floats.exchange(std::max<int64_t>(1, t.score_floats)),
+          tile_rows.exchange(std::max<int64_t>(1, t.tile_rows))};
+}
 
 void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
                          const float* padded, float scale, int64_t pick, float* chosen) {

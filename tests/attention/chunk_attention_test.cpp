@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "framework/ops/elementwise.h"
+#include "kernels/chunk_attention.h"
 #include "tests/common/gradcheck.h"
 
 namespace tarn::testing {
@@ -116,6 +118,47 @@ TEST(ChunkAttention, GradientsMatchFiniteDifferences) {
         [&](const std::vector<Tensor>& in) { return chunk_attention(in[0], in[1], in[2], chosen, c.chunk, pad, 0.7f); },
         {q, k, v}))
         << "nk " << c.nk << " chunk " << c.chunk << " top " << c.top;
+  }
+}
+
+// The CPU kernels cut a head's queries into blocks and a chunk's queries into GEMM tiles
+// (kernels::cpu::ChunkTuning). Cut to one or a few queries, every boundary is crossed and the
+// results stay what the default cut gives: the choice exactly (each score is the same sum in
+// the same order), the read and its gradients to rounding (dk and dv add a block at a time).
+TEST(ChunkAttention, SmallBlocksAndTilesGiveWhatTheDefaultCutGives) {
+  const Case c{2, 2, 37, 29, 6, 4, 3};  // 8 chunks, the last of 1 key
+  const Tensor pad = padding(c);
+  const std::vector<int32_t> chosen = picks(c);
+  const Tensor q = random_tensor({c.batch, c.heads, c.nq, c.d}, 21, -2, 2);
+  const Tensor k = random_tensor({c.batch, c.heads, c.nk, c.d}, 22, -2, 2);
+  const Tensor v = random_tensor({c.batch, c.heads, c.nk, c.d}, 23);
+  const Tensor dout = random_tensor({c.batch, c.heads, c.nq, c.d}, 24);
+  struct Results {
+    std::vector<float> out, dq, dk, dv, within;
+  };
+  auto run = [&]() {
+    Tensor qg = q.detach(), kg = k.detach(), vg = v.detach();
+    for (Tensor* t : {&qg, &kg, &vg}) t->set_requires_grad(true);
+    const Tensor out = chunk_attention(qg, kg, vg, as_tensor(chosen, c), c.chunk, pad, 0.4f);
+    out.backward(dout);
+    const Tensor within = chunk_choose_within(q, k, as_tensor(chosen, c), c.chunk, pad, 0.4f, 5);
+    return Results{out.to_vector(), qg.grad().to_vector(), kg.grad().to_vector(), vg.grad().to_vector(),
+                   within.to_vector()};
+  };
+  auto as_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  const Results whole = run();
+  // a block a query; blocks of 4 queries (100 / (top 3 x 8)) in tiles of 1; one block in tiles of 2
+  for (const kernels::cpu::ChunkTuning cut : {kernels::cpu::ChunkTuning{1, 1}, kernels::cpu::ChunkTuning{100, 1},
+                                              kernels::cpu::ChunkTuning{int64_t{1} << 20, 2}}) {
+    const kernels::cpu::ChunkTuning before = kernels::cpu::set_chunk_tuning(cut);
+    const Results got = run();
+    kernels::cpu::set_chunk_tuning(before);
+    const std::string what = "scores " + std::to_string(cut.score_floats) + ", tiles " + std::to_string(cut.tile_rows);
+    EXPECT_EQ(got.within, whole.within) << what;
+    EXPECT_LT(relative_error(got.out, as_double(whole.out)), 1e-6) << what;
+    EXPECT_LT(relative_error(got.dq, as_double(whole.dq)), 1e-6) << what;
+    EXPECT_LT(relative_error(got.dk, as_double(whole.dk)), 1e-6) << what;
+    EXPECT_LT(relative_error(got.dv, as_double(whole.dv)), 1e-6) << what;
   }
 }
 
