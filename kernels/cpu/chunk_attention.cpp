@@ -3,7 +3,8 @@
 // of one head's queries, the (query, slot) pairs that name a chunk are grouped by chunk, and each
 // chunk's keys and values are read once for all the queries that chose it, in small GEMMs on the
 // tile GEMM of linear_attention_simd.h. Query by query (each query gathering its chunks, one dot
-// and one libm exp per key) ran 2.4-3.1x slower at 4,096-65,536 keys (Zen 2, 1 thread).
+// and one libm exp per key), `tarn bench attention --algos routed_tree` took 2.05-2.35x as long
+// forward and backward at 4,096-65,536 keys (docs/measurements.md, 2026-12-04).
 #include "kernels/chunk_attention.h"
 
 #include <algorithm>
