@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/best_of.h"
 #include "kernels/cpu/linear_attention_simd.h"
+#include "kernels/cpu/softmax_row.h"
 
 namespace tarn::kernels::cpu {
 namespace {
@@ -65,9 +66,9 @@ struct Work {
 
   // A chunk holds at most nk rows, whatever `chunk` says (a recipe may set it to 2^31 - 1), and
   // a tile need not be taller than the block (its chunks' visits go through in tiles).
-  Work(const ChunkAttentionDims& s, int64_t top_, bool backward)
+  Work(const ChunkAttentionDims& s, bool backward)
       : d(s.d), d_pad(simd::padded(s.d)), c_pad(simd::padded(std::max<int64_t>(1, std::min(s.chunk, s.nk)))),
-        top(top_) {
+        top(s.top) {
     block = std::max<int64_t>(1, std::min(s.nq, score_floats.load() / std::max<int64_t>(1, top * c_pad)));
     tile = std::min(tile_rows.load(), block);
     rows_a.assign(static_cast<size_t>(tile * d_pad), 0.0f);
@@ -83,10 +84,20 @@ struct Work {
     scores.resize(static_cast<size_t>(block * top * c_pad));
   }
   float* score_row(int64_t row, int64_t slot) { return scores.data() + (row * top + slot) * c_pad; }
+  bool named(int64_t c) const { return lists.start[c] < lists.start[c + 1]; }  // by a query of the block
 };
+
+// Calls f(visits, m) for chunk c's visits of the block, in query order, at most w.tile at a time.
+template <class F>
+void for_each_tile(const Work& w, int64_t c, F&& f) {
+  const int64_t v0 = w.lists.start[c], v1 = w.lists.start[c + 1];
+  for (int64_t t0 = v0; t0 < v1; t0 += w.tile) f(w.lists.visits.data() + t0, std::min(w.tile, v1 - t0));
+}
 
 // One head's source as the kernels see it.
 struct Head {
+  Head(const ChunkAttentionDims& s_, const float* padded, int64_t bh_)
+      : s(s_), pad(padded ? padded + (bh_ / s_.heads) * s_.nk : nullptr), bh(bh_) {}
   const ChunkAttentionDims& s;
   const float* pad;  // this batch row's padding flags (nk), or null
   int64_t bh;
@@ -132,13 +143,10 @@ void score_block(Work& w, const Head& h, const float* q, const float* k, const f
   std::fill(w.scores.begin(), w.scores.begin() + rows * w.top * w.c_pad, kNegInf);
   const float* qh = q + h.bh * h.s.nq * w.d;
   for (int64_t c = 0; c < nc; ++c) {
-    const int64_t v0 = w.lists.start[c], v1 = w.lists.start[c + 1];
-    if (v0 == v1) continue;
+    if (!w.named(c)) continue;
     load_chunk_transposed(w, h, k, c);
     const int64_t n = h.rows(c), j0 = h.begin(c);
-    for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
-      const int64_t m = std::min(w.tile, v1 - t0);
-      const Visit* v = w.lists.visits.data() + t0;
+    for_each_tile(w, c, [&](const Visit* v, int64_t m) {
       gather(w, qh, i0, v, m, w.rows_a.data());
       simd::gemm(m, w.c_pad, w.d, simd::rows_of(w.rows_a.data(), w.d_pad), w.chunk_t.data(), w.c_pad,
                  w.tile_s.data(), w.c_pad, false);
@@ -147,7 +155,7 @@ void score_block(Work& w, const Head& h, const float* q, const float* k, const f
         const float* src = w.tile_s.data() + x * w.c_pad;
         for (int64_t j = 0; j < n; ++j) dst[j] = h.hidden(j0 + j) ? kNegInf : scale * src[j];
       }
-    }
+    });
   }
 }
 
@@ -169,11 +177,11 @@ void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const floa
   const int64_t bhs = s.batch * s.heads;
 #pragma omp parallel
   {
-    Work w(s, s.top, false);
+    Work w(s, false);
     BestOf best(pick);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
-      const Head h{s, padded ? padded + (bh / s.heads) * s.nk : nullptr, bh};
+      const Head h(s, padded, bh);
       for (int64_t i0 = 0; i0 < s.nq; i0 += w.block) {
         const int64_t rows = std::min(w.block, s.nq - i0);
         const float* par = parents + (bh * s.nq + i0) * s.top;
@@ -201,11 +209,11 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
   const int64_t d = s.d, bhs = s.batch * s.heads, nc = s.chunks();
 #pragma omp parallel
   {
-    Work w(s, s.top, false);
+    Work w(s, false);
     std::vector<float> inv_z(static_cast<size_t>(w.block));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
-      const Head h{s, padded ? padded + (bh / s.heads) * s.nk : nullptr, bh};
+      const Head h(s, padded, bh);
       float* oh = out + bh * s.nq * d;
       for (int64_t i0 = 0; i0 < s.nq; i0 += w.block) {
         const int64_t rows = std::min(w.block, s.nq - i0), width = s.top * w.c_pad;
@@ -213,7 +221,7 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
         // Each query's softmax over all its slots at once: P = exp(s - max), its sum z.
         for (int64_t r = 0; r < rows; ++r) {
           float* row = w.score_row(r, 0);
-          const float m = *std::max_element(row, row + width);
+          const float m = row::max(row, width);
           float& l = lse[bh * s.nq + i0 + r];
           std::fill(oh + (i0 + r) * d, oh + (i0 + r + 1) * d, 0.0f);
           if (m == kNegInf) {  // no visible key: zeros
@@ -229,17 +237,14 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
         }
         // out += P V, chunk by chunk, then / z.
         for (int64_t c = 0; c < nc; ++c) {
-          const int64_t v0 = w.lists.start[c], v1 = w.lists.start[c + 1];
-          if (v0 == v1) continue;
+          if (!w.named(c)) continue;
           load_chunk(w, h, v, c);
-          for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
-            const int64_t m = std::min(w.tile, v1 - t0);
-            const Visit* vis = w.lists.visits.data() + t0;
+          for_each_tile(w, c, [&](const Visit* vis, int64_t m) {
             gather_scores(w, vis, m, w.tile_s.data());
             simd::gemm(m, w.d_pad, h.rows(c), simd::rows_of(w.tile_s.data(), w.c_pad), w.chunk_p.data(), w.d_pad,
                        w.tile_out.data(), w.d_pad, false);
             scatter_add(w, w.tile_out.data(), i0, vis, m, oh);
-          }
+          });
         }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t e = 0; e < d; ++e) oh[(i0 + r) * d + e] *= inv_z[r];
@@ -258,11 +263,11 @@ void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const
   if (!dq && !dk && !dv) return;
 #pragma omp parallel
   {
-    Work w(s, s.top, true);
+    Work w(s, true);
     std::vector<float> delta(static_cast<size_t>(w.block));  // Σ_j P_ij dP_ij = dout_i · out_i
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
-      const Head h{s, padded ? padded + (bh / s.heads) * s.nk : nullptr, bh};
+      const Head h(s, padded, bh);
       const float *qh = q + bh * s.nq * d, *gh = dout + bh * s.nq * d;
       for (int64_t i0 = 0; i0 < s.nq; i0 += w.block) {
         const int64_t rows = std::min(w.block, s.nq - i0), width = s.top * w.c_pad;
@@ -279,16 +284,13 @@ void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const
           delta[r] = simd::dot(dout + i * d, out + i * d, d);
         }
         for (int64_t c = 0; c < nc; ++c) {
-          const int64_t v0 = w.lists.start[c], v1 = w.lists.start[c + 1];
-          if (v0 == v1) continue;
+          if (!w.named(c)) continue;
           const int64_t n = h.rows(c), j0 = bh * s.nk + h.begin(c);
           load_chunk_transposed(w, h, v, c);  // V^T for dP = dout V^T
           if (dq) load_chunk(w, h, k, c);     // K for dq = dS K
           std::fill(w.grad_k.begin(), w.grad_k.end(), 0.0f);
           std::fill(w.grad_v.begin(), w.grad_v.end(), 0.0f);
-          for (int64_t t0 = v0; t0 < v1; t0 += w.tile) {
-            const int64_t m = std::min(w.tile, v1 - t0);
-            const Visit* vis = w.lists.visits.data() + t0;
+          for_each_tile(w, c, [&](const Visit* vis, int64_t m) {
             float *p = w.tile_s.data(), *ds = w.tile_ds.data();
             gather_scores(w, vis, m, p);
             gather(w, gh, i0, vis, m, w.rows_b.data());
@@ -312,7 +314,7 @@ void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const
                          w.tile_out.data(), w.d_pad, false);
               scatter_add(w, w.tile_out.data(), i0, vis, m, dq + bh * s.nq * d);
             }
-          }
+          });
           for (int64_t j = 0; j < n; ++j)
             for (int64_t e = 0; e < d; ++e) {
               if (dk) dk[(j0 + j) * d + e] += w.grad_k[j * w.d_pad + e];
