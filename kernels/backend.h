@@ -98,7 +98,6 @@ namespace tarn::kernels {
   X(chunk_mean_forward)                                                                              \
   X(chunk_mean_backward)                                                                             \
   X(chunk_choose)                                                                                    \
-  X(chunk_choose_within)                                                                             \
   X(chunk_attention_forward)                                                                         \
   X(chunk_attention_backward)
 

@@ -13,12 +13,6 @@
 //   highest first, equal scores to the earlier chunk, never one flagged in `empty` (may be null);
 //   -1 past the chunks there are. No gradient: the choice is discrete.
 //
-// chunk_choose_within: one level down a tree of landmarks. For each query row of q (BH, nq, d),
-//   its candidates are the rows of k (BH, nk, d) in the chunks `parents` (BH, nq, top) names
-//   (-1: none), skipping rows flagged in `padded`; of them the `pick` whose scale q·k scores
-//   highest, highest first, equal scores to the lower row, -1 past the candidates there are,
-//   into chosen (BH, nq, pick). Work O(BH nq top chunk d). No gradient.
-//
 // chunk_attention: softmax attention of each query over the keys of its chosen chunks,
 //   q (BH, nq, d), k and v (BH, nk, d), chosen (BH, nq, top) (the others distinct within a row):
 //
@@ -28,6 +22,14 @@
 //   no visible key gets zeros (lse = -inf). Backward from out, lse and dout: dq, dk and dv (each
 //   may be null), dk and dv summed over the queries in order, so the sums do not depend on the
 //   thread count (CPU: OpenMP over BH, chunk-major in a head; CUDA: kernels/cuda_chunk_attention.h).
+//
+//   With `picked` (BH, nq, pick) not null, the forward also takes a step down a tree of
+//   landmarks from the scores it computed: of each query's candidates, the visible rows of its
+//   chosen chunks (the parents), the `pick` whose scale q·k scores highest, highest first, equal
+//   scores to the lower row, -1 past the candidates there are. A tree's level reads the children
+//   of the chunks chosen above and chooses among the same children (layers/attention/routed.h):
+//   one pass scores them once, where a read and then a choice scored them twice. No gradient:
+//   the choice is discrete.
 #include <cstdint>
 
 #include "kernels/host_device.h"
@@ -46,22 +48,20 @@ void chunk_mean_backward(const ChunkAttentionDims& s, const float* padded, const
 // chunk_choose reads batch, heads, nq, nk, chunk and top (top <= chunks()).
 void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float* empty, float* chosen);
 
-// chunk_choose_within reads batch, heads, nq, nk, d, chunk and top (the parents per row).
-void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
-                         const float* padded, float scale, int64_t pick, float* chosen);
-
-// How the CPU's chunk_attention and chunk_choose_within cut their work (kernels/cpu/
-// chunk_attention.cpp): a head's queries in blocks whose scores fit score_floats (a thread's
-// buffer), and a chunk's queries of a block in GEMM tiles of tile_rows. Set returns the previous
-// values. For tests: small values make many blocks and tiles of a few queries.
+// How the CPU's chunk_attention cuts its work (kernels/cpu/chunk_attention.cpp): a head's
+// queries in blocks whose scores fit score_floats (a thread's buffer), and a chunk's queries of a
+// block in GEMM tiles of tile_rows. Set returns the previous values. For tests: small values make
+// many blocks and tiles of a few queries.
 struct ChunkTuning {
   int64_t score_floats = int64_t{1} << 20;  // 4 MiB
   int64_t tile_rows = 128;
 };
 ChunkTuning set_chunk_tuning(ChunkTuning t);
 
+// chunk_attention reads every field; `picked` may be null (then pick is not read).
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
-                             const float* chosen, const float* padded, float scale, float* out, float* lse);
+                             const float* chosen, const float* padded, float scale, float* out, float* lse,
+                             int64_t pick, float* picked);
 void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
                               const float* chosen, const float* padded, float scale, const float* out,
                               const float* lse, const float* dout, float* dq, float* dk, float* dv);

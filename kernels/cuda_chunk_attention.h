@@ -3,7 +3,7 @@
 // (kernels/cuda/chunk_attention.cu), in the two namespaces that kernels/cuda_kernels.h describes:
 // the same semantics, shapes and argument order as the CPU functions, and the same sums in the
 // same order where the CPU fixes one (dk and dv over the queries in order). Refused: top (and
-// chunk_choose_within's pick) above kChunkMaxTop, top x chunk above kChunkMaxKeys (the keys one
+// chunk_attention's pick) above kChunkMaxTop, top x chunk above kChunkMaxKeys (the keys one
 // query reads, scored in shared memory), nk at or above 2^31, and chunk x d above 4,096 in the
 // backward (a chunk's dk and dv rows in shared memory). Chunk indices outside [0, chunks) count
 // as none (the CPU op checks them; here a check would wait for the device).
@@ -21,10 +21,9 @@ constexpr int64_t kChunkMaxKeys = 1024;
                           float* empty);                                                                           \
   void chunk_mean_backward(const ChunkAttentionDims& s, const float* padded, const float* dmean, float* dx);       \
   void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float* empty, float* chosen);          \
-  void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,      \
-                           const float* padded, float scale, int64_t pick, float* chosen);                         \
   void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,        \
-                               const float* chosen, const float* padded, float scale, float* out, float* lse);     \
+                               const float* chosen, const float* padded, float scale, float* out, float* lse,      \
+                               int64_t pick, float* picked);                                                       \
   void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,       \
                                 const float* chosen, const float* padded, float scale, const float* out,           \
                                 const float* lse, const float* dout, float* dq, float* dk, float* dv);

@@ -70,29 +70,11 @@ Tensor chunk_choose(const Tensor& scores, const Tensor& empty, int64_t top) {
   return chosen;
 }
 
-Tensor chunk_choose_within(const Tensor& q, const Tensor& k, const Tensor& parents, int64_t chunk,
-                           const Tensor& key_padding, float scale, int64_t pick) {
-  const char* op = "chunk_choose_within";
-  const kernels::Backend& kb = ops_internal::kernels_for(op, q, k);
-  ops_internal::kernels_for(op, q, parents);
-  for (const Tensor* t : {&q, &k, &parents})
-    TARN_ASSERT(t->dim() == 4, op, ": expected (B, H, N, d), got ", t->shape().str());
-  const ChunkAttentionDims s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), chunk, parents.size(3)};
-  TARN_ASSERT(k.size(0) == s.batch && k.size(1) == s.heads && k.size(3) == s.d && chunk >= 1 && pick >= 1, op,
-              ": shapes q ", q.shape().str(), ", k ", k.shape().str(), ", chunk ", chunk, ", pick ", pick);
-  TARN_ASSERT(parents.size(0) == s.batch && parents.size(1) == s.heads && parents.size(2) == s.nq, op,
-              ": parents ", parents.shape().str(), " for queries ", q.shape().str());
-  check_chosen_on_cpu(op, parents, s);
-  check_padding(op, q, key_padding, s.batch, s.nk);
-  Tensor chosen = Tensor::empty({s.batch, s.heads, s.nq, pick}, q.device());
-  kb.chunk_choose_within(s, q.device_f32(), k.device_f32(), parents.device_f32(), optional_f32(key_padding), scale,
-                         pick, chosen.device_f32());
-  return chosen;
-}
+namespace {
 
-Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen, int64_t chunk,
-                       const Tensor& key_padding, float scale) {
-  const char* op = "chunk_attention";
+// chunk_attention, and with pick >= 1 the choice within its chunks into *picked.
+Tensor read_chunks(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen,
+                   int64_t chunk, const Tensor& key_padding, float scale, int64_t pick, Tensor* picked) {
   const kernels::Backend& kb = ops_internal::kernels_for(op, q, k);
   ops_internal::kernels_for(op, q, v);
   ops_internal::kernels_for(op, q, chosen);
@@ -108,8 +90,13 @@ Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   check_padding(op, q, key_padding, s.batch, s.nk);
   Tensor out = Tensor::empty(q.shape(), q.device());
   Tensor lse = Tensor::empty({s.batch, s.heads, s.nq}, q.device());
+  if (picked) {
+    TARN_ASSERT(pick >= 1, op, ": pick ", pick, ": expected at least 1");
+    *picked = Tensor::empty({s.batch, s.heads, s.nq, pick}, q.device());
+  }
   kb.chunk_attention_forward(s, q.device_f32(), k.device_f32(), v.device_f32(), chosen.device_f32(),
-                             optional_f32(key_padding), scale, out.device_f32(), lse.device_f32());
+                             optional_f32(key_padding), scale, out.device_f32(), lse.device_f32(), pick,
+                             picked ? picked->device_f32() : nullptr);
   return record(op, out, {q, k, v}, [=](const Tensor& dout, const NeedsGrad& needs) -> Grads {
     const kernels::Backend& kd = ops_internal::kernels_for(op, q, dout);
     Tensor dq = needs[0] ? Tensor::empty(q.shape(), q.device()) : Tensor();
@@ -121,6 +108,20 @@ Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
                                 needs[1] ? dk.device_f32() : nullptr, needs[2] ? dv.device_f32() : nullptr);
     return {dq, dk, dv};
   });
+}
+
+}  // namespace
+
+Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen, int64_t chunk,
+                       const Tensor& key_padding, float scale) {
+  return read_chunks("chunk_attention", q, k, v, chosen, chunk, key_padding, scale, 0, nullptr);
+}
+
+ChunkReadAndChoice chunk_attention_choose(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen,
+                                          int64_t chunk, const Tensor& key_padding, float scale, int64_t pick) {
+  ChunkReadAndChoice r;
+  r.read = read_chunks("chunk_attention_choose", q, k, v, chosen, chunk, key_padding, scale, pick, &r.picked);
+  return r;
 }
 
 }  // namespace tarn

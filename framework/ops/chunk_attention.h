@@ -23,19 +23,23 @@ ChunkMeans chunk_mean(const Tensor& x, const Tensor& key_padding, int64_t chunk)
 // are; top <= Nc. No gradient.
 Tensor chunk_choose(const Tensor& scores, const Tensor& empty, int64_t top);
 
-// One level down a tree of landmarks: q (B, H, Nq, d), k (B, H, Nk, d) (a level's landmarks),
-// parents (B, H, Nq, top) chunk indices of k's rows (-1 for none) -> (B, H, Nq, pick): of the
-// rows of each query's parent chunks not flagged in key_padding ((B, Nk) f32, 1 = skip, or
-// undefined), the `pick` whose scale q·k is highest, highest first, equal scores to the lower
-// row, -1 past the candidates there are. No gradient.
-Tensor chunk_choose_within(const Tensor& q, const Tensor& k, const Tensor& parents, int64_t chunk,
-                           const Tensor& key_padding, float scale, int64_t pick);
-
 // q (B, H, Nq, d), k and v (B, H, Nk, d); chosen (B, H, Nq, top) chunk indices, -1 for none, the
 // others distinct within a row (chunk_choose gives them; checked on the CPU: on CUDA a check
 // would wait for the device); chunk c holds keys [c chunk, (c + 1) chunk). key_padding: (B, Nk)
 // f32, 1 = padded, or undefined. Returns (B, H, Nq, d); a query with no visible key gets zeros.
 Tensor chunk_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen, int64_t chunk,
                        const Tensor& key_padding, float scale);
+
+// One level down a tree of landmarks (k, v: a level's landmarks; chosen: the parents the level
+// above chose): chunk_attention's read, and from the same scores the next choice, (B, H, Nq,
+// pick): of the rows of each query's chosen chunks not flagged in key_padding, the `pick` whose
+// scale q·k is highest, highest first, equal scores to the lower row, -1 past the candidates
+// there are. The choice has no gradient.
+struct ChunkReadAndChoice {
+  Tensor read;    // as chunk_attention returns it
+  Tensor picked;  // (B, H, Nq, pick) row indices of k
+};
+ChunkReadAndChoice chunk_attention_choose(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& chosen,
+                                          int64_t chunk, const Tensor& key_padding, float scale, int64_t pick);
 
 }  // namespace tarn

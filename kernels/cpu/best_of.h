@@ -1,10 +1,10 @@
 #pragma once
 // The k best of a stream of (score, index) candidates, best first: the higher score, and of equal
 // scores the lower index, whatever order they are offered in. The routed choices (chunk_choose,
-// chunk_choose_within) keep k = route_top or route_beam of a few hundred candidates: a sorted
-// list rejects most of them with one compare against its worst, where std::partial_sort's heap
-// took 11% of a tree's forward+backward at 16,384 keys. Worst case (every candidate better than
-// all kept) O(k) a candidate.
+// and chunk_attention's within the chosen chunks) keep k = route_top or route_beam of a few
+// hundred candidates: a sorted list rejects most of them with one compare against its worst,
+// where std::partial_sort's heap took 11% of a tree's forward+backward at 16,384 keys. Worst case
+// (every candidate better than all kept) O(k) a candidate.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -16,6 +16,7 @@ class BestOf {
   explicit BestOf(int64_t k) : k_(k) { kept_.reserve(static_cast<size_t>(k) + 1); }
 
   void clear() { kept_.clear(); }
+  int64_t size() const { return k_; }  // k: how many write() writes
 
   void offer(float score, int64_t index) {
     const Entry e{score, index};

@@ -1,4 +1,4 @@
-// Routed cross-attention's reads of the chosen chunks, and the choice within chunks
+// Routed cross-attention's reads of the chosen chunks, and the choice within them
 // (kernels/chunk_attention.h; the landmarks are in chunk_landmarks.cpp), chunk-major: for a block
 // of one head's queries, the (query, slot) pairs that name a chunk are grouped by chunk, and each
 // chunk's keys and values are read once for all the queries that chose it, in small GEMMs on the
@@ -165,6 +165,23 @@ void gather_scores(Work& w, const Visit* v, int64_t m, float* tile) {
     std::memcpy(tile + x * w.c_pad, w.score_row(v[x].row, v[x].slot), static_cast<size_t>(w.c_pad) * sizeof(float));
 }
 
+// One step down a tree from the block's scores (before the softmax overwrites them): for each
+// query of the block, the best `pick` visible rows of its chunks into picked (rows x pick).
+void choose_within(Work& w, const Head& h, const float* parents, int64_t rows, BestOf& best, float* picked) {
+  for (int64_t r = 0; r < rows; ++r) {
+    best.clear();
+    for (int64_t t = 0; t < w.top; ++t) {
+      const float c = parents[r * w.top + t];
+      if (c < 0) continue;
+      const int64_t j0 = h.begin(static_cast<int64_t>(c)), n = h.rows(static_cast<int64_t>(c));
+      const float* sc = w.score_row(r, t);
+      for (int64_t j = 0; j < n; ++j)
+        if (!h.hidden(j0 + j)) best.offer(sc[j], j0 + j);
+    }
+    best.write(picked + r * best.size());
+  }
+}
+
 }  // namespace
 
 ChunkTuning set_chunk_tuning(ChunkTuning t) {
@@ -172,44 +189,14 @@ ChunkTuning set_chunk_tuning(ChunkTuning t) {
           tile_rows.exchange(std::max<int64_t>(1, t.tile_rows))};
 }
 
-void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
-                         const float* padded, float scale, int64_t pick, float* chosen) {
-  const int64_t bhs = s.batch * s.heads;
-#pragma omp parallel
-  {
-    Work w(s, false);
-    BestOf best(pick);
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < bhs; ++bh) {
-      const Head h(s, padded, bh);
-      for (int64_t i0 = 0; i0 < s.nq; i0 += w.block) {
-        const int64_t rows = std::min(w.block, s.nq - i0);
-        const float* par = parents + (bh * s.nq + i0) * s.top;
-        score_block(w, h, q, k, par, i0, rows, scale);
-        for (int64_t r = 0; r < rows; ++r) {
-          best.clear();
-          for (int64_t t = 0; t < s.top; ++t) {
-            const float c = par[r * s.top + t];
-            if (c < 0) continue;
-            const int64_t j0 = h.begin(static_cast<int64_t>(c)), n = h.rows(static_cast<int64_t>(c));
-            const float* sc = w.score_row(r, t);
-            for (int64_t j = 0; j < n; ++j) {
-              if (!h.hidden(j0 + j)) best.offer(sc[j], j0 + j);
-            }
-          }
-          best.write(chosen + (bh * s.nq + i0 + r) * pick);
-        }
-      }
-    }
-  }
-}
-
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
-                             const float* chosen, const float* padded, float scale, float* out, float* lse) {
+                             const float* chosen, const float* padded, float scale, float* out, float* lse,
+                             int64_t pick, float* picked) {
   const int64_t d = s.d, bhs = s.batch * s.heads, nc = s.chunks();
 #pragma omp parallel
   {
     Work w(s, false);
+    BestOf best(picked ? pick : 0);
     std::vector<float> inv_z(static_cast<size_t>(w.block));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < bhs; ++bh) {
@@ -217,7 +204,9 @@ void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const 
       float* oh = out + bh * s.nq * d;
       for (int64_t i0 = 0; i0 < s.nq; i0 += w.block) {
         const int64_t rows = std::min(w.block, s.nq - i0), width = s.top * w.c_pad;
-        score_block(w, h, q, k, chosen + (bh * s.nq + i0) * s.top, i0, rows, scale);
+        const float* parents = chosen + (bh * s.nq + i0) * s.top;
+        score_block(w, h, q, k, parents, i0, rows, scale);
+        if (picked) choose_within(w, h, parents, rows, best, picked + (bh * s.nq + i0) * pick);
         // Each query's softmax over all its slots at once: P = exp(s - max), its sum z.
         for (int64_t r = 0; r < rows; ++r) {
           float* row = w.score_row(r, 0);

@@ -4,11 +4,11 @@
 //   chunk_mean      a thread per element of the means (the chunk's rows in order, then / count),
 //                   and per element of dx;
 //   chunk_choose    a thread per score row, an insertion list of the best `top` chunks;
-//   choose_within   a thread per query row, scoring its parents' rows, parent by parent, into
-//                   an insertion list of the best `pick` (equal scores: the lower row);
 //   forward, dq     a warp per query row: the lanes score the row's top x chunk keys into shared
 //                   memory, the warp reduces max and sum, then each lane sums its columns of
-//                   the output over the keys in the CPU's order (chosen chunk by chunk);
+//                   the output over the keys in the CPU's order (chosen chunk by chunk); with
+//                   `picked`, lane 0 first walks the row's scores, parent by parent, into an
+//                   insertion list of the best `pick` (equal scores: the lower row);
 //   dk, dv          a block per (head, chunk): warp 0 lists, 32 queries at a time, those that
 //                   chose the chunk (a ballot keeps them in order), then the block adds each
 //                   listed query's terms into the chunk's rows in shared memory, query by query
@@ -104,43 +104,6 @@ __global__ void chunk_choose_kernel(ChunkAttentionDims s, const float* scores, c
   }
 }
 
-__global__ void chunk_choose_within_kernel(ChunkAttentionDims s, const float* q, const float* k,
-                                           const float* parents, const float* padded, float scale, int64_t pick,
-                                           float* chosen) {
-  const int64_t nc = s.chunks(), rows = s.batch * s.heads * s.nq;
-  for (int64_t r = device::global_index(); r < rows; r += device::global_stride()) {
-    const int64_t bh = r / s.nq, b = bh / s.heads;
-    const float* qi = q + r * s.d;
-    float best[kChunkMaxTop];
-    int64_t index[kChunkMaxTop];
-    int64_t count = 0;
-    for (int64_t t = 0; t < s.top; ++t) {
-      const int64_t c = static_cast<int64_t>(parents[r * s.top + t]);
-      if (c < 0 || c >= nc) continue;
-      for (int64_t j = c * s.chunk; j < (c + 1) * s.chunk && j < s.nk; ++j) {
-        if (hidden(padded, b, s.nk, j)) continue;
-        const float* kj = k + (bh * s.nk + j) * s.d;
-        // a sum in element order, then the scale: the CPU's vectorised dot may round otherwise,
-        // so the two choose alike where the scores are exact (the conformance test's) or apart
-        float v = 0.0f;
-        for (int64_t e = 0; e < s.d; ++e) v += qi[e] * kj[e];
-        v *= scale;
-        // better than slot `at - 1`: a higher score, or an equal one from a lower row
-        auto beats = [&](int64_t at) { return v > best[at] || (v == best[at] && j < index[at]); };
-        if (count == pick && !beats(count - 1)) continue;
-        int64_t at = count < pick ? count++ : pick - 1;
-        for (; at > 0 && beats(at - 1); --at) {
-          best[at] = best[at - 1];
-          index[at] = index[at - 1];
-        }
-        best[at] = v;
-        index[at] = j;
-      }
-    }
-    for (int64_t t = 0; t < pick; ++t) chosen[r * pick + t] = t < count ? static_cast<float>(index[t]) : -1.0f;
-  }
-}
-
 // Shared memory of a warp-per-row pass: per warp, a value and a key row (-1: none) per slot;
 // 8 bytes a slot, 32 KiB at kChunkMaxKeys slots a warp.
 struct RowScratch {
@@ -159,9 +122,32 @@ size_t row_smem_bytes(int64_t slots) {
   return static_cast<size_t>(kRowsPerBlock * slots) * (sizeof(float) + sizeof(int32_t));
 }
 
+// The best `pick` of a row's scored keys (scratch, slot order: parent by parent, rows ascending)
+// into picked_row: a higher score, or an equal one from a lower row, as the CPU's BestOf keeps.
+__device__ void choose_within(const RowScratch& scratch, int64_t slots, int64_t pick, float* picked_row) {
+  float best[kChunkMaxTop];
+  int64_t index[kChunkMaxTop];
+  int64_t count = 0;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int64_t j = scratch.key[slot];
+    if (j < 0) continue;
+    const float v = scratch.value[slot];
+    auto beats = [&](int64_t at) { return v > best[at] || (v == best[at] && j < index[at]); };
+    if (count == pick && !beats(count - 1)) continue;
+    int64_t at = count < pick ? count++ : pick - 1;
+    for (; at > 0 && beats(at - 1); --at) {
+      best[at] = best[at - 1];
+      index[at] = index[at - 1];
+    }
+    best[at] = v;
+    index[at] = j;
+  }
+  for (int64_t t = 0; t < pick; ++t) picked_row[t] = t < count ? static_cast<float>(index[t]) : -1.0f;
+}
+
 __global__ void chunk_attention_forward_kernel(ChunkAttentionDims s, const float* q, const float* k, const float* v,
                                                const float* chosen, const float* padded, float scale, float* out,
-                                               float* lse) {
+                                               float* lse, int64_t pick, float* picked) {
   const int64_t slots = s.top * s.chunk, rows = s.batch * s.heads * s.nq;
   const RowScratch scratch = row_scratch(slots);
   const int lane = threadIdx.x % device::kWarp;
@@ -180,6 +166,7 @@ __global__ void chunk_attention_forward_kernel(ChunkAttentionDims s, const float
     m = fmaxf(m, score);
   }
   __syncwarp();
+  if (picked != nullptr && lane == 0) choose_within(scratch, slots, pick, picked + r * pick);
   float* oi = out + r * d;
   if (m == -INFINITY) {  // no visible key: zeros
     for (int64_t e = lane; e < d; e += device::kWarp) oi[e] = 0.0f;
@@ -351,23 +338,15 @@ void chunk_choose(const ChunkAttentionDims& s, const float* scores, const float*
   tarn::launch(chunk_choose_kernel, device::grid_for(rows), device::kBlock, 0, nullptr, s, scores, empty, chosen);
 }
 
-void chunk_choose_within(const ChunkAttentionDims& s, const float* q, const float* k, const float* parents,
-                         const float* padded, float scale, int64_t pick, float* chosen) {
-  check(s, "chunk_choose_within");
-  TARN_CHECK(pick >= 1 && pick <= kChunkMaxTop, "chunk_choose_within: pick ", pick, " outside [1, ", kChunkMaxTop,
-             "] on CUDA");
-  const int64_t rows = s.batch * s.heads * s.nq;
-  if (rows == 0) return;
-  tarn::launch(chunk_choose_within_kernel, device::grid_for(rows), device::kBlock, 0, nullptr, s, q, k, parents,
-               padded, scale, pick, chosen);
-}
-
 void chunk_attention_forward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,
-                             const float* chosen, const float* padded, float scale, float* out, float* lse) {
+                             const float* chosen, const float* padded, float scale, float* out, float* lse,
+                             int64_t pick, float* picked) {
   check_reads(s, "chunk_attention");
+  TARN_CHECK(picked == nullptr || (pick >= 1 && pick <= kChunkMaxTop), "chunk_attention: pick ", pick,
+             " outside [1, ", kChunkMaxTop, "] on CUDA");
   if (s.batch * s.heads * s.nq == 0) return;
   tarn::launch(chunk_attention_forward_kernel, row_blocks(s), kRowsPerBlock * device::kWarp,
-               row_smem_bytes(s.top * s.chunk), nullptr, s, q, k, v, chosen, padded, scale, out, lse);
+               row_smem_bytes(s.top * s.chunk), nullptr, s, q, k, v, chosen, padded, scale, out, lse, pick, picked);
 }
 
 void chunk_attention_backward(const ChunkAttentionDims& s, const float* q, const float* k, const float* v,

@@ -20,7 +20,7 @@ constexpr float kMaskedScore = -1e9f;
 
 constexpr const char* kCrossOnly = "attention: kind routed is cross-attention only";
 
-// The recipe's bound on route_beam is the most chunks CUDA's chunk_choose and chunk_choose_within
+// The recipe's bound on route_beam is the most chunks CUDA's chunk_choose and chunk_attention_choose
 // keep in their insertion lists.
 static_assert(AttentionConfig::kMaxRouteBeam == kernels::kChunkMaxTop, "route_beam's bound is CUDA's");
 
@@ -126,12 +126,12 @@ RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk
   Tensor chosen =
       chunk_choose(landmark_scores, src.landmark_empty.back(), std::min(picks(levels - 1), top_key.size(2)));
   // down the tree: at each level, only the children of the chunks chosen above, read (softmax)
-  // and chosen among (f32 in every precision: O(beam chunk dh) a query)
+  // and chosen among from the same scores (f32 in every precision: O(beam chunk dh) a query)
   for (size_t l = levels - 1; l-- > 0;) {
-    const Tensor& hidden = src.landmark_empty[l];
-    r.compressed = add(r.compressed, chunk_attention(q, src.landmark_key[l], src.landmark_value[l], chosen, chunk,
-                                                     hidden, scaling));
-    chosen = chunk_choose_within(q, src.landmark_key[l], chosen, chunk, hidden, scaling, picks(l));
+    ChunkReadAndChoice level = chunk_attention_choose(q, src.landmark_key[l], src.landmark_value[l], chosen, chunk,
+                                                      src.landmark_empty[l], scaling, picks(l));
+    r.compressed = add(r.compressed, level.read);
+    chosen = level.picked;
   }
   if (levels > 1) r.compressed = scale(r.compressed, 1.0f / static_cast<float>(levels));
   // selected: softmax over the keys of the best `top` chunks

@@ -141,7 +141,7 @@ TEST(ChunkAttention, SmallBlocksAndTilesGiveWhatTheDefaultCutGives) {
     for (Tensor* t : {&qg, &kg, &vg}) t->set_requires_grad(true);
     const Tensor out = chunk_attention(qg, kg, vg, as_tensor(chosen, c), c.chunk, pad, 0.4f);
     out.backward(dout);
-    const Tensor within = chunk_choose_within(q, k, as_tensor(chosen, c), c.chunk, pad, 0.4f, 5);
+    const Tensor within = chunk_attention_choose(q, k, v, as_tensor(chosen, c), c.chunk, pad, 0.4f, 5).picked;
     return Results{out.to_vector(), qg.grad().to_vector(), kg.grad().to_vector(), vg.grad().to_vector(),
                    within.to_vector()};
   };
@@ -243,7 +243,8 @@ TEST(ChunkChoose, PicksTheBestChunksInOrder) {
 
 // One level down a tree: the candidates are the visible rows of the parent chunks, in whatever
 // order the parents come; the best `pick` of them by q·k, ties to the lower row, -1 past them.
-TEST(ChunkChooseWithin, PicksTheBestChildrenOfTheParents) {
+// The read beside the choice is chunk_attention's, bit for bit.
+TEST(ChunkAttentionChoose, PicksTheBestChildrenOfTheParents) {
   const Case c{2, 2, 4, 11, 3, 3, 3};  // 4 chunks of k's 11 rows, the last of 2
   const Tensor q = random_tensor({c.batch, c.heads, c.nq, c.d}, 5, -2, 2);
   std::vector<float> kv = random_tensor({c.batch, c.heads, c.nk, c.d}, 6, -2, 2).to_vector();
@@ -251,6 +252,7 @@ TEST(ChunkChooseWithin, PicksTheBestChildrenOfTheParents) {
   for (int64_t e = 0; e < c.d; ++e) kv[4 * c.d + e] = kv[2 * c.d + e];
   for (int64_t e = 0; e < c.d; ++e) kv[9 * c.d + e] = kv[10 * c.d + e];
   const Tensor k = Tensor::from_vector(kv, {c.batch, c.heads, c.nk, c.d});
+  const Tensor v = random_tensor({c.batch, c.heads, c.nk, c.d}, 7);
   const Tensor pad = padding(c);  // row 1 of batch row 1 never
   std::vector<float> parents;
   for (int64_t r = 0; r < c.batch * c.heads * c.nq; ++r) {
@@ -260,11 +262,12 @@ TEST(ChunkChooseWithin, PicksTheBestChildrenOfTheParents) {
   const float scale = 0.7f;
   const std::vector<float> qv = q.to_vector();
   const std::vector<float> pv = pad.to_vector();
+  const Tensor parent_tensor = Tensor::from_vector(parents, {c.batch, c.heads, c.nq, c.top});
+  const std::vector<float> read = chunk_attention(q, k, v, parent_tensor, c.chunk, pad, scale).to_vector();
   for (int64_t pick : {1, 2, 5, 9}) {
-    const std::vector<float> got =
-        chunk_choose_within(q, k, Tensor::from_vector(parents, {c.batch, c.heads, c.nq, c.top}), c.chunk, pad, scale,
-                            pick)
-            .to_vector();
+    const ChunkReadAndChoice both = chunk_attention_choose(q, k, v, parent_tensor, c.chunk, pad, scale, pick);
+    EXPECT_EQ(both.read.to_vector(), read) << "pick " << pick;
+    const std::vector<float> got = both.picked.to_vector();
     ASSERT_EQ(got.size(), static_cast<size_t>(c.batch * c.heads * c.nq * pick));
     for (int64_t r = 0; r < c.batch * c.heads * c.nq; ++r) {
       const int64_t bh = r / c.nq, b = bh / c.heads;
@@ -284,13 +287,12 @@ TEST(ChunkChooseWithin, PicksTheBestChildrenOfTheParents) {
             << "row " << r << " pick " << pick << " slot " << t;
     }
   }
-  // parents out of range, and a q that does not match k
-  EXPECT_ANY_THROW(chunk_choose_within(q, k, Tensor::from_vector(std::vector<float>(parents.size(), 4.0f),
-                                                                 {c.batch, c.heads, c.nq, c.top}),
-                                       c.chunk, pad, scale, 2));
-  EXPECT_ANY_THROW(chunk_choose_within(Tensor::zeros({c.batch, c.heads, c.nq, c.d + 1}), k,
-                                       Tensor::from_vector(parents, {c.batch, c.heads, c.nq, c.top}), c.chunk, pad,
-                                       scale, 2));
+  // parents out of range, a q that does not match k, and nothing to pick
+  EXPECT_ANY_THROW(chunk_attention_choose(q, k, v, Tensor::full({c.batch, c.heads, c.nq, c.top}, 4.0f), c.chunk, pad,
+                                          scale, 2));
+  EXPECT_ANY_THROW(chunk_attention_choose(Tensor::zeros({c.batch, c.heads, c.nq, c.d + 1}), k, v, parent_tensor,
+                                          c.chunk, pad, scale, 2));
+  EXPECT_ANY_THROW(chunk_attention_choose(q, k, v, parent_tensor, c.chunk, pad, scale, 0));
 }
 
 }  // namespace

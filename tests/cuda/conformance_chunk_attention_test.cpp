@@ -1,8 +1,8 @@
 // CUDA chunk kernels of routed cross-attention (kernels/cuda/chunk_attention.cu) against the CPU
 // kernels of kernels/chunk_attention.h: the chunks' means and their gradient and the choice of
 // the best chunks bit for bit (the same operations in the same order, no products to contract),
-// the choice of the best children of chosen chunks bit for bit on exact scores (the CPU's come
-// from a tile GEMM), and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
+// the forward's choice of the best children of chosen chunks bit for bit on exact scores (the
+// CPU's come from a tile GEMM), and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
 //
 // Tolerance of the attention: every score is a dot of d products, within gamma_{d+1} of its
 // magnitude a_ij = scale Σ_e |q_ie k_je| on each side; P_ij = exp(s_ij - max) / z then moves by
@@ -95,8 +95,10 @@ TEST_P(ChunkAttentionConformance, ChoiceIsTheCpus) {
   }
 }
 
-// One level down a tree of landmarks. q and k hold small integers and the scale is 1/2, so every
-// score is exact in any order of the sum: the choice (ties included, many) must be the CPU's.
+// One level down a tree of landmarks: the forward's choice within the chosen chunks. q and k
+// hold small integers and the scale is 1/2, so every score is exact in any order of the sum: the
+// choice (ties included, many) must be the CPU's. The read beside it is the one without a choice,
+// bit for bit (the same kernel; the next test bounds it against the CPU).
 TEST_P(ChunkAttentionConformance, ChoiceWithinTheParentsIsTheCpus) {
   for (ChunkAttentionDims s : kShapes) {
     s.top = std::min(s.top, s.chunks());
@@ -105,20 +107,28 @@ TEST_P(ChunkAttentionConformance, ChoiceWithinTheParentsIsTheCpus) {
     std::vector<float> k = Random(static_cast<size_t>(s.batch * s.heads * s.nk * s.d), -3, 3, 5);
     for (float& x : q) x = std::floor(x);
     for (float& x : k) x = std::floor(x);
+    const std::vector<float> v = Random(k.size(), -1, 1, 7);
     // the parents as the level above gives them: its choice over random scores, best first
     const std::vector<float> scores = Random(static_cast<size_t>(rows * s.chunks()), -1, 1, 6);
     std::vector<float> parents(static_cast<size_t>(rows * s.top));
     cpu::chunk_choose(s, scores.data(), nullptr, parents.data());
     for (size_t r = 0; r < parents.size(); r += 5) parents[r] = -1.0f;  // some none
     const std::vector<float> pad = Padding(s);
+    DeviceArray<float> gq = dev(q), gk = dev(k), gv = dev(v), gparents = dev(parents), gpad = dev(pad),
+                       go = out(q.size()), glse = out(static_cast<size_t>(rows));
+    TARN_ON(target(), chunk_attention_forward, s, gq.get(), gk.get(), gv.get(), gparents.get(), gpad.get(), 0.5f,
+            go.get(), glse.get(), 0, nullptr);
+    const std::vector<float> read = go.host(), lse = glse.host();
     for (int64_t pick : {int64_t{1}, int64_t{3}, s.top * s.chunk + 1}) {
-      std::vector<float> chosen(static_cast<size_t>(rows * pick));
-      cpu::chunk_choose_within(s, q.data(), k.data(), parents.data(), pad.data(), 0.5f, pick, chosen.data());
-      DeviceArray<float> gq = dev(q), gk = dev(k), gparents = dev(parents), gpad = dev(pad),
-                         gchosen = out(chosen.size());
-      TARN_ON(target(), chunk_choose_within, s, gq.get(), gk.get(), gparents.get(), gpad.get(), 0.5f, pick,
-              gchosen.get());
+      std::vector<float> chosen(static_cast<size_t>(rows * pick)), o(q.size()), l(static_cast<size_t>(rows));
+      cpu::chunk_attention_forward(s, q.data(), k.data(), v.data(), parents.data(), pad.data(), 0.5f, o.data(),
+                                   l.data(), pick, chosen.data());
+      DeviceArray<float> gchosen = out(chosen.size()), go2 = out(q.size()), glse2 = out(l.size());
+      TARN_ON(target(), chunk_attention_forward, s, gq.get(), gk.get(), gv.get(), gparents.get(), gpad.get(), 0.5f,
+              go2.get(), glse2.get(), pick, gchosen.get());
       EXPECT_TRUE(BitwiseEqual(gchosen.host(), chosen)) << Name(s) << " pick " << pick;
+      EXPECT_TRUE(BitwiseEqual(go2.host(), read)) << Name(s) << " pick " << pick << ": out";
+      EXPECT_TRUE(BitwiseEqual(glse2.host(), lse)) << Name(s) << " pick " << pick << ": lse";
     }
   }
 }
@@ -145,13 +155,13 @@ TEST_P(ChunkAttentionConformance, AttentionAndItsGradientsMatchTheCpu) {
 
     std::vector<float> o(nq_d), lse(static_cast<size_t>(bh * s.nq)), dq(nq_d), dk(nk_d), dv(nk_d);
     cpu::chunk_attention_forward(s, q.data(), k.data(), v.data(), chosen.data(), pad.data(), scale, o.data(),
-                                 lse.data());
+                                 lse.data(), 0, nullptr);
     cpu::chunk_attention_backward(s, q.data(), k.data(), v.data(), chosen.data(), pad.data(), scale, o.data(),
                                   lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
     DeviceArray<float> gq = dev(q), gk = dev(k), gv = dev(v), gdout = dev(dout), gpad = dev(pad), gchosen = dev(chosen),
                        go = out(nq_d), glse = out(lse.size()), gdq = out(nq_d), gdk = out(nk_d), gdv = out(nk_d);
     TARN_ON(target(), chunk_attention_forward, s, gq.get(), gk.get(), gv.get(), gchosen.get(), gpad.get(), scale,
-            go.get(), glse.get());
+            go.get(), glse.get(), 0, nullptr);
     // the backward reads the CPU's out and lse, so that each pass is judged on its own
     DeviceArray<float> co = dev(o), clse = dev(lse);
     TARN_ON(target(), chunk_attention_backward, s, gq.get(), gk.get(), gv.get(), gchosen.get(), gpad.get(), scale,
@@ -206,7 +216,11 @@ TEST_P(ChunkAttentionConformance, RefusesReadsLargerThanItsSharedMemory) {
   const ChunkAttentionDims s{1, 1, 1, 4096, 1, 64, 64};  // 4,096 keys a query
   DeviceArray<float> buf = out(4096);
   EXPECT_THROW(TARN_ON(target(), chunk_attention_forward, s, buf.get(), buf.get(), buf.get(), buf.get(), nullptr, 1.0f,
-                       buf.get(), buf.get()),
+                       buf.get(), buf.get(), 0, nullptr),
+               Error);
+  const ChunkAttentionDims small{1, 1, 1, 4, 1, 2, 2};  // a read it takes, but more picks than it keeps
+  EXPECT_THROW(TARN_ON(target(), chunk_attention_forward, small, buf.get(), buf.get(), buf.get(), buf.get(), nullptr,
+                       1.0f, buf.get(), buf.get(), kernels::kChunkMaxTop + 1, buf.get()),
                Error);
 }
 
