@@ -80,27 +80,44 @@ __global__ void chunk_mean_backward_kernel(ChunkAttentionDims s, const float* pa
   }
 }
 
+// The best k of a stream of (score, index) candidates, best first: a higher score, or an equal
+// one from a lower index, the rule of the CPU's kernels/cpu/best_of.h (chunk_choose offers its
+// chunks in ascending order, so there an equal score never displaces an earlier chunk). An
+// insertion list of at most kChunkMaxTop in one thread.
+struct BestOfList {
+  int64_t k, count = 0;
+  float best[kChunkMaxTop];
+  int64_t index[kChunkMaxTop];
+
+  __device__ explicit BestOfList(int64_t k_) : k(k_) {}
+  __device__ bool beats(float v, int64_t j, int64_t at) const {
+    return v > best[at] || (v == best[at] && j < index[at]);
+  }
+  __device__ void offer(float v, int64_t j) {
+    if (count == k && !beats(v, j, count - 1)) return;
+    int64_t at = count < k ? count++ : k - 1;
+    for (; at > 0 && beats(v, j, at - 1); --at) {
+      best[at] = best[at - 1];
+      index[at] = index[at - 1];
+    }
+    best[at] = v;
+    index[at] = j;
+  }
+  // out[0, k): the kept indices, best first, then -1.
+  __device__ void write(float* out) const {
+    for (int64_t t = 0; t < k; ++t) out[t] = t < count ? static_cast<float>(index[t]) : -1.0f;
+  }
+};
+
 __global__ void chunk_choose_kernel(ChunkAttentionDims s, const float* scores, const float* empty, float* chosen) {
   const int64_t nc = s.chunks(), rows = s.batch * s.heads * s.nq;
   for (int64_t r = device::global_index(); r < rows; r += device::global_stride()) {
     const float* row = scores + r * nc;
     const float* flags = empty != nullptr ? empty + (r / (s.heads * s.nq)) * nc : nullptr;
-    float best[kChunkMaxTop];
-    int64_t index[kChunkMaxTop];
-    int64_t count = 0;
-    for (int64_t c = 0; c < nc; ++c) {
-      if (flags != nullptr && flags[c] != 0.0f) continue;
-      const float v = row[c];
-      if (count == s.top && !(v > best[count - 1])) continue;  // equal scores keep the earlier chunk
-      int64_t at = count < s.top ? count++ : s.top - 1;
-      for (; at > 0 && best[at - 1] < v; --at) {
-        best[at] = best[at - 1];
-        index[at] = index[at - 1];
-      }
-      best[at] = v;
-      index[at] = c;
-    }
-    for (int64_t t = 0; t < s.top; ++t) chosen[r * s.top + t] = t < count ? static_cast<float>(index[t]) : -1.0f;
+    BestOfList list(s.top);
+    for (int64_t c = 0; c < nc; ++c)
+      if (flags == nullptr || flags[c] == 0.0f) list.offer(row[c], c);
+    list.write(chosen + r * s.top);
   }
 }
 
@@ -123,26 +140,12 @@ size_t row_smem_bytes(int64_t slots) {
 }
 
 // The best `pick` of a row's scored keys (scratch, slot order: parent by parent, rows ascending)
-// into picked_row: a higher score, or an equal one from a lower row, as the CPU's BestOf keeps.
+// into picked_row.
 __device__ void choose_within(const RowScratch& scratch, int64_t slots, int64_t pick, float* picked_row) {
-  float best[kChunkMaxTop];
-  int64_t index[kChunkMaxTop];
-  int64_t count = 0;
-  for (int64_t slot = 0; slot < slots; ++slot) {
-    const int64_t j = scratch.key[slot];
-    if (j < 0) continue;
-    const float v = scratch.value[slot];
-    auto beats = [&](int64_t at) { return v > best[at] || (v == best[at] && j < index[at]); };
-    if (count == pick && !beats(count - 1)) continue;
-    int64_t at = count < pick ? count++ : pick - 1;
-    for (; at > 0 && beats(at - 1); --at) {
-      best[at] = best[at - 1];
-      index[at] = index[at - 1];
-    }
-    best[at] = v;
-    index[at] = j;
-  }
-  for (int64_t t = 0; t < pick; ++t) picked_row[t] = t < count ? static_cast<float>(index[t]) : -1.0f;
+  BestOfList list(pick);
+  for (int64_t slot = 0; slot < slots; ++slot)
+    if (scratch.key[slot] >= 0) list.offer(scratch.value[slot], scratch.key[slot]);
+  list.write(picked_row);
 }
 
 __global__ void chunk_attention_forward_kernel(ChunkAttentionDims s, const float* q, const float* k, const float* v,

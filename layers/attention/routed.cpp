@@ -128,8 +128,8 @@ RoutedReads routed_reads(const Tensor& q, const RoutedSource& src, int64_t chunk
   // down the tree: at each level, only the children of the chunks chosen above, read (softmax)
   // and chosen among from the same scores (f32 in every precision: O(beam chunk dh) a query)
   for (size_t l = levels - 1; l-- > 0;) {
-    ChunkReadAndChoice level = chunk_attention_choose(q, src.landmark_key[l], src.landmark_value[l], chosen, chunk,
-                                                      src.landmark_empty[l], scaling, picks(l));
+    const ChunkReadAndChoice level = chunk_attention_choose(q, src.landmark_key[l], src.landmark_value[l], chosen,
+                                                            chunk, src.landmark_empty[l], scaling, picks(l));
     r.compressed = add(r.compressed, level.read);
     chosen = level.picked;
   }

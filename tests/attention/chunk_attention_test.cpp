@@ -139,11 +139,10 @@ TEST(ChunkAttention, SmallBlocksAndTilesGiveWhatTheDefaultCutGives) {
   auto run = [&]() {
     Tensor qg = q.detach(), kg = k.detach(), vg = v.detach();
     for (Tensor* t : {&qg, &kg, &vg}) t->set_requires_grad(true);
-    const Tensor out = chunk_attention(qg, kg, vg, as_tensor(chosen, c), c.chunk, pad, 0.4f);
-    out.backward(dout);
-    const Tensor within = chunk_attention_choose(q, k, v, as_tensor(chosen, c), c.chunk, pad, 0.4f, 5).picked;
-    return Results{out.to_vector(), qg.grad().to_vector(), kg.grad().to_vector(), vg.grad().to_vector(),
-                   within.to_vector()};
+    const ChunkReadAndChoice both = chunk_attention_choose(qg, kg, vg, as_tensor(chosen, c), c.chunk, pad, 0.4f, 5);
+    both.read.backward(dout);
+    return Results{both.read.to_vector(), qg.grad().to_vector(), kg.grad().to_vector(), vg.grad().to_vector(),
+                   both.picked.to_vector()};
   };
   auto as_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   const Results whole = run();

@@ -2,7 +2,8 @@
 // kernels of kernels/chunk_attention.h: the chunks' means and their gradient and the choice of
 // the best chunks bit for bit (the same operations in the same order, no products to contract),
 // the forward's choice of the best children of chosen chunks bit for bit on exact scores (the
-// CPU's come from a tile GEMM), and softmax attention over the chosen chunks, forward and backward, within an a-priori bound.
+// CPU's come from a tile GEMM), and softmax attention over the chosen chunks, forward and
+// backward, within an a-priori bound.
 //
 // Tolerance of the attention: every score is a dot of d products, within gamma_{d+1} of its
 // magnitude a_ij = scale Σ_e |q_ie k_je| on each side; P_ij = exp(s_ij - max) / z then moves by
